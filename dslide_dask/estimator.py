@@ -1,0 +1,225 @@
+"""``SlideClassifier``: the scikit-learn style front of the engine."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+
+import numba
+import numpy as np
+
+from dslide_dask.data.csr import CSR, as_csr
+from dslide_dask.metrics import precision_at_k
+from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.network import SlideNetwork, StepStats
+
+#: Called after every step with (step number, samples so far, the step's stats).
+StepCallback = Callable[[int, int, StepStats], None]
+
+
+class SlideClassifier:
+    """Extreme multi-label classifier trained with SLIDE (LSH-sampled sparse softmax).
+
+    Parameters are those of :class:`~dslide_dask.model.SlideConfig` plus ``batch_size``,
+    ``epochs`` and ``n_threads`` (numba threads; default: all cores). ``X`` is a sparse
+    matrix (``sparse.GCXS``/``COO``, scipy, or :class:`CSR`), ``Y`` a label indicator
+    matrix or a list of label-id arrays.
+    """
+
+    def __init__(
+        self,
+        hidden: tuple[int, ...] = (128,),
+        batch_size: int = 256,
+        epochs: int = 1,
+        lr: float = 1e-3,
+        optimizer: str = "adam",
+        hash_family: str = "dwta",
+        K: int = 6,
+        L: int = 50,
+        range_pow: int = 15,
+        bin_size: int = 8,
+        bucket_capacity: int = 32,
+        bucket_policy: str = "fifo",
+        strategy: str = "union",
+        threshold: int = 2,
+        min_active: int = 0,
+        max_active: int = 4096,
+        rebuild_every: int = 50,
+        rebuild_growth: float = 0.0,
+        redraw_every: int = 1000,
+        init_std: float = 0.01,
+        n_threads: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.hidden = hidden
+        self.batch_size = batch_size
+        self.epochs = epochs
+        self.lr = lr
+        self.optimizer = optimizer
+        self.hash_family = hash_family
+        self.K = K
+        self.L = L
+        self.range_pow = range_pow
+        self.bin_size = bin_size
+        self.bucket_capacity = bucket_capacity
+        self.bucket_policy = bucket_policy
+        self.strategy = strategy
+        self.threshold = threshold
+        self.min_active = min_active
+        self.max_active = max_active
+        self.rebuild_every = rebuild_every
+        self.rebuild_growth = rebuild_growth
+        self.redraw_every = redraw_every
+        self.init_std = init_std
+        self.n_threads = n_threads
+        self.seed = seed
+
+    # -- scikit-learn conventions ----------------------------------------------------------
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+
+    def get_params(self, deep: bool = True) -> dict:
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params) -> SlideClassifier:
+        for name, value in params.items():
+            if name not in self._param_names():
+                raise ValueError(f"unknown parameter {name!r} for SlideClassifier")
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self) -> str:
+        sig = inspect.signature(self.__init__).parameters
+        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if v != sig[k].default]
+        return f"SlideClassifier({', '.join(changed)})"
+
+    def config(self) -> SlideConfig:
+        """The validated network configuration these parameters describe."""
+        engine = {"batch_size", "epochs", "n_threads"}
+        return SlideConfig(**{k: v for k, v in self.get_params().items() if k not in engine})
+
+    # -- training --------------------------------------------------------------------------
+    def fit(self, X, Y, callback: StepCallback | None = None) -> SlideClassifier:
+        """Train from scratch for ``epochs`` passes, shuffling the rows each epoch."""
+        X, Y = self._check_xy(X, Y)
+        self.network_ = SlideNetwork(self.config(), X.n_cols, Y.n_cols)
+        self.n_steps_ = 0
+        self.n_samples_seen_ = 0
+        self.history_: list[dict] = []
+        _check_int("epochs", self.epochs, 1, 1 << 20)
+        rng = np.random.default_rng(self.seed)
+        for _ in range(self.epochs):
+            order = rng.permutation(X.n_rows)
+            self._one_pass(X.take_rows(order), Y.take_rows(order), callback)
+        return self
+
+    def partial_fit(self, X, Y, callback: StepCallback | None = None) -> SlideClassifier:
+        """One pass over the rows in the given order (creates the network on first call)."""
+        X, Y = self._check_xy(X, Y)
+        if not hasattr(self, "network_"):
+            self.network_ = SlideNetwork(self.config(), X.n_cols, Y.n_cols)
+            self.n_steps_ = 0
+            self.n_samples_seen_ = 0
+            self.history_ = []
+        else:
+            self._check_shapes(X, Y)
+        self._one_pass(X, Y, callback)
+        return self
+
+    def _one_pass(self, X: CSR, Y: CSR, callback: StepCallback | None) -> None:
+        _check_int("batch_size", self.batch_size, 1, 1 << 20)
+        with self._threads():
+            for start in range(0, X.n_rows, self.batch_size):
+                t0 = time.perf_counter()
+                stats = self.network_.train_step(
+                    X.slice_rows(start, start + self.batch_size),
+                    Y.slice_rows(start, start + self.batch_size),
+                )
+                if not np.isfinite(stats.loss):
+                    raise FloatingPointError(
+                        f"loss became {stats.loss} at step {self.n_steps_ + 1}: "
+                        f"lower lr (now {self.lr})"
+                    )
+                n = min(self.batch_size, X.n_rows - start)
+                self.n_steps_ += 1
+                self.n_samples_seen_ += n
+                self.history_.append(
+                    {
+                        "step": self.n_steps_,
+                        "loss": stats.loss,
+                        "active": stats.active_per_example,
+                        "seconds": time.perf_counter() - t0,
+                    }
+                )
+                if callback is not None:
+                    callback(self.n_steps_, self.n_samples_seen_, stats)
+
+    # -- inference -------------------------------------------------------------------------
+    def predict_topk(self, X, k: int = 5, exact: bool = True, batch_size: int = 4096):
+        """Top-k label ids per row, best first (``exact=False``: LSH-retrieved labels
+        only; -1 where fewer than k are found)."""
+        self._check_fitted()
+        X = as_csr(X)
+        self._check_shapes(X, None)
+        _check_int("k", k, 1, self.network_.n_labels)
+        out = np.empty((X.n_rows, k), np.int64)
+        with self._threads():
+            for start in range(0, X.n_rows, batch_size):
+                stop = min(start + batch_size, X.n_rows)
+                out[start:stop] = self.network_.topk(X.slice_rows(start, stop), k, exact)
+        return out
+
+    def predict(self, X, exact: bool = True) -> np.ndarray:
+        """The best label id of each row."""
+        return self.predict_topk(X, 1, exact)[:, 0]
+
+    def score(self, X, Y, k: int = 1, exact: bool = True) -> float:
+        """Precision at k (P@k) on ``(X, Y)``."""
+        return self.evaluate(X, Y, ks=(k,), exact=exact)[f"P@{k}"]
+
+    def evaluate(self, X, Y, ks=(1, 3, 5), exact: bool = True) -> dict[str, float]:
+        """P@k for each k in ``ks``."""
+        X, Y = as_csr(X), as_csr(Y, pattern=True)
+        return precision_at_k(self.predict_topk(X, max(ks), exact), Y, ks)
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _check_xy(self, X, Y) -> tuple[CSR, CSR]:
+        X = as_csr(X)
+        Y = as_csr(Y, pattern=True)
+        if X.n_rows != Y.n_rows:
+            raise ValueError(f"X has {X.n_rows} rows but Y has {Y.n_rows}")
+        return X, Y
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "network_"):
+            raise RuntimeError("this SlideClassifier is not fitted yet: call fit() first")
+
+    def _check_shapes(self, X: CSR, Y: CSR | None) -> None:
+        net = self.network_
+        if X.n_cols != net.n_features:
+            raise ValueError(
+                f"X has {X.n_cols} features, the model was fitted with {net.n_features}"
+            )
+        if Y is not None and Y.n_cols != net.n_labels:
+            raise ValueError(f"Y has {Y.n_cols} labels, the model was fitted with {net.n_labels}")
+
+    @contextmanager
+    def _threads(self):
+        if self.n_threads is None:
+            yield
+            return
+        _check_int("n_threads", self.n_threads, 1, numba.config.NUMBA_NUM_THREADS)
+        before = numba.get_num_threads()
+        numba.set_num_threads(self.n_threads)
+        try:
+            yield
+        finally:
+            numba.set_num_threads(before)
+
+
+def _check_int(name: str, value, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")

@@ -1,0 +1,1 @@
+"""numba kernels: plain arrays in, plain arrays out; nothing here knows of Dask."""

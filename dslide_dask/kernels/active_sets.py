@@ -1,0 +1,105 @@
+"""Active sets: for each example, the output neurons it will compute.
+
+The true labels come first, then the neurons found in the example's L buckets, chosen by
+a sampling strategy, then random neurons up to a minimum. Examples are processed in
+parallel chunks, each with its own scratch counter array (no locks, no races).
+"""
+
+import numba
+import numpy as np
+
+from dslide_dask.kernels.tables import mix64
+
+UNION = 0  # every neuron met in any bucket (tables visited in a rotating order)
+TOPK = 1  # the neurons met in the most buckets
+THRESHOLD = 2  # the neurons met in at least `threshold` buckets
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def active_sets(
+    buckets: np.ndarray,
+    table_ids: np.ndarray,
+    table_counts: np.ndarray,
+    label_ptr: np.ndarray,
+    label_ids: np.ndarray,
+    n_neurons: int,
+    strategy: int,
+    threshold: int,
+    min_active: int,
+    max_active: int,
+    seed: int,
+    scratch: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Active neuron ids ``[B, max_active]`` with per-example counts and label counts.
+
+    ``buckets[b, t]`` is example b's bucket in table t; ``label_ids[label_ptr[b]:
+    label_ptr[b+1]]`` its labels (local ids, kept first and never dropped: the caller sizes
+    ``max_active`` to hold them). ``scratch`` is ``[n_chunks, n_neurons]`` int32 zeros and
+    is left zeroed.
+    """
+    B, L = buckets.shape
+    capacity = table_ids.shape[2]
+    n_chunks = scratch.shape[0]
+    active = np.empty((B, max_active), np.int32)
+    n_active = np.zeros(B, np.int32)
+    n_label = np.zeros(B, np.int32)
+    for c in numba.prange(n_chunks):
+        seen = scratch[c]
+        cand = np.empty(L * capacity, np.int32)
+        hits = np.empty(L * capacity, np.int32)
+        for b in range(c * B // n_chunks, (c + 1) * B // n_chunks):
+            cnt = 0
+            for p in range(label_ptr[b], label_ptr[b + 1]):
+                lab = label_ids[p]
+                if seen[lab] == 0:
+                    seen[lab] = -1
+                    active[b, cnt] = lab
+                    cnt += 1
+            n_label[b] = cnt
+            nc = 0
+            start = (seed + b) % L
+            for r in range(L):
+                t = (start + r) % L
+                bucket = buckets[b, t]
+                size = min(table_counts[t, bucket], capacity)
+                for s in range(size):
+                    n = table_ids[t, bucket, s]
+                    if seen[n] == 0:
+                        cand[nc] = n
+                        nc += 1
+                        seen[n] = 1
+                    elif seen[n] > 0:
+                        seen[n] += 1
+            room = max_active - cnt
+            if strategy == TOPK and nc > room:
+                for i in range(nc):
+                    hits[i] = -seen[cand[i]]
+                order = np.argsort(hits[:nc], kind="mergesort")
+                for i in range(room):
+                    active[b, cnt] = cand[order[i]]
+                    cnt += 1
+            else:
+                for i in range(nc):
+                    if cnt >= max_active:
+                        break
+                    if strategy != THRESHOLD or seen[cand[i]] >= threshold:
+                        active[b, cnt] = cand[i]
+                        cnt += 1
+            for i in range(nc):
+                seen[cand[i]] = 1  # candidates not taken stay marked so padding skips them
+            target = min(min_active, max_active, n_neurons)
+            draw = np.uint64(0)
+            base = mix64(np.uint64(seed) * np.uint64(0x2545F4914F6CDD1D) + np.uint64(b))
+            while cnt < target and draw < np.uint64(8 * target + 64):
+                n = np.int32(mix64(base + draw) % np.uint64(n_neurons))
+                draw += np.uint64(1)
+                if seen[n] == 0:
+                    seen[n] = 1
+                    active[b, cnt] = n
+                    cnt += 1
+            n_active[b] = cnt
+            for i in range(nc):
+                seen[cand[i]] = 0
+            for i in range(cnt):
+                seen[active[b, i]] = 0
+    return active, n_active, n_label

@@ -1,0 +1,113 @@
+"""Adam updates of weight rows from sparse per-example gradient contributions.
+
+A row's gradient is ``sum coef * vectors[example]`` over its entries (an output neuron:
+its logit gradients times the hidden vectors; an input feature: its values times the
+hidden-layer gradients). Entries are grouped by row with a counting sort, then rows are
+updated in parallel, each by one thread: lock-free and race-free, so the result does not
+depend on the number of threads. Lazy (sparse) Adam touches only rows with entries;
+``dense=True`` is exact Adam over every row, for comparison.
+"""
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def adam_rows(
+    starts: np.ndarray,
+    ends: np.ndarray,
+    rows: np.ndarray,
+    coefs: np.ndarray,
+    vectors: np.ndarray,
+    W: np.ndarray,
+    W_m: np.ndarray,
+    W_v: np.ndarray,
+    bias: np.ndarray,
+    bias_m: np.ndarray,
+    bias_v: np.ndarray,
+    lr_t: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    dense: bool,
+    n_threads: int,
+) -> int:
+    """Apply one Adam step; entries of example b are ``starts[b]:ends[b]`` in the flat
+    ``rows``/``coefs``. ``bias`` may be empty (no per-row bias). ``n_threads`` sets the
+    work split only (results do not depend on it). Returns the number of rows touched."""
+    n_rows, H = W.shape
+    has_bias = bias.shape[0] > 0
+    offsets = np.zeros(n_rows + 1, np.int64)
+    for b in range(starts.shape[0]):
+        for p in range(starts[b], ends[b]):
+            offsets[rows[p] + 1] += 1
+    n_touched = 0
+    for r in range(n_rows):
+        if offsets[r + 1] > 0:
+            n_touched += 1
+        offsets[r + 1] += offsets[r]
+    entry_vec = np.empty(offsets[n_rows], np.int32)
+    entry_coef = np.empty(offsets[n_rows], np.float32)
+    cursor = offsets[:-1].copy()
+    for b in range(starts.shape[0]):
+        for p in range(starts[b], ends[b]):
+            q = cursor[rows[p]]
+            entry_vec[q] = b
+            entry_coef[q] = coefs[p]
+            cursor[rows[p]] = q + 1
+    if dense:
+        todo = np.arange(n_rows)
+    else:
+        todo = np.empty(n_touched, np.int64)
+        i = 0
+        for r in range(n_rows):
+            if offsets[r + 1] > offsets[r]:
+                todo[i] = r
+                i += 1
+    n_chunks = min(todo.shape[0], 8 * n_threads)
+    b1 = np.float32(beta1)
+    b2 = np.float32(beta2)
+    one = np.float32(1.0)
+    for c in numba.prange(n_chunks):
+        grad = np.empty(H, np.float32)
+        for i in range(c * todo.shape[0] // n_chunks, (c + 1) * todo.shape[0] // n_chunks):
+            r = todo[i]
+            grad[:] = 0
+            gb = np.float32(0.0)
+            for q in range(offsets[r], offsets[r + 1]):
+                coef = entry_coef[q]
+                vec = vectors[entry_vec[q]]
+                gb += coef
+                for k in range(H):
+                    grad[k] += coef * vec[k]
+            w = W[r]
+            m = W_m[r]
+            v = W_v[r]
+            for k in range(H):
+                m[k] = b1 * m[k] + (one - b1) * grad[k]
+                v[k] = b2 * v[k] + (one - b2) * grad[k] * grad[k]
+                w[k] -= lr_t * m[k] / (np.sqrt(v[k]) + eps)
+            if has_bias:
+                bias_m[r] = b1 * bias_m[r] + (one - b1) * gb
+                bias_v[r] = b2 * bias_v[r] + (one - b2) * gb * gb
+                bias[r] -= lr_t * bias_m[r] / (np.sqrt(bias_v[r]) + eps)
+    return n_touched
+
+
+@numba.njit(cache=True, nogil=True)
+def adam_dense(
+    param: np.ndarray,
+    grad: np.ndarray,
+    m: np.ndarray,
+    v: np.ndarray,
+    lr_t: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+) -> None:
+    """One Adam step on a small dense parameter (any shape, updated in place)."""
+    p, g, mm, vv = param.ravel(), grad.ravel(), m.ravel(), v.ravel()
+    for i in range(p.shape[0]):
+        mm[i] = beta1 * mm[i] + (1 - beta1) * g[i]
+        vv[i] = beta2 * vv[i] + (1 - beta2) * g[i] * g[i]
+        p[i] -= lr_t * mm[i] / (np.sqrt(vv[i]) + eps)

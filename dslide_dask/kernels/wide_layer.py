@@ -1,0 +1,87 @@
+"""Forward and backward of a wide layer over each example's active neurons only.
+
+A wide layer may be split into shards; the softmax normaliser is global, so the forward
+pass returns per-example partial sums (max and sum of exponentials) and the backward pass
+takes the combined log-sum-exp. With one shard the two halves are exact full-set softmax
+over the active set.
+"""
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def forward(
+    h: np.ndarray,
+    W: np.ndarray,
+    bias: np.ndarray,
+    active: np.ndarray,
+    n_active: np.ndarray,
+    n_label: np.ndarray,
+    label_weight: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Logits ``[B, M]`` of the active neurons and, per example, the partial softmax sums.
+
+    Returns ``(logits, row_max, row_sumexp, label_part)`` with ``row_sumexp =
+    sum exp(logit - row_max)`` over the active set and ``label_part = label_weight *
+    sum of the label logits`` (the label term of the cross-entropy).
+    """
+    B, H = h.shape
+    M = active.shape[1]
+    logits = np.zeros((B, M), np.float32)
+    row_max = np.full(B, -np.inf, np.float32)
+    row_sumexp = np.zeros(B, np.float32)
+    label_part = np.zeros(B, np.float32)
+    for b in numba.prange(B):
+        hb = h[b]
+        mx = np.float32(-np.inf)
+        for j in range(n_active[b]):
+            w = W[active[b, j]]
+            acc = bias[active[b, j]]
+            for k in range(H):
+                acc += w[k] * hb[k]
+            logits[b, j] = acc
+            mx = max(mx, acc)
+        total = np.float32(0.0)
+        for j in range(n_active[b]):
+            total += np.exp(logits[b, j] - mx)
+        lab = np.float32(0.0)
+        for j in range(n_label[b]):
+            lab += logits[b, j]
+        row_max[b] = mx
+        row_sumexp[b] = total
+        label_part[b] = lab * label_weight[b]
+    return logits, row_max, row_sumexp, label_part
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def backward(
+    h: np.ndarray,
+    W: np.ndarray,
+    active: np.ndarray,
+    n_active: np.ndarray,
+    n_label: np.ndarray,
+    label_weight: np.ndarray,
+    logits: np.ndarray,
+    lse: np.ndarray,
+    scale: float,
+) -> np.ndarray:
+    """Gradient w.r.t. the layer input ``h`` (this layer's share), from current weights.
+
+    Overwrites ``logits`` with the logit gradients ``(softmax - target) * scale``, where
+    the target puts ``label_weight`` on each label; the weight update reads them.
+    """
+    B, H = h.shape
+    grad_h = np.zeros((B, H), np.float32)
+    for b in numba.prange(B):
+        gb = grad_h[b]
+        for j in range(n_active[b]):
+            g = np.exp(logits[b, j] - lse[b])
+            if j < n_label[b]:
+                g -= label_weight[b]
+            g *= scale
+            logits[b, j] = g
+            w = W[active[b, j]]
+            for k in range(H):
+                gb[k] += g * w[k]
+    return grad_h

@@ -1,0 +1,136 @@
+"""Hyperparameters of a SLIDE network, validated with errors that name the parameter."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+HASH_FAMILIES = ("dwta", "simhash")
+BUCKET_POLICIES = ("fifo", "reservoir")
+STRATEGIES = ("union", "topk", "threshold")
+OPTIMIZERS = ("adam", "dense-adam")
+
+#: Largest hash tables allowed (L * 2**range_pow * bucket_capacity ids, 4 bytes each).
+MAX_TABLE_BYTES = 4 << 30
+
+
+@dataclass(frozen=True)
+class SlideConfig:
+    """Everything that defines a network and how it trains (besides data sizes)."""
+
+    hidden: tuple[int, ...] = (128,)
+    lr: float = 1e-3
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    optimizer: str = "adam"
+    init_std: float = 0.01
+    hash_family: str = "dwta"
+    K: int = 6
+    L: int = 50
+    range_pow: int = 15
+    bin_size: int = 8
+    simhash_density: float = 1 / 3
+    bucket_capacity: int = 32
+    bucket_policy: str = "fifo"
+    strategy: str = "union"
+    threshold: int = 2
+    min_active: int = 0
+    max_active: int = 4096
+    rebuild_every: int = 50
+    rebuild_growth: float = 0.0
+    redraw_every: int = 1000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hidden", tuple(int(h) for h in _as_tuple(self.hidden)))
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first parameter outside its allowed range."""
+        if not self.hidden:
+            raise ValueError("hidden must list at least one layer width, got ()")
+        for width in self.hidden:
+            _check_int("hidden", width, 1, 1 << 16)
+        _check_float("lr", self.lr, 0.0, 10.0, low_open=True)
+        _check_float("beta1", self.beta1, 0.0, 1.0, high_open=True)
+        _check_float("beta2", self.beta2, 0.0, 1.0, high_open=True)
+        _check_float("eps", self.eps, 0.0, 1.0, low_open=True)
+        _check_float("init_std", self.init_std, 0.0, 10.0, low_open=True)
+        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        _check_choice("hash_family", self.hash_family, HASH_FAMILIES)
+        _check_choice("bucket_policy", self.bucket_policy, BUCKET_POLICIES)
+        _check_choice("strategy", self.strategy, STRATEGIES)
+        _check_int("L", self.L, 1, 1024)
+        _check_int("range_pow", self.range_pow, 1, 30)
+        _check_int("bucket_capacity", self.bucket_capacity, 1, 1 << 16)
+        if self.hash_family == "dwta":
+            _check_int("bin_size", self.bin_size, 2, min(256, self.hidden[-1]))
+            if self.bin_size & (self.bin_size - 1):
+                raise ValueError(f"bin_size must be a power of two, got {self.bin_size}")
+            _check_int("K", self.K, 1, 64 // self.code_bits)
+        else:
+            _check_int("K", self.K, 1, 64)
+            _check_float("simhash_density", self.simhash_density, 0.0, 1.0, low_open=True)
+        table_bytes = 4 * self.L * (1 << self.range_pow) * self.bucket_capacity
+        if table_bytes > MAX_TABLE_BYTES:
+            raise ValueError(
+                f"hash tables would take {table_bytes / 2**30:.1f} GiB "
+                f"(L * 2**range_pow * bucket_capacity * 4 bytes); "
+                f"reduce L, range_pow or bucket_capacity to stay under "
+                f"{MAX_TABLE_BYTES / 2**30:.0f} GiB"
+            )
+        _check_int("threshold", self.threshold, 1, self.L)
+        _check_int("max_active", self.max_active, 1, 1 << 24)
+        _check_int("min_active", self.min_active, 0, self.max_active)
+        _check_int("rebuild_every", self.rebuild_every, 1, 1 << 40)
+        _check_float("rebuild_growth", self.rebuild_growth, 0.0, 1.0)
+        _check_int("redraw_every", self.redraw_every, 0, 1 << 40)
+        _check_int("seed", self.seed, 0, (1 << 63) - 1)
+
+    @property
+    def code_bits(self) -> int:
+        """Bits of one hash code: 1 for SimHash, log2(bin_size) for DWTA."""
+        return 1 if self.hash_family == "simhash" else int(math.log2(self.bin_size))
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["hidden"] = list(self.hidden)
+        return out
+
+    @classmethod
+    def from_dict(cls, values: dict) -> SlideConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown parameter(s) {unknown}; known: {sorted(known)}")
+        return cls(**values)
+
+
+def _as_tuple(value) -> tuple:
+    if isinstance(value, int):
+        return (value,)
+    return tuple(value)
+
+
+def _check_int(name: str, value, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+
+
+def _check_float(
+    name: str, value, low: float, high: float, low_open: bool = False, high_open: bool = False
+) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (value > low if low_open else value >= low) and (
+            value < high if high_open else value <= high
+        )
+    if not ok:
+        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
+
+
+def _check_choice(name: str, value, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")

@@ -1,0 +1,76 @@
+"""The hidden stack: a sparse input layer, then optional dense layers, all ReLU."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from dslide_dask.data.csr import CSR
+from dslide_dask.kernels import adam, sparse_input
+from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.optimizer import adam_lr
+
+
+class HiddenLayers:
+    """``n_features -> hidden[0] -> ... -> hidden[-1]``, ReLU after each layer.
+
+    The first weight matrix is feature-major ``[n_features, hidden[0]]``: a sparse row
+    reads and updates only the rows of its non-zero features (lazy Adam on those rows).
+    """
+
+    def __init__(self, cfg: SlideConfig, n_features: int, seed: int) -> None:
+        self.cfg = cfg
+        self.n_features = n_features
+        rng = np.random.default_rng(seed)
+        widths = (n_features, *cfg.hidden)
+        self.weights = [
+            (rng.standard_normal((a, b), np.float32) * cfg.init_std).astype(np.float32)
+            for a, b in zip(widths[:-1], widths[1:], strict=True)
+        ]
+        self.biases = [np.zeros(b, np.float32) for b in cfg.hidden]
+        self.moments = [(np.zeros_like(p), np.zeros_like(p)) for p in self.params()]
+        self.step = 0
+
+    def params(self) -> list[np.ndarray]:
+        return [*self.weights, *self.biases]
+
+    def forward(self, X: CSR) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Last hidden activations ``[B, hidden[-1]]`` and the activations of each layer."""
+        z = sparse_input.forward(X.indptr, X.indices, X.values(), self.weights[0], self.biases[0])
+        acts = [np.maximum(z, 0, out=z)]
+        for W, b in zip(self.weights[1:], self.biases[1:], strict=True):
+            z = acts[-1] @ W
+            z += b
+            acts.append(np.maximum(z, 0, out=z))
+        return acts[-1], acts
+
+    def backward(self, X: CSR, acts: list[np.ndarray], grad_h: np.ndarray) -> None:
+        """Back-propagate ``d loss / d h`` and take one Adam step on every layer."""
+        self.step += 1
+        cfg = self.cfg
+        lr_t = adam_lr(cfg, self.step)
+        n = len(self.weights)
+        grad = grad_h * (acts[-1] > 0)
+        for layer in range(n - 1, 0, -1):
+            W = self.weights[layer]
+            grad_W = acts[layer - 1].T @ grad
+            grad_below = (grad @ W.T) * (acts[layer - 1] > 0)
+            self._adam(layer, grad_W, lr_t)
+            self._adam(n + layer, grad.sum(axis=0), lr_t)
+            grad = grad_below
+        m, v = self.moments[0]
+        empty = np.zeros(0, np.float32)
+        adam.adam_rows(
+            X.indptr[:-1], X.indptr[1:], X.indices, X.values(), np.ascontiguousarray(grad),
+            self.weights[0], m, v, empty, empty, empty,
+            lr_t, cfg.beta1, cfg.beta2, cfg.eps, cfg.optimizer == "dense-adam",
+            numba.get_num_threads(),
+        )  # fmt: skip
+        self._adam(n, grad.sum(axis=0), lr_t)
+
+    def _adam(self, i: int, grad: np.ndarray, lr_t: float) -> None:
+        m, v = self.moments[i]
+        cfg = self.cfg
+        adam.adam_dense(
+            self.params()[i], grad.astype(np.float32), m, v, lr_t, cfg.beta1, cfg.beta2, cfg.eps
+        )

@@ -1,0 +1,98 @@
+"""An LSH index over the rows of a weight matrix, and its rebuild schedule."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dslide_dask.kernels import hashing, tables
+from dslide_dask.model.config import SlideConfig
+
+_BLOCK = 1 << 15  # rows hashed at a time when (re)building: bounds temporary memory
+
+
+class LSHIndex:
+    """L hash tables of ``2**range_pow`` fixed-capacity buckets over ``n_items`` vectors.
+
+    Queries and items are hashed with the same functions (SimHash or DWTA), redrawn by
+    :meth:`draw`. :meth:`rebuild` empties the tables and inserts every item again.
+    """
+
+    def __init__(self, dim: int, cfg: SlideConfig, seed: int) -> None:
+        self.dim = dim
+        self.cfg = cfg
+        n_buckets = 1 << cfg.range_pow
+        self.ids = np.zeros((cfg.L, n_buckets, cfg.bucket_capacity), np.int32)
+        self.counts = np.zeros((cfg.L, n_buckets), np.int32)
+        self.policy = tables.FIFO if cfg.bucket_policy == "fifo" else tables.RESERVOIR
+        self.n_draws = 0
+        self.draw(seed)
+
+    def draw(self, seed: int) -> None:
+        """Draw new hash functions (the tables must be rebuilt afterwards)."""
+        cfg = self.cfg
+        self.seed = seed
+        rng = np.random.default_rng(seed)
+        n_hashes = cfg.K * cfg.L
+        if cfg.hash_family == "simhash":
+            signs = rng.choice(np.array([-1.0, 1.0], np.float32), size=(self.dim, n_hashes))
+            keep = rng.random((self.dim, n_hashes)) < cfg.simhash_density
+            self.projection = np.ascontiguousarray(signs * keep, dtype=np.float32)
+        else:
+            self.bins = np.stack(
+                [rng.choice(self.dim, cfg.bin_size, replace=False) for _ in range(n_hashes)]
+            ).astype(np.int32)
+        self.n_draws += 1
+
+    def buckets(self, vectors: np.ndarray) -> np.ndarray:
+        """Bucket ids ``[n, L]`` of float32 vectors ``[n, dim]``."""
+        cfg = self.cfg
+        if cfg.hash_family == "simhash":
+            return hashing.simhash_buckets(vectors @ self.projection, cfg.K, cfg.L, cfg.range_pow)
+        return hashing.dwta_buckets(vectors, self.bins, cfg.K, cfg.L, cfg.range_pow, cfg.code_bits)
+
+    def rebuild(self, vectors: np.ndarray) -> None:
+        """Empty the tables and insert every row of ``vectors`` (row i is item i)."""
+        tables.clear(self.counts)
+        for start in range(0, vectors.shape[0], _BLOCK):
+            block = vectors[start : start + _BLOCK]
+            items = np.arange(start, start + block.shape[0], dtype=np.int32)
+            tables.insert(
+                self.ids, self.counts, self.buckets(block), items, self.policy, self.seed + start
+            )
+
+    def occupancy(self) -> dict[str, float]:
+        """Mean and max bucket fill, and the fraction of buckets that overflowed."""
+        fill = np.minimum(self.counts, self.cfg.bucket_capacity)
+        return {
+            "mean_fill": float(fill.mean()),
+            "max_offered": int(self.counts.max()),
+            "overflowed": float((self.counts > self.cfg.bucket_capacity).mean()),
+        }
+
+
+class RebuildSchedule:
+    """When to rehash: every N0 steps, or at intervals ``N0 * exp(growth * k)`` growing
+    with the number k of rebuilds so far; hash functions are redrawn every
+    ``redraw_every`` steps (0: never)."""
+
+    def __init__(self, every: int, growth: float = 0.0, redraw_every: int = 0) -> None:
+        self.every = every
+        self.growth = growth
+        self.redraw_every = redraw_every
+        self.n_rebuilds = 0
+        self.next_rebuild = every
+        self.next_redraw = redraw_every or None
+
+    def due(self, step: int) -> tuple[bool, bool]:
+        """``(rebuild, redraw)`` after update number ``step``; advances the schedule."""
+        redraw = self.next_redraw is not None and step >= self.next_redraw
+        if redraw:
+            self.next_redraw += self.redraw_every
+        rebuild = redraw or step >= self.next_rebuild
+        if rebuild:
+            self.n_rebuilds += 1
+            interval = self.every * math.exp(self.growth * self.n_rebuilds)
+            self.next_rebuild = step + max(1, round(interval))
+        return rebuild, redraw

@@ -1,0 +1,61 @@
+"""A whole SLIDE network in one process: hidden stack + sharded wide output layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dslide_dask.data.csr import CSR
+from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.hidden import HiddenLayers
+from dslide_dask.model.wide_shard import WideShard, combine_partials, merge_topk
+
+
+@dataclass
+class StepStats:
+    """What one training step did."""
+
+    loss: float
+    active_per_example: float
+
+
+class SlideNetwork:
+    """``n_features -> hidden... -> n_labels`` with an LSH-sampled softmax output layer.
+
+    The output layer is held as ``n_shards`` :class:`WideShard` objects; in one process
+    they run one after another, exactly the arithmetic the distributed trainer spreads
+    over workers.
+    """
+
+    def __init__(self, cfg: SlideConfig, n_features: int, n_labels: int, n_shards: int = 1) -> None:
+        if n_features < 1:
+            raise ValueError(f"n_features must be >= 1, got {n_features}")
+        if n_labels < 2:
+            raise ValueError(f"n_labels must be >= 2, got {n_labels}")
+        self.cfg = cfg
+        self.n_features = n_features
+        self.n_labels = n_labels
+        self.hidden = HiddenLayers(cfg, n_features, cfg.seed)
+        self.shards = [
+            WideShard(cfg, cfg.hidden[-1], n_labels, s, n_shards) for s in range(n_shards)
+        ]
+
+    def train_step(self, X: CSR, Y: CSR) -> StepStats:
+        """One SGD step on a batch (rows of X with their label sets Y)."""
+        h, acts = self.hidden.forward(X)
+        parts = [shard.forward(h, Y) for shard in self.shards]
+        lse, label_term = combine_partials(parts)
+        grad_h = self.shards[0].backward(lse)
+        for shard in self.shards[1:]:
+            grad_h += shard.backward(lse)
+        self.hidden.backward(X, acts, grad_h)
+        labelled = np.diff(Y.indptr) > 0
+        loss = float((lse - label_term)[labelled].mean()) if labelled.any() else 0.0
+        active = sum(float(p.n_active.sum()) for p in parts) / max(1, int(labelled.sum()))
+        return StepStats(loss, active)
+
+    def topk(self, X: CSR, k: int, exact: bool = True) -> np.ndarray:
+        """Top-k label ids per row (``exact``: over all labels; else LSH-retrieved only)."""
+        h, _ = self.hidden.forward(X)
+        return merge_topk([shard.topk(h, k, exact) for shard in self.shards], k)

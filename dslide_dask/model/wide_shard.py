@@ -1,0 +1,212 @@
+"""One shard of a wide softmax layer: its neurons' weights, Adam state and LSH tables.
+
+Shard ``s`` of ``S`` owns the neurons with global ids ``s, s + S, s + 2S, ...`` (strided,
+so frequent and rare labels spread evenly). A training step is two calls, because the
+softmax normaliser spans all shards:
+
+1. :meth:`forward` -> per-example partial sums (:class:`SoftmaxPartials`);
+2. :func:`combine_partials` over all shards -> log-sum-exp per example;
+3. :meth:`backward` -> this shard's share of the gradient w.r.t. the layer input, after
+   updating its own weights. Only activations and gradients ever leave a shard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from dslide_dask.data.csr import CSR
+from dslide_dask.kernels import active_sets as active_kernels
+from dslide_dask.kernels import adam, topk, wide_layer
+from dslide_dask.kernels.tables import mix64
+from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.lsh_index import LSHIndex, RebuildSchedule
+from dslide_dask.model.optimizer import adam_lr
+
+_STRATEGY = {
+    "union": active_kernels.UNION,
+    "topk": active_kernels.TOPK,
+    "threshold": active_kernels.THRESHOLD,
+}
+_SCORE_BLOCK = 1 << 14
+
+
+@dataclass
+class SoftmaxPartials:
+    """Per-example pieces of the global softmax, from one shard."""
+
+    row_max: np.ndarray  # max active logit (-inf if none)
+    row_sumexp: np.ndarray  # sum exp(logit - row_max) over the active set
+    label_part: np.ndarray  # label_weight * sum of label logits
+    n_active: np.ndarray  # active neurons per example
+
+
+def combine_partials(parts: list[SoftmaxPartials]) -> tuple[np.ndarray, np.ndarray]:
+    """Global log-sum-exp per example and the label term, from every shard's partials."""
+    row_max = np.max([p.row_max for p in parts], axis=0)
+    finite_max = np.where(np.isfinite(row_max), row_max, 0.0).astype(np.float32)
+    total = np.zeros_like(finite_max)
+    for p in parts:
+        with np.errstate(invalid="ignore", over="ignore"):
+            total += np.where(p.row_sumexp > 0, p.row_sumexp * np.exp(p.row_max - finite_max), 0)
+    lse = finite_max + np.log(np.maximum(total, np.finfo(np.float32).tiny))
+    label = np.sum([p.label_part for p in parts], axis=0)
+    return lse.astype(np.float32), label.astype(np.float32)
+
+
+def label_weights(Y: CSR) -> np.ndarray:
+    """1/|labels| per example (0 for an example with no labels)."""
+    counts = np.diff(Y.indptr).astype(np.float32)
+    return np.divide(1.0, counts, out=np.zeros_like(counts), where=counts > 0)
+
+
+class WideShard:
+    """The neurons ``shard_index::n_shards`` of a wide layer ``dim_in -> n_neurons``."""
+
+    def __init__(
+        self,
+        cfg: SlideConfig,
+        dim_in: int,
+        n_neurons: int,
+        shard_index: int = 0,
+        n_shards: int = 1,
+    ) -> None:
+        if not 0 <= shard_index < n_shards:
+            raise ValueError(f"shard_index must be in [0, {n_shards}), got {shard_index}")
+        if n_neurons < n_shards:
+            raise ValueError(f"n_neurons ({n_neurons}) must be >= n_shards ({n_shards})")
+        self.cfg = cfg
+        self.dim_in = dim_in
+        self.n_neurons = n_neurons
+        self.shard_index = shard_index
+        self.n_shards = n_shards
+        self.n_local = len(range(shard_index, n_neurons, n_shards))
+        seed = int(mix64(np.uint64(cfg.seed) * np.uint64(7919) + np.uint64(shard_index)) >> 2)
+        self.seed = seed
+        rng = np.random.default_rng(seed)
+        self.W = (rng.standard_normal((self.n_local, dim_in), np.float32) * cfg.init_std).astype(
+            np.float32
+        )
+        self.bias = np.zeros(self.n_local, np.float32)
+        self.W_m = np.zeros_like(self.W)
+        self.W_v = np.zeros_like(self.W)
+        self.bias_m = np.zeros_like(self.bias)
+        self.bias_v = np.zeros_like(self.bias)
+        self.step = 0
+        self.index = LSHIndex(dim_in, cfg, seed)
+        self.index.rebuild(self.W)
+        self.schedule = RebuildSchedule(cfg.rebuild_every, cfg.rebuild_growth, cfg.redraw_every)
+        self._scratch = np.zeros((0, self.n_local), np.int32)
+        self._pending: tuple | None = None
+
+    # -- ids ------------------------------------------------------------------------------
+    def global_ids(self, local: np.ndarray) -> np.ndarray:
+        return local.astype(np.int64) * self.n_shards + self.shard_index
+
+    def local_labels(self, Y: CSR) -> tuple[np.ndarray, np.ndarray]:
+        """This shard's labels of each example, as local ids in CSR form."""
+        mine = Y.indices % self.n_shards == self.shard_index
+        rows = np.repeat(np.arange(Y.n_rows), np.diff(Y.indptr))
+        ptr = np.zeros(Y.n_rows + 1, np.int64)
+        np.cumsum(np.bincount(rows[mine], minlength=Y.n_rows), out=ptr[1:])
+        return ptr, (Y.indices[mine] // self.n_shards).astype(np.int32)
+
+    # -- active sets ----------------------------------------------------------------------
+    def _active(self, h: np.ndarray, label_ptr: np.ndarray, label_ids: np.ndarray, train: bool):
+        cfg = self.cfg
+        n_chunks = max(1, min(len(h), 4 * numba.get_num_threads()))
+        if self._scratch.shape[0] < n_chunks:
+            self._scratch = np.zeros((n_chunks, self.n_local), np.int32)
+        max_labels = int(np.diff(label_ptr).max(initial=0))
+        salt = int(mix64(np.uint64(self.seed) + np.uint64(self.step)) >> 33)
+        return active_kernels.active_sets(
+            self.index.buckets(h),
+            self.index.ids,
+            self.index.counts,
+            label_ptr,
+            label_ids,
+            self.n_local,
+            _STRATEGY[cfg.strategy],
+            cfg.threshold,
+            cfg.min_active if train else 0,
+            max(cfg.max_active, max_labels),
+            salt,
+            self._scratch[:n_chunks],
+        )
+
+    # -- training ------------------------------------------------------------------------
+    def forward(self, h: np.ndarray, Y: CSR) -> SoftmaxPartials:
+        """Compute the active logits of a batch; keep them for :meth:`backward`."""
+        h = np.ascontiguousarray(h, np.float32)
+        weight = label_weights(Y)
+        label_ptr, label_ids = self.local_labels(Y)
+        active, n_active, n_label = self._active(h, label_ptr, label_ids, train=True)
+        n_active[weight == 0] = 0  # an example with no label trains nothing
+        logits, row_max, row_sumexp, label_part = wide_layer.forward(
+            h, self.W, self.bias, active, n_active, n_label, weight
+        )
+        self._pending = (h, active, n_active, n_label, weight, logits)
+        return SoftmaxPartials(row_max, row_sumexp, label_part, n_active)
+
+    def backward(self, lse: np.ndarray) -> np.ndarray:
+        """Update this shard's neurons and return its share of ``d loss / d h``."""
+        if self._pending is None:
+            raise RuntimeError("backward() called without a preceding forward()")
+        h, active, n_active, n_label, weight, logits = self._pending
+        self._pending = None
+        n_examples = max(1, int((weight > 0).sum()))
+        grad_h = wide_layer.backward(
+            h, self.W, active, n_active, n_label, weight, logits, lse, 1.0 / n_examples
+        )
+        self.step += 1
+        cfg = self.cfg
+        starts = np.arange(len(h), dtype=np.int64) * active.shape[1]
+        adam.adam_rows(
+            starts, starts + n_active, active.ravel(), logits.ravel(), h,
+            self.W, self.W_m, self.W_v, self.bias, self.bias_m, self.bias_v,
+            adam_lr(cfg, self.step), cfg.beta1, cfg.beta2, cfg.eps,
+            cfg.optimizer == "dense-adam", numba.get_num_threads(),
+        )  # fmt: skip
+        rebuild, redraw = self.schedule.due(self.step)
+        if redraw:
+            self.index.draw(self.index.seed + 1)
+        if rebuild:
+            self.index.rebuild(self.W)
+        return grad_h
+
+    # -- inference -----------------------------------------------------------------------
+    def topk(self, h: np.ndarray, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Best k neurons of this shard per example: ``(global ids, scores)``, descending.
+
+        ``exact`` scores every neuron (blocked matrix products); otherwise only the
+        neurons the LSH tables retrieve (ids -1 where fewer than k are found).
+        """
+        h = np.ascontiguousarray(h, np.float32)
+        n = len(h)
+        if exact:
+            top_ids = np.full((n, k), -1, np.int64)
+            top_scores = np.full((n, k), -np.inf, np.float32)
+            for start in range(0, self.n_local, _SCORE_BLOCK):
+                stop = min(start + _SCORE_BLOCK, self.n_local)
+                block = h @ self.W[start:stop].T
+                block += self.bias[start:stop]
+                ids = self.global_ids(np.arange(start, stop))
+                topk.merge_block(block, ids, top_ids, top_scores)
+            return top_ids, top_scores
+        empty = np.zeros(n + 1, np.int64), np.zeros(0, np.int32)
+        active, n_active, n_label = self._active(h, *empty, train=False)
+        logits, *_ = wide_layer.forward(
+            h, self.W, self.bias, active, n_active, n_label, np.zeros(n, np.float32)
+        )
+        local_ids, scores = topk.topk_of_active(logits, active, n_active, k)
+        return np.where(local_ids >= 0, self.global_ids(local_ids), -1), scores
+
+
+def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> np.ndarray:
+    """Global top-k ids from every shard's ``(ids, scores)``."""
+    ids = np.concatenate([p[0] for p in parts], axis=1)
+    scores = np.concatenate([p[1] for p in parts], axis=1)
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(ids, order, axis=1)
