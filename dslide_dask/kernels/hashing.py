@@ -33,6 +33,9 @@ def simhash_buckets(projected: np.ndarray, K: int, L: int, range_pow: int) -> np
     return out
 
 
+_LANES = 16  # rows hashed together, so the argmax over a bin runs as SIMD selects
+
+
 @numba.njit(cache=True, nogil=True, parallel=True)
 def dwta_buckets(
     vectors: np.ndarray, bins: np.ndarray, K: int, L: int, range_pow: int, code_bits: int
@@ -44,31 +47,48 @@ def dwta_buckets(
     after ReLU) borrows the code of the next non-empty bin along a fixed probe sequence
     (densification), so every vector gets a full set of codes.
     """
-    n = vectors.shape[0]
+    n, dim = vectors.shape
     n_hashes, bin_size = bins.shape
     out = np.empty((n, L), np.int32)
-    for i in numba.prange(n):
-        codes = np.full(n_hashes, -1, np.int32)
+    for blk in numba.prange((n + _LANES - 1) // _LANES):
+        lo = blk * _LANES
+        rows = min(_LANES, n - lo)
+        tv = np.zeros((dim, _LANES), np.float32)  # the block, transposed
+        for r in range(rows):
+            for d in range(dim):
+                tv[d, r] = vectors[lo + r, d]
+        codes = np.empty((n_hashes, _LANES), np.int32)
+        best = np.empty(_LANES, np.float32)
+        arg = np.empty(_LANES, np.int32)
+        nonzero = np.empty(_LANES, np.bool_)
         for h in range(n_hashes):
-            best = np.float32(0.0)
-            arg = -1
-            for j in range(bin_size):
-                v = vectors[i, bins[h, j]]
-                if v != 0 and (arg < 0 or v > best):
-                    best = v
-                    arg = j
-            codes[h] = arg
-        for t in range(L):
-            packed = np.uint64(0)
-            for k in range(K):
-                h = t * K + k
-                code = codes[h]
-                attempt = 1
-                while code < 0 and attempt <= n_hashes:
-                    code = codes[(h + attempt * 97) % n_hashes]
-                    attempt += 1
-                if code < 0:  # the whole vector is zero
-                    code = 0
-                packed |= np.uint64(code) << np.uint64(k * code_bits)
-            out[i, t] = _bucket(packed, K * code_bits, range_pow)
+            first = tv[bins[h, 0]]
+            for r in range(_LANES):
+                best[r] = first[r]
+                arg[r] = 0
+                nonzero[r] = first[r] != 0
+            for j in range(1, bin_size):
+                col = tv[bins[h, j]]
+                for r in range(_LANES):
+                    v = col[r]
+                    better = v > best[r]
+                    best[r] = v if better else best[r]
+                    arg[r] = j if better else arg[r]
+                    nonzero[r] = nonzero[r] | (v != 0)
+            for r in range(_LANES):
+                codes[h, r] = arg[r] if nonzero[r] else -1
+        for r in range(rows):
+            for t in range(L):
+                packed = np.uint64(0)
+                for k in range(K):
+                    h = t * K + k
+                    code = codes[h, r]
+                    attempt = 1
+                    while code < 0 and attempt <= n_hashes:
+                        code = codes[(h + attempt * 97) % n_hashes, r]
+                        attempt += 1
+                    if code < 0:  # the whole vector is zero
+                        code = 0
+                    packed |= np.uint64(code) << np.uint64(k * code_bits)
+                out[lo + r, t] = _bucket(packed, K * code_bits, range_pow)
     return out

@@ -9,8 +9,11 @@ over the active set.
 import numba
 import numpy as np
 
+# Dot products may be reassociated (vectorised); inf/nan semantics are kept.
+_FAST = {"reassoc", "contract"}
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+
+@numba.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
 def forward(
     h: np.ndarray,
     W: np.ndarray,
@@ -54,7 +57,7 @@ def forward(
     return logits, row_max, row_sumexp, label_part
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@numba.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
 def backward(
     h: np.ndarray,
     W: np.ndarray,

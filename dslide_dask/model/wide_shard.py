@@ -43,6 +43,23 @@ class SoftmaxPartials:
     n_active: np.ndarray  # active neurons per example
 
 
+_INIT_BLOCK = 1 << 16
+
+
+def init_rows(seed: int, rows: np.ndarray, dim: int, std: float) -> np.ndarray:
+    """Initial weights ``N(0, std)`` of the given global rows of a layer, the same rows
+    whatever the sharding (each block of rows has its own random stream)."""
+    out = np.empty((len(rows), dim), np.float32)
+    blocks = rows // _INIT_BLOCK
+    for block in np.unique(blocks):
+        rng = np.random.default_rng([seed, int(block)])
+        values = rng.standard_normal((_INIT_BLOCK, dim), np.float32)
+        mine = blocks == block
+        out[mine] = values[rows[mine] - block * _INIT_BLOCK]
+    out *= np.float32(std)
+    return out
+
+
 def combine_partials(parts: list[SoftmaxPartials]) -> tuple[np.ndarray, np.ndarray]:
     """Global log-sum-exp per example and the label term, from every shard's partials."""
     row_max = np.max([p.row_max for p in parts], axis=0)
@@ -85,10 +102,7 @@ class WideShard:
         self.n_local = len(range(shard_index, n_neurons, n_shards))
         seed = int(mix64(np.uint64(cfg.seed) * np.uint64(7919) + np.uint64(shard_index)) >> 2)
         self.seed = seed
-        rng = np.random.default_rng(seed)
-        self.W = (rng.standard_normal((self.n_local, dim_in), np.float32) * cfg.init_std).astype(
-            np.float32
-        )
+        self.W = init_rows(cfg.seed, self.global_ids(np.arange(self.n_local)), dim_in, cfg.init_std)
         self.bias = np.zeros(self.n_local, np.float32)
         self.W_m = np.zeros_like(self.W)
         self.W_v = np.zeros_like(self.W)

@@ -1,0 +1,144 @@
+"""Hash families, tables and active sets."""
+
+import numpy as np
+import pytest
+
+from dslide_dask.kernels import active_sets as act
+from dslide_dask.kernels import tables
+from dslide_dask.model import SlideConfig
+from dslide_dask.model.lsh_index import LSHIndex, RebuildSchedule
+
+
+def pairs_at_angle(rng, n, dim, angle):
+    """n random unit-vector pairs (u, v) with angle(u, v) == angle."""
+    u = rng.standard_normal((n, dim))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    w = rng.standard_normal((n, dim))
+    w -= (w * u).sum(1, keepdims=True) * u
+    w /= np.linalg.norm(w, axis=1, keepdims=True)
+    v = np.cos(angle) * u + np.sin(angle) * w
+    return u.astype(np.float32), v.astype(np.float32)
+
+
+@pytest.mark.parametrize("angle", [0.2, 0.6, 1.0, 1.5, 2.2, 2.8])
+def test_simhash_collision_rate_is_one_minus_angle_over_pi(angle):
+    rng = np.random.default_rng(0)
+    cfg = SlideConfig(hash_family="simhash", K=1, L=1024, range_pow=1, hidden=(128,))
+    index = LSHIndex(128, cfg, seed=1)
+    u, v = pairs_at_angle(rng, 200, 128, angle)
+    rate = (index.buckets(u) == index.buckets(v)).mean()
+    assert rate == pytest.approx(1 - angle / np.pi, abs=0.03)
+
+
+def test_dwta_collides_more_for_closer_vectors():
+    rng = np.random.default_rng(1)
+    cfg = SlideConfig(hash_family="dwta", K=1, L=512, range_pow=3, hidden=(64,))
+    index = LSHIndex(64, cfg, seed=2)
+    rates = []
+    for angle in (0.1, 0.5, 1.0, 1.5):
+        u, v = pairs_at_angle(rng, 200, 64, angle)
+        rates.append((index.buckets(np.abs(u)) == index.buckets(np.abs(v))).mean())
+    assert all(a > b for a, b in zip(rates, rates[1:], strict=False)), rates
+    assert rates[0] > 0.8
+
+
+def test_dwta_densifies_zero_bins():
+    """A vector that is zero in most dimensions still gets full, repeatable codes."""
+    cfg = SlideConfig(hash_family="dwta", K=4, L=16, range_pow=12, hidden=(64,))
+    index = LSHIndex(64, cfg, seed=3)
+    x = np.zeros((2, 64), np.float32)
+    x[:, 5] = 1.0
+    x[:, 40] = 2.0
+    b = index.buckets(x)
+    assert (b[0] == b[1]).all()
+    assert len(np.unique(b[0])) > 1  # different tables, different buckets
+
+
+def fill(policy, offered, capacity=4):
+    ids = np.zeros((1, 1, capacity), np.int32)
+    counts = np.zeros((1, 1), np.int32)
+    items = np.arange(offered, dtype=np.int32)
+    tables.insert(ids, counts, np.zeros((offered, 1), np.int32), items, policy, 7)
+    return ids[0, 0], counts[0, 0]
+
+
+def test_fifo_bucket_keeps_the_newest():
+    ids, count = fill(tables.FIFO, 10)
+    assert count == 10
+    assert sorted(ids) == [6, 7, 8, 9]
+
+
+def test_reservoir_bucket_is_a_uniform_sample():
+    kept = np.zeros(40)
+    for seed in range(400):
+        ids = np.zeros((1, 1, 4), np.int32)
+        counts = np.zeros((1, 1), np.int32)
+        tables.insert(
+            ids,
+            counts,
+            np.zeros((40, 1), np.int32),
+            np.arange(40, dtype=np.int32),
+            tables.RESERVOIR,
+            seed,
+        )
+        kept[ids[0, 0]] += 1
+    # each of 40 items is kept with probability 4/40: 40 expected times in 400 runs
+    assert kept.min() > 15 and kept.max() < 70, kept
+
+
+def active_for(strategy, threshold=1, min_active=0, max_active=50):
+    """Two tables, one example: bucket contents chosen by hand."""
+    table_ids = np.zeros((2, 1, 4), np.int32)
+    table_ids[0, 0] = [1, 2, 3, 4]
+    table_ids[1, 0] = [3, 4, 5, 6]
+    counts = np.full((2, 1), 4, np.int32)
+    buckets = np.zeros((1, 2), np.int32)
+    label_ptr = np.array([0, 1])
+    labels = np.array([9], np.int32)
+    scratch = np.zeros((1, 20), np.int32)
+    active, n_active, n_label = act.active_sets(
+        buckets,
+        table_ids,
+        counts,
+        label_ptr,
+        labels,
+        20,
+        strategy,
+        threshold,
+        min_active,
+        max_active,
+        0,
+        scratch,
+    )
+    assert not scratch.any(), "scratch must be left zeroed"
+    return list(active[0, : n_active[0]]), int(n_label[0])
+
+
+def test_active_set_union_puts_labels_first():
+    got, n_label = active_for(act.UNION)
+    assert n_label == 1 and got[0] == 9
+    assert sorted(got[1:]) == [1, 2, 3, 4, 5, 6]
+
+
+def test_active_set_threshold_and_topk_prefer_frequent_neurons():
+    got, _ = active_for(act.THRESHOLD, threshold=2)
+    assert sorted(got) == [3, 4, 9]
+    got, _ = active_for(act.TOPK, max_active=3)
+    assert sorted(got) == [3, 4, 9]
+
+
+def test_active_set_padding_reaches_the_minimum_without_duplicates():
+    got, _ = active_for(act.UNION, min_active=15)
+    assert len(got) == 15 and len(set(got)) == 15
+
+
+def test_rebuild_schedule_fixed_and_growing():
+    fixed = RebuildSchedule(every=10)
+    assert [s for s in range(1, 41) if fixed.due(s)[0]] == [10, 20, 30, 40]
+    growing = RebuildSchedule(every=10, growth=0.5)
+    steps = [s for s in range(1, 200) if growing.due(s)[0]]
+    gaps = np.diff(steps)
+    assert steps[0] == 10 and (np.diff(gaps) > 0).all()
+    redraw = RebuildSchedule(every=10, redraw_every=25)
+    due = [redraw.due(s) for s in range(1, 51)]
+    assert [s for s, (_, r) in enumerate(due, 1) if r] == [25, 50]
