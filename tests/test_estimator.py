@@ -1,0 +1,79 @@
+"""SlideClassifier: learning on synthetic data, and scikit-learn conventions."""
+
+import numpy as np
+import pytest
+
+from dslide_dask import SlideClassifier, precision_at_k
+from dslide_dask.data.synthetic import make_synthetic
+
+PARAMS = dict(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2, batch_size=128, seed=0)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return make_synthetic("tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def fitted(tiny):
+    train, _ = tiny
+    return SlideClassifier(epochs=10, **PARAMS).fit(train.X, train.Y)
+
+
+def test_learns_far_above_the_frequency_baseline(tiny, fitted):
+    train, test = tiny
+    most_frequent = np.bincount(train.Y.indices, minlength=train.n_labels).argmax()
+    baseline = precision_at_k(np.full((test.n_points, 1), most_frequent), test.Y, (1,))["P@1"]
+    p1 = fitted.score(test.X, test.Y)
+    assert baseline < 0.1
+    assert p1 > max(0.3, 5 * baseline), (p1, baseline)
+    assert p1 < 1.0
+    losses = [h["loss"] for h in fitted.history_]
+    assert np.mean(losses[-20:]) < 0.8 * np.mean(losses[:20])
+
+
+def test_lsh_inference_retrieves_useful_labels(tiny, fitted):
+    _, test = tiny
+    assert fitted.score(test.X, test.Y, exact=False) > 0.15
+
+
+def test_same_seed_same_model(tiny):
+    train, test = tiny
+    a = SlideClassifier(**PARAMS).fit(train.X, train.Y)
+    b = SlideClassifier(**PARAMS).fit(train.X, train.Y)
+    np.testing.assert_array_equal(a.predict_topk(test.X, 5), b.predict_topk(test.X, 5))
+    c = SlideClassifier(**{**PARAMS, "seed": 1}).fit(train.X, train.Y)
+    assert not np.array_equal(a.predict_topk(test.X, 5), c.predict_topk(test.X, 5))
+
+
+def test_partial_fit_continues_training(tiny):
+    train, test = tiny
+    clf = SlideClassifier(**PARAMS)
+    scores = []
+    for _ in range(6):
+        clf.partial_fit(train.X, train.Y)
+        scores.append(clf.score(test.X, test.Y))
+    assert clf.n_steps_ == 6 * int(np.ceil(train.n_points / PARAMS["batch_size"]))
+    assert scores[-1] > scores[0] + 0.1, scores
+
+
+def test_accepts_sparse_arrays_and_label_lists(tiny):
+    train, test = tiny
+    X, Y = train.X.to_gcxs(), train.Y.to_lists()
+    clf = SlideClassifier(**PARAMS).fit(X, Y)
+    top = clf.predict_topk(test.X.to_gcxs(), k=3)
+    assert top.shape == (test.n_points, 3) and top.dtype == np.int64
+    assert clf.predict(test.X).shape == (test.n_points,)
+    assert top.min() >= 0 and top.max() < train.n_labels
+
+
+def test_get_and_set_params_round_trip():
+    clf = SlideClassifier(**PARAMS)
+    params = clf.get_params()
+    assert params["L"] == 20 and params["hidden"] == (64,)
+    clone = SlideClassifier(**params)
+    assert clone.get_params() == params
+    clone.set_params(L=7)
+    assert clone.L == 7 and "L=7" in repr(clone)
+    with pytest.raises(ValueError, match="unknown parameter 'LL'"):
+        clone.set_params(LL=1)
