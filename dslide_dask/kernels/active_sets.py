@@ -10,6 +10,9 @@ import numpy as np
 
 from dslide_dask.kernels.tables import mix64
 
+#: Examples are split into at most this many chunks, each with its own scratch array.
+N_CHUNKS = 16
+
 UNION = 0  # every neuron met in any bucket (tables visited in a rotating order)
 TOPK = 1  # the neurons met in the most buckets
 THRESHOLD = 2  # the neurons met in at least `threshold` buckets

@@ -3,16 +3,20 @@
 A row's gradient is ``sum coef * vectors[example]`` over its entries (an output neuron:
 its logit gradients times the hidden vectors; an input feature: its values times the
 hidden-layer gradients). Entries are grouped by row with a counting sort, then rows are
-updated in parallel, each by one thread: lock-free and race-free, so the result does not
-depend on the number of threads. Lazy (sparse) Adam touches only rows with entries;
-``dense=True`` is exact Adam over every row, for comparison.
+updated in parallel, each by one thread: lock-free like HOGWILD, but race-free, so no
+update is lost and the result does not depend on the number of threads. Lazy (sparse)
+Adam touches only rows with entries; ``dense=True`` is exact Adam over every row.
 """
 
 import numba
 import numpy as np
 
+#: Rows are split into this many chunks whatever the thread count, so that the summation
+#: order (and so every bit of the result) does not depend on the number of threads.
+N_CHUNKS = 32
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+
+@numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
 def adam_rows(
     starts: np.ndarray,
     ends: np.ndarray,
@@ -30,15 +34,21 @@ def adam_rows(
     beta2: float,
     eps: float,
     dense: bool,
-    n_threads: int,
+    grad_vectors: np.ndarray,
 ) -> int:
     """Apply one Adam step; entries of example b are ``starts[b]:ends[b]`` in the flat
-    ``rows``/``coefs``. ``bias`` may be empty (no per-row bias). ``n_threads`` sets the
-    work split only (results do not depend on it). Returns the number of rows touched."""
+    ``rows``/``coefs``. ``bias`` may be empty (no per-row bias).
+
+    If ``grad_vectors`` is ``[B, H]`` (not empty) it receives ``sum coef * W_old[row]``
+    per example: the back-propagated gradient, computed from each row just before it
+    is updated, so the rows are read from memory once. Returns the rows touched.
+    """
     n_rows, H = W.shape
+    B = starts.shape[0]
     has_bias = bias.shape[0] > 0
+    backprop = grad_vectors.shape[0] > 0
     offsets = np.zeros(n_rows + 1, np.int64)
-    for b in range(starts.shape[0]):
+    for b in range(B):
         for p in range(starts[b], ends[b]):
             offsets[rows[p] + 1] += 1
     n_touched = 0
@@ -49,7 +59,7 @@ def adam_rows(
     entry_vec = np.empty(offsets[n_rows], np.int32)
     entry_coef = np.empty(offsets[n_rows], np.float32)
     cursor = offsets[:-1].copy()
-    for b in range(starts.shape[0]):
+    for b in range(B):
         for p in range(starts[b], ends[b]):
             q = cursor[rows[p]]
             entry_vec[q] = b
@@ -64,7 +74,8 @@ def adam_rows(
             if offsets[r + 1] > offsets[r]:
                 todo[i] = r
                 i += 1
-    n_chunks = min(todo.shape[0], 8 * n_threads)
+    n_chunks = min(todo.shape[0], N_CHUNKS)
+    partial = np.zeros((n_chunks if backprop else 0, B, H), np.float32)
     b1 = np.float32(beta1)
     b2 = np.float32(beta2)
     one = np.float32(1.0)
@@ -72,6 +83,7 @@ def adam_rows(
         grad = np.empty(H, np.float32)
         for i in range(c * todo.shape[0] // n_chunks, (c + 1) * todo.shape[0] // n_chunks):
             r = todo[i]
+            w = W[r]
             grad[:] = 0
             gb = np.float32(0.0)
             for q in range(offsets[r], offsets[r + 1]):
@@ -80,7 +92,10 @@ def adam_rows(
                 gb += coef
                 for k in range(H):
                     grad[k] += coef * vec[k]
-            w = W[r]
+                if backprop:
+                    out = partial[c, entry_vec[q]]
+                    for k in range(H):
+                        out[k] += coef * w[k]
             m = W_m[r]
             v = W_v[r]
             for k in range(H):
@@ -91,6 +106,11 @@ def adam_rows(
                 bias_m[r] = b1 * bias_m[r] + (one - b1) * gb
                 bias_v[r] = b2 * bias_v[r] + (one - b2) * gb * gb
                 bias[r] -= lr_t * bias_m[r] / (np.sqrt(bias_v[r]) + eps)
+    if backprop:
+        for b in numba.prange(B):
+            for c in range(n_chunks):
+                for k in range(H):
+                    grad_vectors[b, k] += partial[c, b, k]
     return n_touched
 
 

@@ -1,9 +1,9 @@
-"""Forward and backward of a wide layer over each example's active neurons only.
+"""Softmax over each example's active neurons of a wide layer.
 
 A wide layer may be split into shards; the softmax normaliser is global, so the forward
-pass returns per-example partial sums (max and sum of exponentials) and the backward pass
-takes the combined log-sum-exp. With one shard the two halves are exact full-set softmax
-over the active set.
+pass returns per-example partial sums (max and sum of exponentials) and the logit
+gradients take the combined log-sum-exp. The weight update (:mod:`.adam`) then
+back-propagates to the layer input as it reads each active row.
 """
 
 import numba
@@ -57,34 +57,20 @@ def forward(
     return logits, row_max, row_sumexp, label_part
 
 
-@numba.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
-def backward(
-    h: np.ndarray,
-    W: np.ndarray,
-    active: np.ndarray,
+@numba.njit(cache=True, nogil=True, parallel=True)
+def logit_gradients(
     n_active: np.ndarray,
     n_label: np.ndarray,
     label_weight: np.ndarray,
     logits: np.ndarray,
     lse: np.ndarray,
     scale: float,
-) -> np.ndarray:
-    """Gradient w.r.t. the layer input ``h`` (this layer's share), from current weights.
-
-    Overwrites ``logits`` with the logit gradients ``(softmax - target) * scale``, where
-    the target puts ``label_weight`` on each label; the weight update reads them.
-    """
-    B, H = h.shape
-    grad_h = np.zeros((B, H), np.float32)
-    for b in numba.prange(B):
-        gb = grad_h[b]
+) -> None:
+    """Overwrite ``logits`` with ``d loss / d logit = (softmax - target) * scale``, the
+    target putting ``label_weight`` on each label (the first ``n_label`` entries)."""
+    for b in numba.prange(logits.shape[0]):
         for j in range(n_active[b]):
             g = np.exp(logits[b, j] - lse[b])
             if j < n_label[b]:
                 g -= label_weight[b]
-            g *= scale
-            logits[b, j] = g
-            w = W[active[b, j]]
-            for k in range(H):
-                gb[k] += g * w[k]
-    return grad_h
+            logits[b, j] = g * scale

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from dslide_dask.data.csr import CSR
@@ -64,7 +63,7 @@ class HiddenLayers:
             X.indptr[:-1], X.indptr[1:], X.indices, X.values(), np.ascontiguousarray(grad),
             self.weights[0], m, v, empty, empty, empty,
             lr_t, cfg.beta1, cfg.beta2, cfg.eps, cfg.optimizer == "dense-adam",
-            numba.get_num_threads(),
+            np.zeros((0, 0), np.float32),
         )  # fmt: skip
         self._adam(n, grad.sum(axis=0), lr_t)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from dslide_dask.data.csr import CSR
@@ -130,7 +129,7 @@ class WideShard:
     # -- active sets ----------------------------------------------------------------------
     def _active(self, h: np.ndarray, label_ptr: np.ndarray, label_ids: np.ndarray, train: bool):
         cfg = self.cfg
-        n_chunks = max(1, min(len(h), 4 * numba.get_num_threads()))
+        n_chunks = max(1, min(len(h), active_kernels.N_CHUNKS))
         if self._scratch.shape[0] < n_chunks:
             self._scratch = np.zeros((n_chunks, self.n_local), np.int32)
         max_labels = int(np.diff(label_ptr).max(initial=0))
@@ -171,17 +170,16 @@ class WideShard:
         h, active, n_active, n_label, weight, logits = self._pending
         self._pending = None
         n_examples = max(1, int((weight > 0).sum()))
-        grad_h = wide_layer.backward(
-            h, self.W, active, n_active, n_label, weight, logits, lse, 1.0 / n_examples
-        )
+        wide_layer.logit_gradients(n_active, n_label, weight, logits, lse, 1.0 / n_examples)
         self.step += 1
         cfg = self.cfg
         starts = np.arange(len(h), dtype=np.int64) * active.shape[1]
+        grad_h = np.zeros_like(h)
         adam.adam_rows(
             starts, starts + n_active, active.ravel(), logits.ravel(), h,
             self.W, self.W_m, self.W_v, self.bias, self.bias_m, self.bias_v,
             adam_lr(cfg, self.step), cfg.beta1, cfg.beta2, cfg.eps,
-            cfg.optimizer == "dense-adam", numba.get_num_threads(),
+            cfg.optimizer == "dense-adam", grad_h,
         )  # fmt: skip
         rebuild, redraw = self.schedule.due(self.step)
         if redraw:
