@@ -1,0 +1,188 @@
+"""Read and write the Extreme Classification Repository text format from any fsspec URL.
+
+Format: a header line ``N_points N_features N_labels``, then one line a point:
+``l1,l2,...,lk f:v f:v ...`` with 0-based ids (a point without labels starts with a
+blank). Parsing and formatting run in numba kernels over whole byte buffers; a malformed
+file raises :class:`XCFormatError` naming the source, the 1-based line and the problem.
+Values are written with 6 significant digits.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+
+from dslide_dask.data.csr import CSR
+from dslide_dask.data.dataset import XCDataset
+from dslide_dask.kernels import xc_text as K
+
+_INT32_MAX = np.iinfo(np.int32).max
+_WRITE_ROWS = 16384  # rows formatted per kernel call when writing
+_MAX_HEADER = 1024  # bytes of line 1 looked at
+
+
+class XCFormatError(ValueError):
+    """A file that is not valid Extreme Classification text: ``source:line: problem``."""
+
+    def __init__(self, source: str, line: int, problem: str) -> None:
+        super().__init__(f"{source}:{line}: {problem}")
+        self.source = source
+        self.line = line
+        self.problem = problem
+
+    def __reduce__(self):  # picklable (e.g. raised in a Dask worker)
+        return type(self), (self.source, self.line, self.problem)
+
+
+def read_xc(url: str, storage_options: dict | None = None) -> XCDataset:
+    """Read an XC text file from a local path or fsspec URL (compression inferred)."""
+    import fsspec
+
+    with fsspec.open(url, "rb", compression="infer", **(storage_options or {})) as f:
+        buf = f.read()
+    return parse_xc(buf, source=url)
+
+
+def parse_xc(buf: bytes, source: str = "<bytes>") -> XCDataset:
+    """Parse the bytes of an XC text file; ``source`` names it in error messages."""
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    n_points, n_features, n_labels, body = _parse_header(buf, source)
+    colons, commas, lines = K.count_bytes(arr, body)
+    x_indptr, x_idx, x_val, y_indptr, y_idx, err = K.parse_body(
+        arr, body, n_points, n_features, n_labels, colons, commas + lines + 1
+    )
+    if err[0] != K.OK:
+        raise XCFormatError(source, int(err[1]), _problem(buf, err, n_points, n_features, n_labels))
+    X = CSR(x_indptr, x_idx, x_val, n_features)
+    Y = CSR(y_indptr, y_idx, None, n_labels)
+    return XCDataset(X, Y)
+
+
+def write_xc(url: str, data: XCDataset, storage_options: dict | None = None) -> None:
+    """Write ``data`` as XC text to a local path or fsspec URL (compression inferred)."""
+    import fsspec
+
+    X, Y = data.X, data.Y
+    x_val = X.values()
+    _check_writable(X, Y, x_val)
+    header = f"{data.n_points} {data.n_features} {data.n_labels}\n".encode()
+    so = storage_options or {}
+    fs, path = fsspec.core.url_to_fs(url, **so)
+    if "file" in fs.protocol:  # local: create the folder, as object stores do
+        fs.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with fsspec.open(url, "wb", compression="infer", **so) as f:
+        f.write(header)
+        for lo in range(0, data.n_points, _WRITE_ROWS):
+            hi = min(lo + _WRITE_ROWS, data.n_points)
+            f.write(K.format_rows(X.indptr, X.indices, x_val, Y.indptr, Y.indices, lo, hi))
+
+
+def _check_writable(X: CSR, Y: CSR, x_val: np.ndarray) -> None:
+    for name, m in (("feature", X), ("label", Y)):
+        if m.nnz and (m.indices.min() < 0 or m.indices.max() >= m.n_cols):
+            raise ValueError(f"{name} ids must be in [0, {m.n_cols}) to be written")
+    if len(x_val) and not np.isfinite(x_val).all():
+        raise ValueError("feature values must be finite to be written")
+
+
+def _parse_header(buf: bytes, source: str) -> tuple[int, int, int, int]:
+    """(n_points, n_features, n_labels, byte offset of line 2)."""
+    if re.match(rb"\s*\Z", buf):  # stops at the first non-blank byte: no copy
+        raise XCFormatError(
+            source, 1, "empty file (expected header 'N_points N_features N_labels')"
+        )
+    end = buf.find(b"\n", 0, _MAX_HEADER)
+    if end < 0:
+        end = len(buf) if len(buf) <= _MAX_HEADER else _MAX_HEADER
+    text = buf[:end].decode("utf-8", errors="replace")
+    parts = text.split()
+    if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts):
+        raise XCFormatError(
+            source,
+            1,
+            f"header must be 3 non-negative integers 'N_points N_features N_labels', "
+            f"got {_quote(text.strip())}",
+        )
+    n_points, n_features, n_labels = (int(p) for p in parts)
+    for name, v in (("N_features", n_features), ("N_labels", n_labels)):
+        if v > _INT32_MAX:
+            raise XCFormatError(source, 1, f"header {name} {v} exceeds the int32 limit")
+    if n_points > len(buf):
+        raise XCFormatError(
+            source, 1, f"header N_points {n_points} exceeds the file size ({len(buf)} bytes)"
+        )
+    return n_points, n_features, n_labels, min(end + 1, len(buf))
+
+
+def _quote(s: str, limit: int = 40) -> str:
+    return repr(s if len(s) <= limit else s[:limit] + "...")
+
+
+def _problem(buf: bytes, err: np.ndarray, n_points: int, n_features: int, n_labels: int) -> str:
+    code, line, t0, t1, value, f0, f1 = (int(v) for v in err)
+    tok = buf[t0:t1].decode("utf-8", errors="replace")
+    if code == K.ERR_FEW_POINTS:
+        return f"the file ends after {value} point(s) but the header says N_points = {n_points}"
+    if code == K.ERR_EXTRA:
+        return f"more points than the header's N_points = {n_points} (found {_quote(tok)})"
+    if code == K.ERR_LABEL_TOKEN:
+        msg = _label_token_problem(tok, buf[f0:f1].decode("utf-8", errors="replace"))
+    elif code == K.ERR_LABEL_RANGE:
+        msg = f"label id {tok} >= n_labels {n_labels}"
+    elif code == K.ERR_LABEL_DUP:
+        msg = f"duplicate label id {value}"
+    elif code == K.ERR_FEATURE_TOKEN:
+        msg = _feature_token_problem(tok)
+    elif code == K.ERR_FEATURE_RANGE:
+        msg = f"feature id {tok} >= n_features {n_features}"
+    elif code == K.ERR_VALUE:
+        msg = _value_problem(tok)
+    elif code == K.ERR_VALUE_OVERFLOW:
+        msg = f"value in feature {_quote(tok)} overflows float32"
+    elif code == K.ERR_FEATURE_DUP:
+        msg = f"duplicate feature id {value}"
+    else:  # pragma: no cover - kernel and messages out of sync
+        msg = f"parse error code {code}"
+    truncatable = (K.ERR_LABEL_TOKEN, K.ERR_FEATURE_TOKEN, K.ERR_VALUE)
+    if code in truncatable and t1 >= len(buf) and not buf.endswith(b"\n"):
+        msg += " (the file ends mid-line: truncated?)"
+    return msg
+
+
+def _is_int(s: str) -> bool:
+    return s.isascii() and s.isdigit()
+
+
+def _label_token_problem(tok: str, field: str) -> str:
+    if ":" in field:
+        return (
+            f"expected comma-separated label ids, got {_quote(field)} "
+            "(a point without labels must start with a blank)"
+        )
+    if tok == "":
+        return f"empty label id in {_quote(field)}"
+    if tok.startswith("-") and _is_int(tok[1:]):
+        return f"negative label id {tok}"
+    return f"label id {_quote(tok)} is not a non-negative integer"
+
+
+def _feature_token_problem(tok: str) -> str:
+    if ":" not in tok:
+        return f"malformed feature {_quote(tok)} (expected id:value)"
+    fid = tok.split(":", 1)[0]
+    if fid == "":
+        return f"missing feature id in {_quote(tok)}"
+    if fid.startswith("-") and _is_int(fid[1:]):
+        return f"negative feature id {fid}"
+    return f"feature id {_quote(fid)} is not a non-negative integer"
+
+
+def _value_problem(tok: str) -> str:
+    val = tok.split(":", 1)[1] if ":" in tok else ""
+    if val == "":
+        return f"empty value in feature {_quote(tok)}"
+    if val.lstrip("+-").lower() in ("nan", "inf", "infinity"):
+        return f"non-finite value {_quote(val)} in feature {_quote(tok)}"
+    return f"bad value {_quote(val)} in feature {_quote(tok)}"
