@@ -9,6 +9,7 @@ import numpy as np
 from dslide_dask.data.csr import CSR
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.hidden import HiddenLayers
+from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.wide_shard import WideShard, combine_partials, merge_topk
 
 
@@ -28,7 +29,14 @@ class SlideNetwork:
     over workers.
     """
 
-    def __init__(self, cfg: SlideConfig, n_features: int, n_labels: int, n_shards: int = 1) -> None:
+    def __init__(
+        self,
+        cfg: SlideConfig,
+        n_features: int,
+        n_labels: int,
+        n_shards: int = 1,
+        layout: ShardLayout | None = None,
+    ) -> None:
         if n_features < 1:
             raise ValueError(f"n_features must be >= 1, got {n_features}")
         if n_labels < 2:
@@ -37,9 +45,8 @@ class SlideNetwork:
         self.n_features = n_features
         self.n_labels = n_labels
         self.hidden = HiddenLayers(cfg, n_features, cfg.seed)
-        self.shards = [
-            WideShard(cfg, cfg.hidden[-1], n_labels, s, n_shards) for s in range(n_shards)
-        ]
+        layout = layout or ShardLayout.strided(n_labels, n_shards)
+        self.shards = [WideShard(cfg, cfg.hidden[-1], layout, s) for s in range(layout.n_shards)]
 
     def train_step(self, X: CSR, Y: CSR) -> StepStats:
         """One SGD step on a batch (rows of X with their label sets Y)."""

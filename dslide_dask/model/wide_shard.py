@@ -1,8 +1,7 @@
 """One shard of a wide softmax layer: its neurons' weights, Adam state and LSH tables.
 
-Shard ``s`` of ``S`` owns the neurons with global ids ``s, s + S, s + 2S, ...`` (strided,
-so frequent and rare labels spread evenly). A training step is two calls, because the
-softmax normaliser spans all shards:
+A :class:`~dslide_dask.model.layout.ShardLayout` says which neurons a shard owns. A
+training step is two calls, because the softmax normaliser spans all shards:
 
 1. :meth:`forward` -> per-example partial sums (:class:`SoftmaxPartials`);
 2. :func:`combine_partials` over all shards -> log-sum-exp per example;
@@ -21,6 +20,7 @@ from dslide_dask.kernels import active_sets as active_kernels
 from dslide_dask.kernels import adam, topk, wide_layer
 from dslide_dask.kernels.tables import mix64
 from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.lsh_index import LSHIndex, RebuildSchedule
 from dslide_dask.model.optimizer import adam_lr
 
@@ -79,26 +79,20 @@ def label_weights(Y: CSR) -> np.ndarray:
 
 
 class WideShard:
-    """The neurons ``shard_index::n_shards`` of a wide layer ``dim_in -> n_neurons``."""
+    """The neurons of shard ``shard_index`` (under ``layout``) of a wide layer
+    ``dim_in -> layout.n_neurons``."""
 
     def __init__(
-        self,
-        cfg: SlideConfig,
-        dim_in: int,
-        n_neurons: int,
-        shard_index: int = 0,
-        n_shards: int = 1,
+        self, cfg: SlideConfig, dim_in: int, layout: ShardLayout, shard_index: int = 0
     ) -> None:
-        if not 0 <= shard_index < n_shards:
-            raise ValueError(f"shard_index must be in [0, {n_shards}), got {shard_index}")
-        if n_neurons < n_shards:
-            raise ValueError(f"n_neurons ({n_neurons}) must be >= n_shards ({n_shards})")
+        if not 0 <= shard_index < layout.n_shards:
+            raise ValueError(f"shard_index must be in [0, {layout.n_shards}), got {shard_index}")
         self.cfg = cfg
         self.dim_in = dim_in
-        self.n_neurons = n_neurons
+        self.layout = layout
+        self.n_neurons = layout.n_neurons
         self.shard_index = shard_index
-        self.n_shards = n_shards
-        self.n_local = len(range(shard_index, n_neurons, n_shards))
+        self.n_local = layout.size(shard_index)
         seed = int(mix64(np.uint64(cfg.seed) * np.uint64(7919) + np.uint64(shard_index)) >> 2)
         self.seed = seed
         self.W = init_rows(cfg.seed, self.global_ids(np.arange(self.n_local)), dim_in, cfg.init_std)
@@ -116,15 +110,15 @@ class WideShard:
 
     # -- ids ------------------------------------------------------------------------------
     def global_ids(self, local: np.ndarray) -> np.ndarray:
-        return local.astype(np.int64) * self.n_shards + self.shard_index
+        return self.layout.global_ids(self.shard_index, local)
 
     def local_labels(self, Y: CSR) -> tuple[np.ndarray, np.ndarray]:
         """This shard's labels of each example, as local ids in CSR form."""
-        mine = Y.indices % self.n_shards == self.shard_index
+        mine = self.layout.owner(Y.indices) == self.shard_index
         rows = np.repeat(np.arange(Y.n_rows), np.diff(Y.indptr))
         ptr = np.zeros(Y.n_rows + 1, np.int64)
         np.cumsum(np.bincount(rows[mine], minlength=Y.n_rows), out=ptr[1:])
-        return ptr, (Y.indices[mine] // self.n_shards).astype(np.int32)
+        return ptr, self.layout.to_local(Y.indices[mine]).astype(np.int32)
 
     # -- active sets ----------------------------------------------------------------------
     def _active(self, h: np.ndarray, label_ptr: np.ndarray, label_ids: np.ndarray, train: bool):
