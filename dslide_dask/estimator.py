@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import numba
 import numpy as np
 
+from dslide_dask.data.batches import epoch_order
 from dslide_dask.data.csr import CSR, as_csr
 from dslide_dask.metrics import precision_at_k
 from dslide_dask.model.config import SlideConfig
@@ -110,9 +111,8 @@ class SlideClassifier:
         self.n_samples_seen_ = 0
         self.history_: list[dict] = []
         _check_int("epochs", self.epochs, 1, 1 << 20)
-        rng = np.random.default_rng(self.seed)
-        for _ in range(self.epochs):
-            order = rng.permutation(X.n_rows)
+        for epoch in range(self.epochs):
+            order = epoch_order(X.n_rows, epoch, self.seed)
             self._one_pass(X.take_rows(order), Y.take_rows(order), callback)
         return self
 

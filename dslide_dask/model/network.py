@@ -10,7 +10,12 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.hidden import HiddenLayers
 from dslide_dask.model.layout import ShardLayout
-from dslide_dask.model.wide_shard import WideShard, combine_partials, merge_topk
+from dslide_dask.model.wide_shard import (
+    SoftmaxPartials,
+    WideShard,
+    combine_partials,
+    merge_topk,
+)
 
 
 @dataclass
@@ -19,6 +24,16 @@ class StepStats:
 
     loss: float
     active_per_example: float
+
+
+def step_stats(
+    lse: np.ndarray, label_term: np.ndarray, parts: list[SoftmaxPartials], Y: CSR
+) -> StepStats:
+    """Loss (mean over labelled examples) and active neurons per labelled example."""
+    labelled = np.diff(Y.indptr) > 0
+    loss = float((lse - label_term)[labelled].mean()) if labelled.any() else 0.0
+    active = sum(float(p.n_active.sum()) for p in parts) / max(1, int(labelled.sum()))
+    return StepStats(loss, active)
 
 
 class SlideNetwork:
@@ -57,10 +72,7 @@ class SlideNetwork:
         for shard in self.shards[1:]:
             grad_h += shard.backward(lse)
         self.hidden.backward(X, acts, grad_h)
-        labelled = np.diff(Y.indptr) > 0
-        loss = float((lse - label_term)[labelled].mean()) if labelled.any() else 0.0
-        active = sum(float(p.n_active.sum()) for p in parts) / max(1, int(labelled.sum()))
-        return StepStats(loss, active)
+        return step_stats(lse, label_term, parts, Y)
 
     def topk(self, X: CSR, k: int, exact: bool = True) -> np.ndarray:
         """Top-k label ids per row (``exact``: over all labels; else LSH-retrieved only)."""

@@ -1,0 +1,195 @@
+"""The coordinator actor: drives training steps from a worker, next to shard 0.
+
+It owns the (small) hidden layers and the batch stream; per step it sends the hidden
+activations to every shard and gets back softmax partial sums and gradients. Shard calls
+go worker-to-worker, all shards at once; nothing per step passes through the client or
+the scheduler. With ``pipeline=True`` a shard finishes step t and starts step t+1 in one
+call (the hidden activations of t+1 then come from weights one update old), halving the
+round trips per step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from functools import partial
+
+import numba
+import numpy as np
+from distributed import get_worker
+
+from dslide_dask.data.batches import epoch_batches
+from dslide_dask.data.csr import CSR
+from dslide_dask.data.dataset import XCDataset
+from dslide_dask.distributed.errors import ShardLostError
+from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.hidden import HiddenLayers
+from dslide_dask.model.network import step_stats
+from dslide_dask.model.wide_shard import combine_partials, merge_topk
+from dslide_dask.model.wire import pack, payload_bytes, sum_unpacked
+
+#: Seconds between liveness checks while waiting for shards.
+POLL_SECONDS = 2.0
+
+
+class Coordinator:
+    """Runs the training loop of one model whose shards are other actors."""
+
+    def __init__(
+        self, cfg: dict, n_features: int, n_labels: int, shards: list, shard_workers: list[str],
+        n_threads: int, wire_dtype: str, pipeline: bool,
+    ) -> None:  # fmt: skip
+        self.cfg = SlideConfig.from_dict(cfg)
+        self.n_threads = n_threads
+        numba.set_num_threads(n_threads)
+        self.hidden = HiddenLayers(self.cfg, n_features, self.cfg.seed)
+        self.n_features = n_features
+        self.n_labels = n_labels
+        self.shards = shards
+        self.shard_workers = shard_workers
+        self.wire_dtype = wire_dtype
+        self.pipeline = pipeline
+        self.worker = get_worker()
+        self.batches: Iterator[XCDataset] = iter(())
+        self.pending = None
+        self.step = 0
+
+    # -- data --------------------------------------------------------------------------------
+    def set_data(self, data: XCDataset, batch_size: int, epochs: int, seed: int,
+                 shuffle: bool, first_epoch: int = 0) -> int:  # fmt: skip
+        """Train next on ``epochs`` passes over ``data``; returns the number of steps."""
+        def stream():
+            for epoch in range(first_epoch, first_epoch + epochs):
+                yield from epoch_batches(data, batch_size, epoch, seed, shuffle)
+
+        self.batches = stream()
+        return epochs * -(-data.n_points // batch_size)
+
+    # -- training ----------------------------------------------------------------------------
+    async def run(self, n_steps: int) -> list[dict]:
+        """Take up to ``n_steps`` steps (fewer when the data runs out); their statistics."""
+        out = []
+        for _ in range(n_steps):
+            stats = await (self._pipelined_step() if self.pipeline else self._step())
+            if stats is None:
+                break
+            out.append(stats)
+        return out
+
+    async def _step(self) -> dict | None:
+        batch = next(self.batches, None)
+        if batch is None:
+            return None
+        t0 = time.perf_counter()
+        h, acts = await self._compute(self.hidden.forward, batch.X)
+        h_wire = pack(h, self.wire_dtype)
+        parts = await self._all([s.forward(h_wire, batch.Y) for s in self.shards], "forward")
+        lse, label_term = combine_partials(parts)
+        grads = await self._all([s.backward(lse) for s in self.shards], "backward")
+        await self._compute(self.hidden.backward, batch.X, acts, sum_unpacked(grads))
+        sent = len(self.shards) * (payload_bytes((h_wire, batch.Y)) + lse.nbytes)
+        received = payload_bytes((parts, grads))
+        return self._stats(batch, lse, label_term, parts, sent, received, 2, t0)
+
+    async def _pipelined_step(self) -> dict | None:
+        t0 = time.perf_counter()
+        sent = 0
+        if self.pending is None:
+            batch = next(self.batches, None)
+            if batch is None:
+                return None
+            h, acts = await self._compute(self.hidden.forward, batch.X)
+            h_wire = pack(h, self.wire_dtype)
+            parts = await self._all([s.forward(h_wire, batch.Y) for s in self.shards], "forward")
+            sent += len(self.shards) * payload_bytes((h_wire, batch.Y))
+            self.pending = (batch, acts, parts)
+        batch, acts, parts = self.pending
+        lse, label_term = combine_partials(parts)
+        following = next(self.batches, None)
+        if following is None:
+            grads = await self._all([s.backward(lse) for s in self.shards], "backward")
+            self.pending = None
+            sent += len(self.shards) * lse.nbytes
+            received = payload_bytes((parts, grads))
+        else:
+            h, next_acts = await self._compute(self.hidden.forward, following.X)
+            h_wire = pack(h, self.wire_dtype)
+            calls = [s.backward_forward(lse, h_wire, following.Y) for s in self.shards]
+            replies = await self._all(calls, "backward+forward")
+            grads = [r[0] for r in replies]
+            self.pending = (following, next_acts, [r[1] for r in replies])
+            sent += len(self.shards) * (payload_bytes((h_wire, following.Y)) + lse.nbytes)
+            received = payload_bytes(replies)
+        await self._compute(self.hidden.backward, batch.X, acts, sum_unpacked(grads))
+        return self._stats(batch, lse, label_term, parts, sent, received, 1, t0)
+
+    def _stats(self, batch, lse, label_term, parts, sent, received, trips, t0) -> dict:
+        self.step += 1
+        stats = step_stats(lse, label_term, parts, batch.Y)
+        return {
+            "step": self.step,
+            "samples": batch.n_points,
+            "loss": stats.loss,
+            "active": stats.active_per_example,
+            "bytes_sent": int(sent),
+            "bytes_received": int(received),
+            "round_trips": trips,
+            "seconds": time.perf_counter() - t0,
+        }
+
+    # -- inference ---------------------------------------------------------------------------
+    async def topk(self, X: CSR, k: int, exact: bool, batch_size: int = 4096) -> np.ndarray:
+        """Top-k label ids of each row, gathered from every shard."""
+        out = []
+        for start in range(0, X.n_rows, batch_size):
+            h, _ = await self._compute(self.hidden.forward, X.slice_rows(start, start + batch_size))
+            h_wire = pack(h, self.wire_dtype)
+            parts = await self._all([s.topk(h_wire, k, exact) for s in self.shards], "topk")
+            out.append(merge_topk(parts, k))
+        return np.concatenate(out) if out else np.zeros((0, k), np.int64)
+
+    # -- plumbing ----------------------------------------------------------------------------
+    async def _compute(self, fn, *args):
+        """Run model arithmetic on the worker's actor thread, like the shards' methods, so
+        numba kernels never run from two threads of one process at once."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self.worker.executors["actor"], partial(self._with_threads, fn, *args)
+        )
+
+    def _with_threads(self, fn, *args):
+        numba.set_num_threads(self.n_threads)
+        return fn(*args)
+
+    async def _all(self, calls: list, what: str) -> list:
+        """Await actor calls to every shard; fail fast if a shard's worker is gone."""
+        async def wait(call):
+            return await call
+
+        tasks = [asyncio.ensure_future(wait(c)) for c in calls]
+        try:
+            while True:
+                done, pending = await asyncio.wait(
+                    tasks, timeout=POLL_SECONDS, return_when=asyncio.FIRST_EXCEPTION
+                )
+                for task in done:
+                    if task.exception() is not None:
+                        raise task.exception()
+                if not pending:
+                    return [t.result() for t in tasks]
+                await self._check_alive(what)
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    async def _check_alive(self, what: str) -> None:
+        identity = await self.worker.scheduler.identity()
+        alive = set(identity.get("workers", {}))
+        lost = [(s, w) for s, w in enumerate(self.shard_workers) if w not in alive]
+        if lost:
+            names = ", ".join(f"shard {s} on {w}" for s, w in lost)
+            raise ShardLostError(
+                f"lost {names} during {what} of step {self.step + 1}: the worker died and "
+                f"its part of the model with it"
+            )

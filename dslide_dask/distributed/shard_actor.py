@@ -1,0 +1,61 @@
+"""The Dask actor that holds one shard of the wide layer: a thin shell over WideShard."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from dslide_dask.data.csr import CSR
+from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.layout import ShardLayout
+from dslide_dask.model.wide_shard import SoftmaxPartials, WideShard
+from dslide_dask.model.wire import Packed, pack, unpack
+
+
+class ShardActor:
+    """Weights, optimiser state and LSH tables of one shard, built and kept on its worker.
+
+    Methods run on the worker's single actor thread; numba uses ``n_threads`` of them.
+    Activations arrive and gradients leave packed (:mod:`dslide_dask.model.wire`).
+    """
+
+    def __init__(
+        self, cfg: dict, dim_in: int, layout: ShardLayout, shard_index: int, n_threads: int,
+        wire_dtype: str,
+    ) -> None:  # fmt: skip
+        self.n_threads = n_threads
+        self.wire_dtype = wire_dtype
+        numba.set_num_threads(n_threads)
+        self.shard = WideShard(SlideConfig.from_dict(cfg), dim_in, layout, shard_index)
+
+    def forward(self, h: Packed, Y: CSR) -> SoftmaxPartials:
+        numba.set_num_threads(self.n_threads)
+        return self.shard.forward(unpack(h), Y)
+
+    def backward(self, lse: np.ndarray) -> Packed:
+        numba.set_num_threads(self.n_threads)
+        return pack(self.shard.backward(lse), self.wire_dtype)
+
+    def backward_forward(
+        self, lse: np.ndarray, h_next: Packed, Y_next: CSR
+    ) -> tuple[Packed, SoftmaxPartials]:
+        """Finish one step and start the next in a single round trip (pipelining)."""
+        return self.backward(lse), self.forward(h_next, Y_next)
+
+    def topk(self, h: Packed, k: int, exact: bool) -> tuple[np.ndarray, np.ndarray]:
+        numba.set_num_threads(self.n_threads)
+        return self.shard.topk(unpack(h), k, exact)
+
+    def info(self) -> dict:
+        shard = self.shard
+        return {
+            "shard": shard.shard_index,
+            "neurons": shard.n_local,
+            "steps": shard.step,
+            "rebuilds": shard.schedule.n_rebuilds,
+            **shard.index.occupancy(),
+        }
+
+    def get_weights(self) -> tuple[np.ndarray, np.ndarray]:
+        """This shard's weights and biases (for tests and checkpoints, never per step)."""
+        return self.shard.W, self.shard.bias
