@@ -3,30 +3,35 @@
 from __future__ import annotations
 
 import inspect
-import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
 import numba
 import numpy as np
 
-from dslide_dask.data.batches import epoch_order
 from dslide_dask.data.csr import CSR, as_csr
+from dslide_dask.data.dataset import XCDataset
+from dslide_dask.distributed.trainer import DistributedTrainer
 from dslide_dask.metrics import precision_at_k
 from dslide_dask.model.config import SlideConfig
-from dslide_dask.model.network import SlideNetwork, StepStats
+from dslide_dask.model.local_trainer import LocalTrainer
 
-#: Called after every step with (step number, samples so far, the step's stats).
-StepCallback = Callable[[int, int, StepStats], None]
+#: Called after every step with its statistics (step, samples, loss, active, seconds...).
+StepCallback = Callable[[dict], None]
 
 
 class SlideClassifier:
     """Extreme multi-label classifier trained with SLIDE (LSH-sampled sparse softmax).
 
     Parameters are those of :class:`~dslide_dask.model.SlideConfig` plus ``batch_size``,
-    ``epochs`` and ``n_threads`` (numba threads; default: all cores). ``X`` is a sparse
-    matrix (``sparse.GCXS``/``COO``, scipy, or :class:`CSR`), ``Y`` a label indicator
-    matrix or a list of label-id arrays.
+    ``epochs`` and ``n_threads`` (numba threads in this process; default: all cores).
+    With a Dask ``client`` the output layer is sharded over the cluster's workers
+    (``n_shards``: default one per worker); activations cross the network as
+    ``wire_dtype``, and ``pipeline`` overlaps the end of a step with the start of the
+    next (the hidden layer then learns from activations one update old).
+
+    ``X`` is a sparse matrix (``sparse.GCXS``/``COO``, scipy, or :class:`CSR`), ``Y`` a
+    label indicator matrix or a list of label-id arrays.
     """
 
     def __init__(
@@ -53,6 +58,10 @@ class SlideClassifier:
         init_std: float = 0.01,
         n_threads: int | None = None,
         seed: int = 0,
+        client=None,
+        n_shards: int | None = None,
+        wire_dtype: str = "float16",
+        pipeline: bool = True,
     ) -> None:
         self.hidden = hidden
         self.batch_size = batch_size
@@ -76,6 +85,10 @@ class SlideClassifier:
         self.init_std = init_std
         self.n_threads = n_threads
         self.seed = seed
+        self.client = client
+        self.n_shards = n_shards
+        self.wire_dtype = wire_dtype
+        self.pipeline = pipeline
 
     # -- scikit-learn conventions ----------------------------------------------------------
     @classmethod
@@ -99,78 +112,77 @@ class SlideClassifier:
 
     def config(self) -> SlideConfig:
         """The validated network configuration these parameters describe."""
-        engine = {"batch_size", "epochs", "n_threads"}
+        engine = {
+            "batch_size",
+            "epochs",
+            "n_threads",
+            "client",
+            "n_shards",
+            "wire_dtype",
+            "pipeline",
+        }
         return SlideConfig(**{k: v for k, v in self.get_params().items() if k not in engine})
 
     # -- training --------------------------------------------------------------------------
     def fit(self, X, Y, callback: StepCallback | None = None) -> SlideClassifier:
         """Train from scratch for ``epochs`` passes, shuffling the rows each epoch."""
-        X, Y = self._check_xy(X, Y)
-        self.network_ = SlideNetwork(self.config(), X.n_cols, Y.n_cols)
-        self.n_steps_ = 0
-        self.n_samples_seen_ = 0
-        self.history_: list[dict] = []
+        data = self._check_xy(X, Y)
         _check_int("epochs", self.epochs, 1, 1 << 20)
-        for epoch in range(self.epochs):
-            order = epoch_order(X.n_rows, epoch, self.seed)
-            self._one_pass(X.take_rows(order), Y.take_rows(order), callback)
+        self._start(data)
+        self._train(data, self.epochs, shuffle=True, callback=callback)
         return self
 
     def partial_fit(self, X, Y, callback: StepCallback | None = None) -> SlideClassifier:
-        """One pass over the rows in the given order (creates the network on first call)."""
-        X, Y = self._check_xy(X, Y)
-        if not hasattr(self, "network_"):
-            self.network_ = SlideNetwork(self.config(), X.n_cols, Y.n_cols)
-            self.n_steps_ = 0
-            self.n_samples_seen_ = 0
-            self.history_ = []
+        """One pass over the rows in the given order (starts a model on the first call)."""
+        data = self._check_xy(X, Y)
+        if hasattr(self, "trainer_"):
+            self._check_shapes(data.X, data.Y)
         else:
-            self._check_shapes(X, Y)
-        self._one_pass(X, Y, callback)
+            self._start(data)
+        self._train(data, 1, shuffle=False, callback=callback)
         return self
 
-    def _one_pass(self, X: CSR, Y: CSR, callback: StepCallback | None) -> None:
+    def _start(self, data: XCDataset) -> None:
+        if hasattr(self, "trainer_"):
+            self.trainer_.close()
+        cfg = self.config()
+        if self.client is None:
+            self.trainer_ = LocalTrainer(cfg, data.n_features, data.n_labels)
+        else:
+            self.trainer_ = DistributedTrainer(
+                self.client, cfg, data.n_features, data.n_labels, self.n_shards,
+                self.wire_dtype, self.pipeline,
+            )  # fmt: skip
+        self.epochs_done_ = 0
+
+    def _train(self, data: XCDataset, epochs: int, shuffle: bool, callback) -> None:
         _check_int("batch_size", self.batch_size, 1, 1 << 20)
         with self._threads():
-            for start in range(0, X.n_rows, self.batch_size):
-                t0 = time.perf_counter()
-                stats = self.network_.train_step(
-                    X.slice_rows(start, start + self.batch_size),
-                    Y.slice_rows(start, start + self.batch_size),
-                )
-                if not np.isfinite(stats.loss):
-                    raise FloatingPointError(
-                        f"loss became {stats.loss} at step {self.n_steps_ + 1}: "
-                        f"lower lr (now {self.lr})"
-                    )
-                n = min(self.batch_size, X.n_rows - start)
-                self.n_steps_ += 1
-                self.n_samples_seen_ += n
-                self.history_.append(
-                    {
-                        "step": self.n_steps_,
-                        "loss": stats.loss,
-                        "active": stats.active_per_example,
-                        "seconds": time.perf_counter() - t0,
-                    }
-                )
-                if callback is not None:
-                    callback(self.n_steps_, self.n_samples_seen_, stats)
+            self.trainer_.train(
+                data, self.batch_size, epochs, self.seed, shuffle, callback, self.epochs_done_
+            )
+        self.epochs_done_ += epochs
+
+    @property
+    def history_(self) -> list[dict]:
+        """Per-step statistics of every step taken so far."""
+        self._check_fitted()
+        return self.trainer_.history
+
+    @property
+    def n_steps_(self) -> int:
+        return len(self.history_)
 
     # -- inference -------------------------------------------------------------------------
-    def predict_topk(self, X, k: int = 5, exact: bool = True, batch_size: int = 4096):
+    def predict_topk(self, X, k: int = 5, exact: bool = True) -> np.ndarray:
         """Top-k label ids per row, best first (``exact=False``: LSH-retrieved labels
         only; -1 where fewer than k are found)."""
         self._check_fitted()
         X = as_csr(X)
         self._check_shapes(X, None)
-        _check_int("k", k, 1, self.network_.n_labels)
-        out = np.empty((X.n_rows, k), np.int64)
+        _check_int("k", k, 1, self.trainer_.n_labels)
         with self._threads():
-            for start in range(0, X.n_rows, batch_size):
-                stop = min(start + batch_size, X.n_rows)
-                out[start:stop] = self.network_.topk(X.slice_rows(start, stop), k, exact)
-        return out
+            return self.trainer_.topk(X, k, exact)
 
     def predict(self, X, exact: bool = True) -> np.ndarray:
         """The best label id of each row."""
@@ -186,19 +198,19 @@ class SlideClassifier:
         return precision_at_k(self.predict_topk(X, max(ks), exact), Y, ks)
 
     # -- helpers ---------------------------------------------------------------------------
-    def _check_xy(self, X, Y) -> tuple[CSR, CSR]:
+    def _check_xy(self, X, Y) -> XCDataset:
         X = as_csr(X)
         Y = as_csr(Y, pattern=True)
         if X.n_rows != Y.n_rows:
             raise ValueError(f"X has {X.n_rows} rows but Y has {Y.n_rows}")
-        return X, Y
+        return XCDataset(X, Y)
 
     def _check_fitted(self) -> None:
-        if not hasattr(self, "network_"):
+        if not hasattr(self, "trainer_"):
             raise RuntimeError("this SlideClassifier is not fitted yet: call fit() first")
 
     def _check_shapes(self, X: CSR, Y: CSR | None) -> None:
-        net = self.network_
+        net = self.trainer_
         if X.n_cols != net.n_features:
             raise ValueError(
                 f"X has {X.n_cols} features, the model was fitted with {net.n_features}"

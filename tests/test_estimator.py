@@ -54,6 +54,7 @@ def test_partial_fit_continues_training(tiny):
         clf.partial_fit(train.X, train.Y)
         scores.append(clf.score(test.X, test.Y))
     assert clf.n_steps_ == 6 * int(np.ceil(train.n_points / PARAMS["batch_size"]))
+    assert clf.epochs_done_ == 6
     assert scores[-1] > scores[0] + 0.1, scores
 
 

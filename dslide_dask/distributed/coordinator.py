@@ -25,6 +25,7 @@ from dslide_dask.data.dataset import XCDataset
 from dslide_dask.distributed.errors import ShardLostError
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.hidden import HiddenLayers
+from dslide_dask.model.local_trainer import check_finite
 from dslide_dask.model.network import step_stats
 from dslide_dask.model.wide_shard import combine_partials, merge_topk
 from dslide_dask.model.wire import pack, payload_bytes, sum_unpacked
@@ -59,6 +60,7 @@ class Coordinator:
     def set_data(self, data: XCDataset, batch_size: int, epochs: int, seed: int,
                  shuffle: bool, first_epoch: int = 0) -> int:  # fmt: skip
         """Train next on ``epochs`` passes over ``data``; returns the number of steps."""
+
         def stream():
             for epoch in range(first_epoch, first_epoch + epochs):
                 yield from epoch_batches(data, batch_size, epoch, seed, shuffle)
@@ -127,6 +129,7 @@ class Coordinator:
     def _stats(self, batch, lse, label_term, parts, sent, received, trips, t0) -> dict:
         self.step += 1
         stats = step_stats(lse, label_term, parts, batch.Y)
+        check_finite(stats.loss, self.step)
         return {
             "step": self.step,
             "samples": batch.n_points,
@@ -149,6 +152,10 @@ class Coordinator:
             out.append(merge_topk(parts, k))
         return np.concatenate(out) if out else np.zeros((0, k), np.int64)
 
+    def hidden_weights(self) -> list[np.ndarray]:
+        """The hidden layers' weights and biases (for tests and checkpoints)."""
+        return self.hidden.params()
+
     # -- plumbing ----------------------------------------------------------------------------
     async def _compute(self, fn, *args):
         """Run model arithmetic on the worker's actor thread, like the shards' methods, so
@@ -164,6 +171,7 @@ class Coordinator:
 
     async def _all(self, calls: list, what: str) -> list:
         """Await actor calls to every shard; fail fast if a shard's worker is gone."""
+
         async def wait(call):
             return await call
 

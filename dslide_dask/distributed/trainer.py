@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 
@@ -84,9 +83,7 @@ class DistributedTrainer:
     ) -> list[dict]:
         """Train on ``data`` (sent once to the coordinator's worker); returns the new
         per-step statistics and calls ``callback`` with each."""
-        self._wait(
-            self.coordinator.set_data(data, batch_size, epochs, seed, shuffle, first_epoch)
-        )
+        self._wait(self.coordinator.set_data(data, batch_size, epochs, seed, shuffle, first_epoch))
         new = []
         while True:
             chunk = self._wait(self.coordinator.run(STEPS_PER_CALL))
@@ -104,6 +101,9 @@ class DistributedTrainer:
 
     def shard_info(self) -> list[dict]:
         return [self._wait(s.info()) for s in self.shards]
+
+    def hidden_weights(self) -> list[np.ndarray]:
+        return self._wait(self.coordinator.hidden_weights())
 
     def shard_weights(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """Every shard's weights, fetched to the client (tests, small models only)."""

@@ -1,0 +1,91 @@
+"""Model-parallel training on a real LocalCluster (worker processes)."""
+
+import os
+import signal
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from dslide_dask import SlideClassifier, SlideConfig
+from dslide_dask.data.synthetic import make_synthetic
+from dslide_dask.distributed import DistributedTrainer, ShardLostError
+from dslide_dask.model.local_trainer import LocalTrainer
+
+PARAMS = dict(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2, batch_size=128, seed=0)
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return make_synthetic("tiny", seed=0)
+
+
+def test_one_shard_gives_the_same_weights_as_in_process(client, tiny):
+    train, _ = tiny
+    data = train.slice(0, 3200)  # 100 steps of 32
+    cfg = SlideConfig(**{k: v for k, v in PARAMS.items() if k != "batch_size"})
+    local = LocalTrainer(cfg, train.n_features, train.n_labels)
+    local.train(data, 32, seed=3)
+    with DistributedTrainer(
+        client, cfg, train.n_features, train.n_labels, n_shards=1,
+        wire_dtype="float32", pipeline=False,
+    ) as remote:  # fmt: skip
+        history = remote.train(data, 32, seed=3)
+        assert len(history) == 100
+        ((W, bias),) = remote.shard_weights()
+        hidden = remote.hidden_weights()
+    shard = local.network.shards[0]
+    np.testing.assert_allclose(W, shard.W, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(bias, shard.bias, rtol=1e-6, atol=1e-7)
+    for got, want in zip(hidden, local.network.hidden.params(), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert [h["loss"] for h in history] == pytest.approx([h["loss"] for h in local.history])
+
+
+@pytest.mark.parametrize("n_shards", [1, 2])
+def test_sharded_training_learns_like_one_shard(client, tiny, n_shards):
+    train, test = tiny
+    clf = SlideClassifier(epochs=8, client=client, n_shards=n_shards, **PARAMS)
+    clf.fit(train.X, train.Y)
+    assert clf.trainer_.n_shards == n_shards
+    local = SlideClassifier(epochs=8, **PARAMS).fit(train.X, train.Y)
+    p1, p1_local = clf.score(test.X, test.Y), local.score(test.X, test.Y)
+    assert p1 > 0.3, p1
+    assert abs(p1 - p1_local) < 0.08, (p1, p1_local)
+    steps = clf.history_
+    assert all(s["round_trips"] == 1 for s in steps[:-1])  # pipelined
+    per_shard = steps[10]["bytes_sent"] / n_shards
+    assert per_shard < 128 * 64 * 2 + 128 * 4 + 4096  # float16 activations + labels
+
+
+@pytest.mark.timeout(120)
+def test_a_lost_worker_raises_a_clear_error_not_a_hang(tiny):
+    train, _ = tiny
+    cfg = SlideConfig(**{k: v for k, v in PARAMS.items() if k != "batch_size"})
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+        DistributedTrainer(client, cfg, train.n_features, train.n_labels) as trainer,
+    ):
+        victim = trainer.placement.workers[1]
+        pid = client.run(os.getpid, workers=[victim])[victim]
+
+        def kill_at_step_5(stats):
+            if stats["step"] == 5:
+                os.kill(pid, signal.SIGKILL)
+
+        with pytest.raises(ShardLostError, match=r"lost shard 1 on tcp://.* the worker died"):
+            trainer.train(train, 32, epochs=3, callback=kill_at_step_5)
