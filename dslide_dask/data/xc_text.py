@@ -4,13 +4,17 @@ Format: a header line ``N_points N_features N_labels``, then one line a point:
 ``l1,l2,...,lk f:v f:v ...`` with 0-based ids (a point without labels starts with a
 blank). Parsing and formatting run in numba kernels over whole byte buffers; a malformed
 file raises :class:`XCFormatError` naming the source, the 1-based line and the problem.
-Values are written with 6 significant digits.
+Values are written with 6 significant digits. :func:`parse_lines` parses any run of lines
+(a byte range of a big file: see :mod:`dslide_dask.data.source`), optionally skipping
+bad lines.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,10 +28,11 @@ _MAX_HEADER = 1024  # bytes of line 1 looked at
 
 
 class XCFormatError(ValueError):
-    """A file that is not valid Extreme Classification text: ``source:line: problem``."""
+    """A file that is not valid Extreme Classification text: ``source:line: problem``
+    (``source: problem`` when no line applies, e.g. a corrupt compressed stream)."""
 
-    def __init__(self, source: str, line: int, problem: str) -> None:
-        super().__init__(f"{source}:{line}: {problem}")
+    def __init__(self, source: str, line: int | None, problem: str) -> None:
+        super().__init__(f"{source}:{line}: {problem}" if line else f"{source}: {problem}")
         self.source = source
         self.line = line
         self.problem = problem
@@ -47,17 +52,64 @@ def read_xc(url: str, storage_options: dict | None = None) -> XCDataset:
 
 def parse_xc(buf: bytes, source: str = "<bytes>") -> XCDataset:
     """Parse the bytes of an XC text file; ``source`` names it in error messages."""
-    arr = np.frombuffer(buf, dtype=np.uint8)
-    n_points, n_features, n_labels, body = _parse_header(buf, source)
-    colons, commas, lines = K.count_bytes(arr, body)
-    x_indptr, x_idx, x_val, y_indptr, y_idx, err = K.parse_body(
-        arr, body, n_points, n_features, n_labels, colons, commas + lines + 1
-    )
+    n_points, n_features, n_labels, body = parse_header(buf, source)
+    return parse_lines(buf, body, len(buf), n_points, n_features, n_labels, source).data
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """A line dropped by ``skip_bad_lines``: its line number and what is wrong with it."""
+
+    line: int
+    problem: str
+
+
+@dataclass(frozen=True)
+class ParsedLines:
+    """What :func:`parse_lines` found: the points, and the bad lines it skipped."""
+
+    data: XCDataset
+    n_skipped: int = 0
+    first_bad: BadLine | None = None
+
+
+def parse_lines(
+    buf: bytes,
+    start: int,
+    stop: int,
+    n_points: int,
+    n_features: int,
+    n_labels: int,
+    source: str,
+    *,
+    first_line: int = 2,
+    skip_bad_lines: bool = False,
+    locate: Callable[[int], int] | None = None,
+) -> ParsedLines:
+    """Parse ``n_points`` lines of ``buf[start:stop]`` (numbered from ``first_line``);
+    only blank lines may follow them.
+
+    A bad line raises :class:`XCFormatError` naming ``source`` and the line number, passed
+    through ``locate`` first if given (e.g. range-relative -> file line number, computed
+    only when needed). With ``skip_bad_lines`` bad lines are dropped and counted instead;
+    a point count that disagrees with ``n_points`` is an error either way.
+    """
+    arr = np.frombuffer(buf, dtype=np.uint8)[:stop]
+    colons, commas, lines = K.count_bytes(arr, start)
+    x_indptr, x_idx, x_val, y_indptr, y_idx, err, bad, n_bad = K.parse_lines(
+        arr, start, n_points, n_features, n_labels, colons, commas + lines + 1,
+        first_line, skip_bad_lines,
+    )  # fmt: skip
+    locate = locate or (lambda line: line)
     if err[0] != K.OK:
-        raise XCFormatError(source, int(err[1]), _problem(buf, err, n_points, n_features, n_labels))
+        problem = _problem(buf[:stop], err, n_points, n_features, n_labels)
+        raise XCFormatError(source, locate(int(err[1])), problem)
+    first_bad = None
+    if n_bad:
+        first_bad = BadLine(int(bad[1]), _problem(buf[:stop], bad, n_points, n_features, n_labels))
     X = CSR(x_indptr, x_idx, x_val, n_features)
     Y = CSR(y_indptr, y_idx, None, n_labels)
-    return XCDataset(X, Y)
+    return ParsedLines(XCDataset(X, Y), int(n_bad), first_bad)
 
 
 def write_xc(url: str, data: XCDataset, storage_options: dict | None = None) -> None:
@@ -87,8 +139,22 @@ def _check_writable(X: CSR, Y: CSR, x_val: np.ndarray) -> None:
         raise ValueError("feature values must be finite to be written")
 
 
-def _parse_header(buf: bytes, source: str) -> tuple[int, int, int, int]:
-    """(n_points, n_features, n_labels, byte offset of line 2)."""
+#: leading bytes of compressed streams, for a clear error when a file's name hides one
+MAGIC = {
+    b"\x1f\x8b": ("gzip", ".gz"),
+    b"BZh": ("bzip2", ".bz2"),
+    b"\xfd7zXZ\x00": ("xz", ".xz"),
+    b"\x28\xb5\x2f\xfd": ("zstd", ".zst"),
+    b"PK\x03\x04": ("zip", ".zip"),
+}
+
+
+def parse_header(buf: bytes, source: str, size: int | None = None) -> tuple[int, int, int, int]:
+    """(n_points, n_features, n_labels, byte offset of line 2) from the start of a file.
+
+    ``buf`` may be just the file's first bytes if ``size`` (the whole file's, when known)
+    is given: it bounds N_points (a point takes at least one byte).
+    """
     if re.match(rb"\s*\Z", buf):  # stops at the first non-blank byte: no copy
         raise XCFormatError(
             source, 1, "empty file (expected header 'N_points N_features N_labels')"
@@ -99,6 +165,14 @@ def _parse_header(buf: bytes, source: str) -> tuple[int, int, int, int]:
     text = buf[:end].decode("utf-8", errors="replace")
     parts = text.split()
     if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts):
+        compressed = next((v for m, v in MAGIC.items() if buf.startswith(m)), None)
+        if compressed:
+            raise XCFormatError(
+                source,
+                None,
+                f"this is {compressed[0]}-compressed data, but the name does not say so "
+                f"(name it *{compressed[1]} to have it decompressed)",
+            )
         raise XCFormatError(
             source,
             1,
@@ -109,9 +183,10 @@ def _parse_header(buf: bytes, source: str) -> tuple[int, int, int, int]:
     for name, v in (("N_features", n_features), ("N_labels", n_labels)):
         if v > _INT32_MAX:
             raise XCFormatError(source, 1, f"header {name} {v} exceeds the int32 limit")
-    if n_points > len(buf):
+    size = len(buf) if size is None else size
+    if n_points > size:
         raise XCFormatError(
-            source, 1, f"header N_points {n_points} exceeds the file size ({len(buf)} bytes)"
+            source, 1, f"header N_points {n_points} exceeds the file size ({size} bytes)"
         )
     return n_points, n_features, n_labels, min(end + 1, len(buf))
 

@@ -22,7 +22,9 @@ from distributed import get_worker
 from dslide_dask.data.batches import epoch_batches
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
+from dslide_dask.data.xc_text import read_xc
 from dslide_dask.distributed.errors import ShardLostError
+from dslide_dask.metrics import precision_at_k
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.hidden import HiddenLayers
 from dslide_dask.model.local_trainer import check_finite
@@ -141,7 +143,22 @@ class Coordinator:
             "seconds": time.perf_counter() - t0,
         }
 
+    async def _load(self, source: XCDataset | str, storage_options: dict | None) -> XCDataset:
+        if isinstance(source, XCDataset):
+            return source
+        return await asyncio.to_thread(read_xc, source, storage_options)
+
     # -- inference ---------------------------------------------------------------------------
+    async def evaluate(
+        self, source: XCDataset | str, storage_options: dict | None, ks: tuple[int, ...],
+        exact: bool, max_points: int | None,
+    ) -> dict[str, float]:  # fmt: skip
+        """P@k on (the first ``max_points`` rows of) a data set or URL read here."""
+        data = await self._load(source, storage_options)
+        if max_points is not None:
+            data = data.slice(0, max_points)
+        return precision_at_k(await self.topk(data.X, max(ks), exact), data.Y, ks)
+
     async def topk(self, X: CSR, k: int, exact: bool, batch_size: int = 4096) -> np.ndarray:
         """Top-k label ids of each row, gathered from every shard."""
         out = []

@@ -99,6 +99,19 @@ class DistributedTrainer:
     def topk(self, X: CSR, k: int, exact: bool = True) -> np.ndarray:
         return self._wait(self.coordinator.topk(X, k, exact))
 
+    def evaluate(
+        self,
+        data: XCDataset | str,
+        ks: tuple[int, ...] = (1, 3, 5),
+        exact: bool = True,
+        max_points: int | None = None,
+        storage_options: dict | None = None,
+    ) -> dict[str, float]:
+        """P@k on a data set or URL, computed on the cluster."""
+        return self._wait(
+            self.coordinator.evaluate(data, storage_options, tuple(ks), exact, max_points)
+        )
+
     def shard_info(self) -> list[dict]:
         return [self._wait(s.info()) for s in self.shards]
 

@@ -60,23 +60,23 @@ def dwta_buckets(
         codes = np.empty((n_hashes, _LANES), np.int32)
         best = np.empty(_LANES, np.float32)
         arg = np.empty(_LANES, np.int32)
-        nonzero = np.empty(_LANES, np.bool_)
+        magnitude = np.empty(_LANES, np.float32)  # max |value|: 0 for an all-zero bin
         for h in range(n_hashes):
-            first = tv[bins[h, 0]]
+            d0 = bins[h, 0]
             for r in range(_LANES):
-                best[r] = first[r]
+                best[r] = tv[d0, r]
                 arg[r] = 0
-                nonzero[r] = first[r] != 0
+                magnitude[r] = abs(tv[d0, r])
             for j in range(1, bin_size):
-                col = tv[bins[h, j]]
+                d = bins[h, j]
                 for r in range(_LANES):
-                    v = col[r]
+                    v = tv[d, r]
                     better = v > best[r]
                     best[r] = v if better else best[r]
                     arg[r] = j if better else arg[r]
-                    nonzero[r] = nonzero[r] | (v != 0)
+                    magnitude[r] = max(magnitude[r], abs(v))
             for r in range(_LANES):
-                codes[h, r] = arg[r] if nonzero[r] else -1
+                codes[h, r] = arg[r] if magnitude[r] > 0 else -1
         for r in range(rows):
             for t in range(L):
                 packed = np.uint64(0)

@@ -267,77 +267,55 @@ def _first_duplicate(ids: np.ndarray, lo: int, hi: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def parse_body(
-    buf: np.ndarray,
-    pos: int,
-    n_points: int,
-    n_features: int,
-    n_labels: int,
-    nnz_cap: int,
-    labels_cap: int,
-):
-    """Parse ``n_points`` lines of ``buf`` (uint8) from byte ``pos`` (line 2).
+def count_lines(buf: np.ndarray, start: int, stop: int) -> int:
+    """Newline bytes in ``buf[start:stop]``."""
+    lines = 0
+    for i in range(start, stop):
+        if buf[i] == _LF:
+            lines += 1
+    return lines
 
-    Returns ``(x_indptr, x_indices, x_data, y_indptr, y_indices, err)``; ``err`` is int64
-    ``[code, line, tok_start, tok_end, value, field_start, field_end]`` with code 0 (OK)
-    or one of the ERR_* codes. On error the arrays are partial.
+
+@numba.njit(cache=True, nogil=True)
+def find_byte(buf: np.ndarray, start: int, stop: int, byte: int) -> int:
+    """The first index in ``buf[start:stop]`` holding ``byte``, else -1."""
+    for i in range(start, stop):
+        if buf[i] == byte:
+            return i
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def last_non_blank(buf: np.ndarray, start: int, stop: int) -> int:
+    """The last index in ``buf[start:stop]`` that is not a blank or newline, else -1."""
+    for i in range(stop - 1, start - 1, -1):
+        if not _is_sep(buf[i]):
+            return i
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _row_error(err: np.ndarray, code: int, line: int, t0: int, t1: int, value: int) -> None:
+    err[0] = code
+    err[1] = line
+    err[2] = t0
+    err[3] = t1
+    err[4] = value
+
+
+@numba.njit(cache=True, nogil=True)
+def _parse_row(buf, pos, n, n_features, n_labels, x_idx, x_val, y_idx, nx, ny, err, line):
+    """Parse the line at ``pos`` into ``x_*``/``y_idx`` from ``nx``/``ny`` on.
+
+    Returns ``(pos after the line, nx, ny)``; on a bad line ``err[0]`` is set (see
+    :func:`parse_lines`) and the returned position and counts are meaningless.
     """
-    n = len(buf)
-    err = np.zeros(7, np.int64)
-    x_indptr = np.zeros(n_points + 1, np.int64)
-    y_indptr = np.zeros(n_points + 1, np.int64)
-    x_idx = np.empty(nnz_cap, np.int32)
-    x_val = np.empty(nnz_cap, np.float32)
-    y_idx = np.empty(labels_cap, np.int32)
-    nx = 0
-    ny = 0
-    line = 2
-    for row in range(n_points):
-        if pos >= n:
-            err[0] = ERR_FEW_POINTS
-            err[1] = line
-            err[4] = row
-            return x_indptr, x_idx[:nx], x_val[:nx], y_indptr, y_idx[:ny], err
-        # labels: comma-separated ids, unless the line starts with a separator
-        if not _is_sep(buf[pos]):
-            field = pos
-            while True:
-                tok = pos
-                v = np.int64(0)
-                while pos < n:
-                    c = buf[pos]
-                    if c < _ZERO or c > _NINE:
-                        break
-                    if v < _ID_CAP:
-                        v = v * 10 + (c - _ZERO)
-                    pos += 1
-                c = buf[pos] if pos < n else _LF
-                if pos == tok or not (_is_sep(c) or c == _COMMA):
-                    err[0] = ERR_LABEL_TOKEN
-                    err[1] = line
-                    err[2] = tok
-                    err[3] = _token_end(buf, tok, n, True)
-                    err[5] = field
-                    err[6] = _token_end(buf, field, n, False)
-                    return x_indptr, x_idx[:nx], x_val[:nx], y_indptr, y_idx[:ny], err
-                if v >= n_labels:
-                    err[0] = ERR_LABEL_RANGE
-                    err[1] = line
-                    err[2] = tok
-                    err[3] = pos
-                    err[4] = v
-                    return x_indptr, x_idx[:nx], x_val[:nx], y_indptr, y_idx[:ny], err
-                y_idx[ny] = v
-                ny += 1
-                if c != _COMMA:
-                    break
-                pos += 1
-        # features: id:value tokens separated by blanks
+    nx0 = nx
+    ny0 = ny
+    # labels: comma-separated ids, unless the line starts with a separator
+    if not _is_sep(buf[pos]):
+        field = pos
         while True:
-            while pos < n and _is_space(buf[pos]):
-                pos += 1
-            if pos >= n or buf[pos] == _LF:
-                break
             tok = pos
             v = np.int64(0)
             while pos < n:
@@ -347,60 +325,164 @@ def parse_body(
                 if v < _ID_CAP:
                     v = v * 10 + (c - _ZERO)
                 pos += 1
-            if pos == tok or pos >= n or buf[pos] != _COLON:
-                err[0] = ERR_FEATURE_TOKEN
-                err[1] = line
-                err[2] = tok
-                err[3] = _token_end(buf, tok, n, False)
-                return x_indptr, x_idx[:nx], x_val[:nx], y_indptr, y_idx[:ny], err
-            if v >= n_features:
-                err[0] = ERR_FEATURE_RANGE
-                err[1] = line
-                err[2] = tok
-                err[3] = pos
-                err[4] = v
-                return x_indptr, x_idx[:nx], x_val[:nx], y_indptr, y_idx[:ny], err
+            c = buf[pos] if pos < n else _LF
+            if pos == tok or not (_is_sep(c) or c == _COMMA):
+                _row_error(err, ERR_LABEL_TOKEN, line, tok, _token_end(buf, tok, n, True), 0)
+                err[5] = field
+                err[6] = _token_end(buf, field, n, False)
+                return pos, nx, ny
+            if v >= n_labels:
+                _row_error(err, ERR_LABEL_RANGE, line, tok, pos, v)
+                return pos, nx, ny
+            y_idx[ny] = v
+            ny += 1
+            if c != _COMMA:
+                break
             pos += 1
-            x, code, pos = _parse_float(buf, pos, n)
-            if code != OK:
-                err[0] = code
-                err[1] = line
-                err[2] = tok
-                err[3] = _token_end(buf, tok, n, False)
-                return x_indptr, x_idx[:nx], x_val[:nx], y_indptr, y_idx[:ny], err
-            x_idx[nx] = v
-            x_val[nx] = x
-            nx += 1
-        if pos < n:
-            pos += 1  # the newline
-        dup = _first_duplicate(y_idx, y_indptr[row], ny)
-        if dup >= 0:
-            err[0] = ERR_LABEL_DUP
-            err[1] = line
-            err[4] = dup
-            return x_indptr, x_idx[:nx], x_val[:nx], y_indptr, y_idx[:ny], err
-        dup = _first_duplicate(x_idx, x_indptr[row], nx)
-        if dup >= 0:
-            err[0] = ERR_FEATURE_DUP
-            err[1] = line
-            err[4] = dup
-            return x_indptr, x_idx[:nx], x_val[:nx], y_indptr, y_idx[:ny], err
-        x_indptr[row + 1] = nx
-        y_indptr[row + 1] = ny
-        line += 1
-    # only blank lines may follow
-    while pos < n:
-        c = buf[pos]
-        if c == _LF:
-            line += 1
-        elif not _is_space(c):
-            err[0] = ERR_EXTRA
-            err[1] = line
-            err[2] = pos
-            err[3] = _token_end(buf, pos, n, False)
+    # features: id:value tokens separated by blanks
+    while True:
+        while pos < n and _is_space(buf[pos]):
+            pos += 1
+        if pos >= n or buf[pos] == _LF:
             break
+        tok = pos
+        v = np.int64(0)
+        while pos < n:
+            c = buf[pos]
+            if c < _ZERO or c > _NINE:
+                break
+            if v < _ID_CAP:
+                v = v * 10 + (c - _ZERO)
+            pos += 1
+        if pos == tok or pos >= n or buf[pos] != _COLON:
+            _row_error(err, ERR_FEATURE_TOKEN, line, tok, _token_end(buf, tok, n, False), 0)
+            return pos, nx, ny
+        if v >= n_features:
+            _row_error(err, ERR_FEATURE_RANGE, line, tok, pos, v)
+            return pos, nx, ny
         pos += 1
-    return x_indptr, x_idx[:nx], x_val[:nx], y_indptr, y_idx[:ny], err
+        x, code, pos = _parse_float(buf, pos, n)
+        if code != OK:
+            _row_error(err, code, line, tok, _token_end(buf, tok, n, False), 0)
+            return pos, nx, ny
+        x_idx[nx] = v
+        x_val[nx] = x
+        nx += 1
+    if pos < n:
+        pos += 1  # the newline
+    dup = _first_duplicate(y_idx, ny0, ny)
+    if dup >= 0:
+        _row_error(err, ERR_LABEL_DUP, line, 0, 0, dup)
+        return pos, nx, ny
+    dup = _first_duplicate(x_idx, nx0, nx)
+    if dup >= 0:
+        _row_error(err, ERR_FEATURE_DUP, line, 0, 0, dup)
+    return pos, nx, ny
+
+
+@numba.njit(cache=True, nogil=True)
+def parse_lines(
+    buf: np.ndarray,
+    pos: int,
+    n_points: int,
+    n_features: int,
+    n_labels: int,
+    nnz_cap: int,
+    labels_cap: int,
+    first_line: int,
+    skip: bool,
+):
+    """Parse ``n_points`` lines of ``buf`` (uint8) from byte ``pos`` (line ``first_line``);
+    only blank lines may follow them.
+
+    Returns ``(x_indptr, x_indices, x_data, y_indptr, y_indices, err, skipped, n_skipped)``.
+    ``err`` is int64 ``[code, line, tok_start, tok_end, value, field_start, field_end]``
+    with code 0 (OK) or one of the ERR_* codes; on error the arrays are partial. With
+    ``skip``, a bad line (any code but ERR_FEW_POINTS / ERR_EXTRA) is dropped instead:
+    ``n_skipped`` counts them, ``skipped`` is the first one's record, and the arrays hold
+    ``n_points - n_skipped`` rows.
+    """
+    n = len(buf)
+    err = np.zeros(7, np.int64)
+    skipped = np.zeros(7, np.int64)
+    row_err = np.zeros(7, np.int64)
+    x_indptr = np.zeros(n_points + 1, np.int64)
+    y_indptr = np.zeros(n_points + 1, np.int64)
+    x_idx = np.empty(nnz_cap, np.int32)
+    x_val = np.empty(nnz_cap, np.float32)
+    y_idx = np.empty(labels_cap, np.int32)
+    nx = 0
+    ny = 0
+    rows = 0
+    n_skipped = 0
+    line = first_line
+    for _ in range(n_points):
+        if pos >= n:
+            err[0] = ERR_FEW_POINTS
+            err[1] = line
+            err[4] = rows + n_skipped
+            break
+        start = pos
+        pos, nx2, ny2 = _parse_row(
+            buf, pos, n, n_features, n_labels, x_idx, x_val, y_idx, nx, ny, row_err, line
+        )
+        if row_err[0] != OK:
+            if not skip:
+                err[:] = row_err
+                break
+            if n_skipped == 0:
+                skipped[:] = row_err
+            n_skipped += 1
+            row_err[:] = 0
+            pos = start
+            while pos < n and buf[pos] != _LF:
+                pos += 1
+            pos += 1
+        else:
+            nx = nx2
+            ny = ny2
+            rows += 1
+            x_indptr[rows] = nx
+            y_indptr[rows] = ny
+        line += 1
+    if err[0] == OK:  # only blank lines may follow
+        while pos < n:
+            c = buf[pos]
+            if c == _LF:
+                line += 1
+            elif not _is_space(c):
+                err[0] = ERR_EXTRA
+                err[1] = line
+                err[2] = pos
+                err[3] = _token_end(buf, pos, n, False)
+                break
+            pos += 1
+    return (
+        x_indptr[: rows + 1],
+        x_idx[:nx],
+        x_val[:nx],
+        y_indptr[: rows + 1],
+        y_idx[:ny],
+        err,
+        skipped,
+        n_skipped,
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def parse_body(
+    buf: np.ndarray,
+    pos: int,
+    n_points: int,
+    n_features: int,
+    n_labels: int,
+    nnz_cap: int,
+    labels_cap: int,
+):
+    """:func:`parse_lines` of a whole file's body (line 2 on), stopping at the first error:
+    ``(x_indptr, x_indices, x_data, y_indptr, y_indices, err)``."""
+    out = parse_lines(buf, pos, n_points, n_features, n_labels, nnz_cap, labels_cap, 2, False)
+    return out[0], out[1], out[2], out[3], out[4], out[5]
 
 
 # ---------------------------------------------------------------------------- formatting

@@ -11,8 +11,14 @@ import numpy as np
 from dslide_dask.data.batches import epoch_batches
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
+from dslide_dask.data.xc_text import read_xc
+from dslide_dask.metrics import precision_at_k
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.network import SlideNetwork
+
+
+def _load(source: XCDataset | str, storage_options: dict | None) -> XCDataset:
+    return source if isinstance(source, XCDataset) else read_xc(source, storage_options)
 
 
 def check_finite(loss: float, step: int) -> None:
@@ -35,14 +41,17 @@ class LocalTrainer:
 
     def train(
         self,
-        data: XCDataset,
+        data: XCDataset | str,
         batch_size: int,
         epochs: int = 1,
         seed: int = 0,
         shuffle: bool = True,
         callback: Callable[[dict], None] | None = None,
         first_epoch: int = 0,
+        storage_options: dict | None = None,
     ) -> list[dict]:
+        """Train on a data set or URL; returns the new per-step statistics."""
+        data = _load(data, storage_options)
         new = []
         for epoch in range(first_epoch, first_epoch + epochs):
             for batch in epoch_batches(data, batch_size, epoch, seed, shuffle):
@@ -69,6 +78,20 @@ class LocalTrainer:
             stop = min(start + batch_size, X.n_rows)
             out[start:stop] = self.network.topk(X.slice_rows(start, stop), k, exact)
         return out
+
+    def evaluate(
+        self,
+        data: XCDataset | str,
+        ks: tuple[int, ...] = (1, 3, 5),
+        exact: bool = True,
+        max_points: int | None = None,
+        storage_options: dict | None = None,
+    ) -> dict[str, float]:
+        """P@k on (the first ``max_points`` rows of) a data set or URL."""
+        data = _load(data, storage_options)
+        if max_points is not None:
+            data = data.slice(0, max_points)
+        return precision_at_k(self.topk(data.X, max(ks), exact), data.Y, ks)
 
     def close(self) -> None:
         """Nothing to release in one process."""
