@@ -15,10 +15,21 @@ def workers(*specs):
 
 
 def test_one_shard_per_worker_sized_by_threads():
-    placement = place_shards(workers((1, 4 << 30), (2, 4 << 30)), CFG, 3000)
+    placement = place_shards(
+        workers((1, 4 << 30), (2, 4 << 30)), CFG, 3000, coordinator_load=0
+    )
     # the worker with more threads comes first and gets twice the neurons
     assert placement.workers == ("tcp://10.0.0.1:1", "tcp://10.0.0.0:1")
     assert [placement.layout.size(s) for s in range(2)] == [2000, 1000]
+
+
+def test_the_coordinators_worker_gets_a_smaller_shard():
+    placement = place_shards(workers((1, 0), (1, 0)), CFG, 19_000, coordinator_load=0.1)
+    assert [placement.layout.size(s) for s in range(2)] == [9000, 10_000]
+    single = place_shards(workers((1, 0)), CFG, 100, coordinator_load=0.1)
+    assert single.layout.size(0) == 100
+    with pytest.raises(ValueError, match=r"coordinator_load must be in \[0, 1\), got 1.5"):
+        place_shards(workers((1, 0)), CFG, 100, coordinator_load=1.5)
 
 
 def test_n_shards_picks_the_largest_workers():

@@ -201,6 +201,29 @@ def check_point_counts(partitions: Sequence[Partition], lines: Sequence[int]) ->
         counter.add(part, n)
 
 
+def concat(datasets: Sequence[XCDataset], n_features: int, n_labels: int) -> XCDataset:
+    """The rows of ``datasets``, one after the other."""
+    datasets = [d for d in datasets if len(d)]
+    if len(datasets) <= 1:
+        return datasets[0] if datasets else empty_dataset(n_features, n_labels)
+    return XCDataset(
+        _concat_csr([d.X for d in datasets], n_features),
+        _concat_csr([d.Y for d in datasets], n_labels),
+    )
+
+
+def _concat_csr(mats: list[CSR], n_cols: int) -> CSR:
+    indptr = np.zeros(1 + sum(m.n_rows for m in mats), np.int64)
+    row = base = 0
+    for m in mats:
+        indptr[row + 1 : row + 1 + m.n_rows] = m.indptr[1:] - m.indptr[0] + base
+        row += m.n_rows
+        base += m.nnz
+    indices = np.concatenate([m.indices for m in mats])
+    data = None if mats[0].data is None else np.concatenate([m.data for m in mats])
+    return CSR(indptr, indices, data, n_cols)
+
+
 def empty_dataset(n_features: int, n_labels: int) -> XCDataset:
     """A data set with no points."""
     zero = np.zeros(1, np.int64)
@@ -428,7 +451,7 @@ def _read_range(fs, path: str, part: Partition, skip: bool) -> tuple[XCDataset, 
     known = part.part == 0 or part.first_line is not None
     parsed = parse_lines(
         buf, a, b, n_points, part.n_features, part.n_labels, part.url,
-        first_line=first_line, skip_bad_lines=skip,
+        first_line=first_line, skip_bad_lines=skip, header_points=part.n_points,
         locate=None if known else lambda line: line + _lines_before(fs, path, lo + a),
     )  # fmt: skip
     if parsed.first_bad:

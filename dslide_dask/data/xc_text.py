@@ -85,6 +85,7 @@ def parse_lines(
     first_line: int = 2,
     skip_bad_lines: bool = False,
     locate: Callable[[int], int] | None = None,
+    header_points: int | None = None,
 ) -> ParsedLines:
     """Parse ``n_points`` lines of ``buf[start:stop]`` (numbered from ``first_line``);
     only blank lines may follow them.
@@ -92,7 +93,8 @@ def parse_lines(
     A bad line raises :class:`XCFormatError` naming ``source`` and the line number, passed
     through ``locate`` first if given (e.g. range-relative -> file line number, computed
     only when needed). With ``skip_bad_lines`` bad lines are dropped and counted instead;
-    a point count that disagrees with ``n_points`` is an error either way.
+    a point count that disagrees with ``n_points`` is an error either way. Messages quote
+    ``header_points`` (default ``n_points``) as the header's N_points.
     """
     arr = np.frombuffer(buf, dtype=np.uint8)[:stop]
     colons, commas, lines = K.count_bytes(arr, start)
@@ -101,12 +103,12 @@ def parse_lines(
         first_line, skip_bad_lines,
     )  # fmt: skip
     locate = locate or (lambda line: line)
+    shape = (n_points if header_points is None else header_points, n_features, n_labels)
     if err[0] != K.OK:
-        problem = _problem(buf[:stop], err, n_points, n_features, n_labels)
-        raise XCFormatError(source, locate(int(err[1])), problem)
+        raise XCFormatError(source, locate(int(err[1])), _problem(buf[:stop], err, *shape))
     first_bad = None
     if n_bad:
-        first_bad = BadLine(int(bad[1]), _problem(buf[:stop], bad, n_points, n_features, n_labels))
+        first_bad = BadLine(int(bad[1]), _problem(buf[:stop], bad, *shape))
     X = CSR(x_indptr, x_idx, x_val, n_features)
     Y = CSR(y_indptr, y_idx, None, n_labels)
     return ParsedLines(XCDataset(X, Y), int(n_bad), first_bad)

@@ -5,7 +5,7 @@ activations to every shard and gets back softmax partial sums and gradients. Sha
 go worker-to-worker, all shards at once; nothing per step passes through the client or
 the scheduler. With ``pipeline=True`` a shard finishes step t and starts step t+1 in one
 call (the hidden activations of t+1 then come from weights one update old), halving the
-round trips per step.
+round trips per step, and the coordinator's own arithmetic overlaps the shards'.
 """
 
 from __future__ import annotations
@@ -55,8 +55,11 @@ class Coordinator:
         self.pipeline = pipeline
         self.worker = get_worker()
         self.batches: Iterator[XCDataset] = iter(())
-        self.pending = None
+        self.pending = None  # pipelined: the step whose forward pass the shards have done
+        self.deferred = None  # pipelined: a hidden-layer update not yet applied
         self.step = 0
+        self.compute_seconds = 0.0  # this worker's hidden-layer arithmetic
+        self.wait_seconds = 0.0  # waiting for the shards
 
     # -- data --------------------------------------------------------------------------------
     def set_data(self, data: XCDataset, batch_size: int, epochs: int, seed: int,
@@ -97,6 +100,9 @@ class Coordinator:
         return self._stats(batch, lse, label_term, parts, sent, received, 2, t0)
 
     async def _pipelined_step(self) -> dict | None:
+        """Finish step t and start step t+1 in one call to each shard; while the shards
+        work, apply step t-1's update to the hidden layers (so the activations of t+1
+        come from hidden weights two updates old)."""
         t0 = time.perf_counter()
         sent = 0
         if self.pending is None:
@@ -112,24 +118,38 @@ class Coordinator:
         lse, label_term = combine_partials(parts)
         following = next(self.batches, None)
         if following is None:
-            grads = await self._all([s.backward(lse) for s in self.shards], "backward")
-            self.pending = None
+            calls = [s.backward(lse) for s in self.shards]
             sent += len(self.shards) * lse.nbytes
-            received = payload_bytes((parts, grads))
         else:
             h, next_acts = await self._compute(self.hidden.forward, following.X)
             h_wire = pack(h, self.wire_dtype)
             calls = [s.backward_forward(lse, h_wire, following.Y) for s in self.shards]
-            replies = await self._all(calls, "backward+forward")
+            sent += len(self.shards) * (payload_bytes((h_wire, following.Y)) + lse.nbytes)
+        replies = asyncio.ensure_future(self._all(calls, "backward+forward"))
+        await self._apply_deferred()
+        replies = await replies
+        received = payload_bytes(replies)
+        if following is None:
+            grads, self.pending = replies, None
+        else:
             grads = [r[0] for r in replies]
             self.pending = (following, next_acts, [r[1] for r in replies])
-            sent += len(self.shards) * (payload_bytes((h_wire, following.Y)) + lse.nbytes)
-            received = payload_bytes(replies)
-        await self._compute(self.hidden.backward, batch.X, acts, sum_unpacked(grads))
+        self.deferred = (batch.X, acts, grads)
+        if self.pending is None:
+            await self._apply_deferred()
         return self._stats(batch, lse, label_term, parts, sent, received, 1, t0)
+
+    async def _apply_deferred(self) -> None:
+        """Apply a hidden-layer update whose gradients arrived in an earlier step."""
+        if self.deferred is not None:
+            X, acts, grads = self.deferred
+            self.deferred = None
+            await self._compute(self.hidden.backward, X, acts, sum_unpacked(grads))
 
     def _stats(self, batch, lse, label_term, parts, sent, received, trips, t0) -> dict:
         self.step += 1
+        compute, wait = self.compute_seconds, self.wait_seconds
+        self.compute_seconds = self.wait_seconds = 0.0
         stats = step_stats(lse, label_term, parts, batch.Y)
         check_finite(stats.loss, self.step)
         return {
@@ -141,6 +161,8 @@ class Coordinator:
             "bytes_received": int(received),
             "round_trips": trips,
             "seconds": time.perf_counter() - t0,
+            "coordinator_seconds": compute,
+            "shard_wait_seconds": wait,
         }
 
     async def _load(self, source: XCDataset | str, storage_options: dict | None) -> XCDataset:
@@ -178,9 +200,13 @@ class Coordinator:
         """Run model arithmetic on the worker's actor thread, like the shards' methods, so
         numba kernels never run from two threads of one process at once."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self.worker.executors["actor"], partial(self._with_threads, fn, *args)
-        )
+        t0 = time.perf_counter()
+        try:
+            return await loop.run_in_executor(
+                self.worker.executors["actor"], partial(self._with_threads, fn, *args)
+            )
+        finally:
+            self.compute_seconds += time.perf_counter() - t0
 
     def _with_threads(self, fn, *args):
         numba.set_num_threads(self.n_threads)
@@ -193,6 +219,7 @@ class Coordinator:
             return await call
 
         tasks = [asyncio.ensure_future(wait(c)) for c in calls]
+        t0 = time.perf_counter()
         try:
             while True:
                 done, pending = await asyncio.wait(
@@ -205,6 +232,7 @@ class Coordinator:
                     return [t.result() for t in tasks]
                 await self._check_alive(what)
         finally:
+            self.wait_seconds += time.perf_counter() - t0
             for task in tasks:
                 task.cancel()
 

@@ -24,14 +24,22 @@ def shard_bytes(cfg: SlideConfig, n_neurons: int) -> int:
 
 
 def place_shards(
-    workers: dict[str, dict], cfg: SlideConfig, n_labels: int, n_shards: int | None = None
+    workers: dict[str, dict],
+    cfg: SlideConfig,
+    n_labels: int,
+    n_shards: int | None = None,
+    coordinator_load: float = 0.1,
 ) -> Placement:
     """Choose workers for the shards of an output layer of ``n_labels`` neurons.
 
     ``workers`` is the scheduler's view (``Client.scheduler_info()["workers"]``). By
     default every worker gets one shard, with a share of the neurons proportional to its
-    threads; ``n_shards`` takes the workers with the most threads first.
+    threads; ``n_shards`` takes the workers with the most threads first. The first worker
+    also runs the coordinator (the hidden layers), whose work is taken as
+    ``coordinator_load`` of that worker's capacity, so its shard is that much smaller.
     """
+    if not 0 <= coordinator_load < 1:
+        raise ValueError(f"coordinator_load must be in [0, 1), got {coordinator_load}")
     if not workers:
         raise ValueError("the Dask cluster has no workers")
     order = sorted(workers, key=lambda a: (-workers[a].get("nthreads", 1), a))
@@ -39,9 +47,10 @@ def place_shards(
     if not 1 <= n_shards <= len(order):
         raise ValueError(f"n_shards must be in [1, {len(order)}] (the workers), got {n_shards}")
     chosen = tuple(order[:n_shards])
-    layout = ShardLayout.from_capacities(
-        n_labels, [max(1, int(workers[a].get("nthreads", 1))) for a in chosen]
-    )
+    capacities = [10 * max(1, int(workers[a].get("nthreads", 1))) for a in chosen]
+    if n_shards > 1:
+        capacities[0] = max(1, round(capacities[0] * (1 - coordinator_load)))
+    layout = ShardLayout.from_capacities(n_labels, capacities)
     for s, address in enumerate(chosen):
         need = shard_bytes(cfg, layout.size(s))
         limit = workers[address].get("memory_limit") or 0

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
+
 import numba
 import numpy as np
 
@@ -27,14 +30,16 @@ class ShardActor:
         self.wire_dtype = wire_dtype
         numba.set_num_threads(n_threads)
         self.shard = WideShard(SlideConfig.from_dict(cfg), dim_in, layout, shard_index)
+        self.busy_seconds = 0.0
+        self.calls = 0
 
     def forward(self, h: Packed, Y: CSR) -> SoftmaxPartials:
-        numba.set_num_threads(self.n_threads)
-        return self.shard.forward(unpack(h), Y)
+        with self._busy():
+            return self.shard.forward(unpack(h), Y)
 
     def backward(self, lse: np.ndarray) -> Packed:
-        numba.set_num_threads(self.n_threads)
-        return pack(self.shard.backward(lse), self.wire_dtype)
+        with self._busy():
+            return pack(self.shard.backward(lse), self.wire_dtype)
 
     def backward_forward(
         self, lse: np.ndarray, h_next: Packed, Y_next: CSR
@@ -43,8 +48,8 @@ class ShardActor:
         return self.backward(lse), self.forward(h_next, Y_next)
 
     def topk(self, h: Packed, k: int, exact: bool) -> tuple[np.ndarray, np.ndarray]:
-        numba.set_num_threads(self.n_threads)
-        return self.shard.topk(unpack(h), k, exact)
+        with self._busy():
+            return self.shard.topk(unpack(h), k, exact)
 
     def info(self) -> dict:
         shard = self.shard
@@ -53,8 +58,21 @@ class ShardActor:
             "neurons": shard.n_local,
             "steps": shard.step,
             "rebuilds": shard.schedule.n_rebuilds,
+            "busy_seconds": self.busy_seconds,
+            "calls": self.calls,
             **shard.index.occupancy(),
         }
+
+    @contextmanager
+    def _busy(self):
+        """Count this call's compute time; numba gets this worker's threads."""
+        numba.set_num_threads(self.n_threads)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.busy_seconds += time.perf_counter() - t0
+            self.calls += 1
 
     def get_weights(self) -> tuple[np.ndarray, np.ndarray]:
         """This shard's weights and biases (for tests and checkpoints, never per step)."""

@@ -39,13 +39,16 @@ class DistributedTrainer:
         n_shards: int | None = None,
         wire_dtype: str = "float16",
         pipeline: bool = True,
+        coordinator_load: float = 0.1,
     ) -> None:
         self.client = client
         self.cfg = cfg
         self.n_features = n_features
         self.n_labels = n_labels
         workers = client.scheduler_info(n_workers=-1)["workers"]
-        self.placement: Placement = place_shards(workers, cfg, n_labels, n_shards)
+        self.placement: Placement = place_shards(
+            workers, cfg, n_labels, n_shards, coordinator_load
+        )
         token = uuid.uuid4().hex[:8]
         threads = [int(workers[w].get("nthreads", 1)) for w in self.placement.workers]
         self._futures = [

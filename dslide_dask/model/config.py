@@ -35,8 +35,8 @@ class SlideConfig:
     bucket_policy: str = "fifo"
     strategy: str = "union"
     threshold: int = 2
-    min_active: int = 0
-    max_active: int = 4096
+    min_active: int = 0  # per example, over the whole layer (each shard pads its share)
+    max_active: int = 4096  # per example, over the whole layer
     rebuild_every: int = 50
     rebuild_growth: float = 0.0
     redraw_every: int = 1000

@@ -137,11 +137,15 @@ class WideShard:
             self.n_local,
             _STRATEGY[cfg.strategy],
             cfg.threshold,
-            cfg.min_active if train else 0,
-            max(cfg.max_active, max_labels),
+            self._share(cfg.min_active) if train else 0,
+            max(self._share(cfg.max_active), max_labels),
             salt,
             self._scratch[:n_chunks],
         )
+
+    def _share(self, count: int) -> int:
+        """This shard's part of a per-example neuron count of the whole layer."""
+        return -(-count * self.n_local // self.n_neurons)
 
     # -- training ------------------------------------------------------------------------
     def forward(self, h: np.ndarray, Y: CSR) -> SoftmaxPartials:

@@ -1,0 +1,148 @@
+"""``dslide bench distributed``: the in-process engine against the same run sharded over a
+LocalCluster of 1, 2 and 4 worker processes, on the same data and cores.
+
+Each row trains one pass over the same prefix of a synthetic preset with the same
+parameters. "setup s" builds the model (weights, hash tables; on Dask also starting the
+actors); "samples/s" is training samples over training wall time after setup; "bytes/step"
+is what the coordinator sent to and received from the shards per step (activations,
+labels, gradients, softmax partials), against a data-parallel all-reduce of the same
+model (2 x parameters x 4 bytes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from dslide_workflows.bench.engine import bench_data, load_datasets
+from dslide_workflows.cli import key_value
+
+SUMMARY = "in-process engine vs LocalCluster of 1, 2, 4 workers: speed, bytes, P@k"
+
+#: Engine parameters of this benchmark unless overridden with --engine-opt.
+DEFAULTS: dict[str, Any] = {"hidden": (128,), "lr": 1e-2, "min_active": 1000}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", default="amazon-670k", help="(default: amazon-670k)")
+    parser.add_argument("--train-points", type=int, default=50_000, metavar="N")
+    parser.add_argument("--test-points", type=int, default=2_000, metavar="N")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--workers", default="1,2,4", help="cluster sizes to run (default: 1,2,4)")
+    parser.add_argument("--threads", type=int, default=2, help="in-process threads (default: 2)")
+    parser.add_argument("--threads-per-worker", type=int, default=1, help="(default: 1)")
+    parser.add_argument(
+        "--engine-opt", type=key_value, action="append", default=[], metavar="K=V",
+        help=f"engine parameter (repeatable); defaults here: {DEFAULTS}",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None, metavar="OUT")
+
+
+def model_parameters(n_features: int, n_labels: int, hidden: tuple[int, ...]) -> int:
+    widths = (n_features, *hidden, n_labels)
+    return sum(a * b + b for a, b in zip(widths[:-1], widths[1:], strict=True))
+
+
+def run_one(name: str, make_trainer, train, test, batch_size: int, seed: int) -> dict:
+    """Set up, train one pass, evaluate; timings and traffic of one contender."""
+    t0 = time.perf_counter()
+    trainer = make_trainer()
+    t1 = time.perf_counter()
+    try:
+        history = trainer.train(train, batch_size, epochs=1, seed=seed)
+        t2 = time.perf_counter()
+        shards = trainer.shard_info() if hasattr(trainer, "shard_info") else []
+        scores = trainer.evaluate(test)
+    finally:
+        trainer.close()
+    steady = history[5:] or history
+    traffic = [h.get("bytes_sent", 0) + h.get("bytes_received", 0) for h in steady]
+    return {
+        "contender": name,
+        "setup_s": t1 - t0,
+        "train_s": t2 - t1,
+        "samples_per_s": train.n_points / (t2 - t1),
+        "step_ms": 1e3 * sum(h["seconds"] for h in steady) / len(steady),
+        "bytes_per_step": sum(traffic) / len(traffic),
+        "round_trips": steady[0].get("round_trips", 0),
+        "active": sum(h["active"] for h in steady) / len(steady),
+        "coordinator_ms": 1e3 * sum(h.get("coordinator_seconds", 0) for h in steady) / len(steady),
+        "wait_ms": 1e3 * sum(h.get("shard_wait_seconds", 0) for h in steady) / len(steady),
+        "shard_busy_ms": [1e3 * s["busy_seconds"] / len(history) for s in shards],
+        **scores,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    import numba
+    from distributed import Client, LocalCluster
+
+    from dslide_dask import SlideConfig
+    from dslide_dask.distributed import DistributedTrainer
+    from dslide_dask.model.local_trainer import LocalTrainer
+
+    workers = [int(w) for w in str(args.workers).split(",") if w]
+    path, info = bench_data(args.preset, args.train_points, args.test_points, args.seed)
+    train, test = load_datasets(path)
+    params = {**DEFAULTS, **dict(args.engine_opt), "seed": args.seed}
+    cfg = SlideConfig(**params)
+    shape = (train.n_features, train.n_labels)
+    allreduce = 2 * 4 * model_parameters(*shape, cfg.hidden)
+    rows = []
+    numba.set_num_threads(args.threads)
+    rows.append(
+        run_one(f"in-process, {args.threads} threads", lambda: LocalTrainer(cfg, *shape),
+                train, test, args.batch_size, args.seed)
+    )  # fmt: skip
+    print(format_row(rows[-1], allreduce), flush=True)
+    for n in workers:
+        with (
+            LocalCluster(
+                n_workers=n, threads_per_worker=args.threads_per_worker, processes=True,
+                dashboard_address=None,
+            ) as cluster,
+            Client(cluster) as client,
+        ):  # fmt: skip
+            rows.append(
+                run_one(
+                    f"LocalCluster {n} x {args.threads_per_worker} thread",
+                    lambda client=client: DistributedTrainer(client, cfg, *shape),
+                    train, test, args.batch_size, args.seed,
+                )
+            )  # fmt: skip
+        print(format_row(rows[-1], allreduce), flush=True)
+    print()
+    print(format_table(rows, allreduce))
+    if args.json:
+        args.json.write_text(
+            json.dumps({"data": info, "params": params, "allreduce_bytes": allreduce,
+                        "results": rows}, indent=2, default=str)
+        )  # fmt: skip
+    return 0
+
+
+HEADER = (
+    f"{'contender':<28}{'setup s':>8}{'samples/s':>10}{'vs 1st':>7}{'step ms':>8}"
+    f"{'trips':>6}{'KB/step':>9}{'% allred':>9}{'active':>7}{'P@1':>7}{'P@5':>7}"
+)
+
+
+def format_row(row: dict, allreduce: int, base: float | None = None) -> str:
+    ratio = f"{row['samples_per_s'] / base:.2f}" if base else "1.00"
+    return (
+        f"{row['contender']:<28}{row['setup_s']:>8.1f}{row['samples_per_s']:>10.0f}"
+        f"{ratio:>7}{row['step_ms']:>8.1f}{row['round_trips']:>6}"
+        f"{row['bytes_per_step'] / 1e3:>9.0f}{100 * row['bytes_per_step'] / allreduce:>9.3f}"
+        f"{row['active']:>7.0f}{row['P@1']:>7.4f}{row['P@5']:>7.4f}"
+    )
+
+
+def format_table(rows: list[dict], allreduce: int) -> str:
+    base = rows[0]["samples_per_s"]
+    lines = [HEADER, *(format_row(r, allreduce, base) for r in rows)]
+    lines.append(f"data-parallel all-reduce of the same model: {allreduce / 1e6:.0f} MB/step")
+    return "\n".join(lines)
