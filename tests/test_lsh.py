@@ -24,7 +24,7 @@ def pairs_at_angle(rng, n, dim, angle):
 def test_simhash_collision_rate_is_one_minus_angle_over_pi(angle):
     rng = np.random.default_rng(0)
     cfg = SlideConfig(hash_family="simhash", K=1, L=1024, range_pow=1, hidden=(128,))
-    index = LSHIndex(128, cfg, seed=1)
+    index = LSHIndex(128, cfg, seed=1, n_items=1)
     u, v = pairs_at_angle(rng, 200, 128, angle)
     rate = (index.buckets(u) == index.buckets(v)).mean()
     assert rate == pytest.approx(1 - angle / np.pi, abs=0.03)
@@ -33,7 +33,7 @@ def test_simhash_collision_rate_is_one_minus_angle_over_pi(angle):
 def test_dwta_collides_more_for_closer_vectors():
     rng = np.random.default_rng(1)
     cfg = SlideConfig(hash_family="dwta", K=1, L=512, range_pow=3, hidden=(64,))
-    index = LSHIndex(64, cfg, seed=2)
+    index = LSHIndex(64, cfg, seed=2, n_items=1)
     rates = []
     for angle in (0.1, 0.5, 1.0, 1.5):
         u, v = pairs_at_angle(rng, 200, 64, angle)
@@ -45,7 +45,7 @@ def test_dwta_collides_more_for_closer_vectors():
 def test_dwta_densifies_zero_bins():
     """A vector that is zero in most dimensions still gets full, repeatable codes."""
     cfg = SlideConfig(hash_family="dwta", K=4, L=16, range_pow=12, hidden=(64,))
-    index = LSHIndex(64, cfg, seed=3)
+    index = LSHIndex(64, cfg, seed=3, n_items=1)
     x = np.zeros((2, 64), np.float32)
     x[:, 5] = 1.0
     x[:, 40] = 2.0

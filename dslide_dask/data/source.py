@@ -344,9 +344,9 @@ def _read_head(fs, url: str, path: str, size: int, comp: str | None) -> tuple[in
             return parse_header(raw, url, size)[:3]
         try:
             head = _decompress(raw, url, comp, limit=_HEAD)
-        except XCFormatError as err:
-            if n < size and err.problem.startswith("truncated"):
-                n *= 8  # a bzip2 block is up to 900 kB: read more
+        except XCFormatError:
+            if n < min(size, _SCAN):
+                n *= 8  # the prefix was too short (a bzip2 block is up to 900 kB)
                 continue
             raise
         return parse_header(head, url)[:3]
@@ -361,6 +361,8 @@ def _decompress(raw: bytes, url: str, comp: str, limit: int = -1) -> bytes:
             return f.read(limit)
     except EOFError as err:
         raise XCFormatError(url, None, f"truncated {comp} stream ({err})") from None
+    except MemoryError:
+        raise
     except Exception as err:  # zlib.error, lzma.LZMAError, OSError, ZstdError, ...
         detail = str(err) or type(err).__name__
         raise XCFormatError(url, None, f"not a valid {comp} file ({detail})") from None
@@ -417,8 +419,18 @@ def _fetch_range(fs, path: str, part: Partition) -> tuple[bytes, int, int]:
         if lo + len(buf) >= part.size:
             return buf, a, len(buf)
         end = len(buf)
-        buf += fs.cat_file(path, start=lo + len(buf), end=min(part.size, lo + 2 * len(buf)))
+        buf += _more(fs, path, part, lo + len(buf), min(part.size, lo + 2 * len(buf)))
         arr = np.frombuffer(buf, np.uint8)
+
+
+def _more(fs, path: str, part: Partition, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of the file, which must still be there."""
+    more = fs.cat_file(path, start=start, end=end)
+    if not more:
+        raise XCFormatError(
+            part.url, None, f"the file ends at byte {start}, but had {part.size} bytes when planned"
+        )
+    return more
 
 
 def _lines_in(arr: np.ndarray, a: int, b: int) -> int:
@@ -476,9 +488,7 @@ def _only_blanks_after(fs, path: str, part: Partition, buf: bytes, b: int) -> bo
         return False
     pos = lo + len(buf)
     while pos < part.size:
-        more = np.frombuffer(
-            fs.cat_file(path, start=pos, end=min(part.size, pos + _SCAN)), np.uint8
-        )
+        more = np.frombuffer(_more(fs, path, part, pos, min(part.size, pos + _SCAN)), np.uint8)
         if K.last_non_blank(more, 0, len(more)) >= 0:
             return False
         pos += len(more)

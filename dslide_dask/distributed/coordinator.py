@@ -62,9 +62,18 @@ class Coordinator:
         self.wait_seconds = 0.0  # waiting for the shards
 
     # -- data --------------------------------------------------------------------------------
-    def set_data(self, data: XCDataset, batch_size: int, epochs: int, seed: int,
-                 shuffle: bool, first_epoch: int = 0) -> int:  # fmt: skip
-        """Train next on ``epochs`` passes over ``data``; returns the number of steps."""
+    async def set_data(
+        self, source: XCDataset | str, storage_options: dict | None, batch_size: int,
+        epochs: int, seed: int, shuffle: bool, first_epoch: int = 0,
+    ) -> int:  # fmt: skip
+        """Train next on ``epochs`` passes over ``source`` (a data set, or a URL this worker
+        reads straight from storage); returns the number of steps."""
+        data = await self._load(source, storage_options)
+        if data.n_features != self.n_features or data.n_labels != self.n_labels:
+            raise ValueError(
+                f"data has {data.n_features} features and {data.n_labels} labels, the "
+                f"model {self.n_features} and {self.n_labels}"
+            )
 
         def stream():
             for epoch in range(first_epoch, first_epoch + epochs):

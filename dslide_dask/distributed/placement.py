@@ -19,7 +19,7 @@ class Placement:
 def shard_bytes(cfg: SlideConfig, n_neurons: int) -> int:
     """Memory of a shard of ``n_neurons``: weights, Adam moments, bias, hash tables."""
     per_neuron = 4 * (3 * cfg.hidden[-1] + 3)
-    tables = 4 * cfg.L * (1 << cfg.range_pow) * (cfg.bucket_capacity + 1)
+    tables = 4 * cfg.L * (1 << cfg.buckets_pow(n_neurons)) * (cfg.bucket_capacity + 1)
     return per_neuron * n_neurons + tables
 
 

@@ -76,17 +76,23 @@ class DistributedTrainer:
 
     def train(
         self,
-        data: XCDataset,
+        data: XCDataset | str,
         batch_size: int,
         epochs: int = 1,
         seed: int = 0,
         shuffle: bool = True,
         callback: Callable[[dict], None] | None = None,
         first_epoch: int = 0,
+        storage_options: dict | None = None,
     ) -> list[dict]:
-        """Train on ``data`` (sent once to the coordinator's worker); returns the new
-        per-step statistics and calls ``callback`` with each."""
-        self._wait(self.coordinator.set_data(data, batch_size, epochs, seed, shuffle, first_epoch))
+        """Train on ``data``: a data set (sent once to the coordinator's worker) or a URL
+        that worker reads straight from storage. Returns the new per-step statistics and
+        calls ``callback`` with each."""
+        self._wait(
+            self.coordinator.set_data(
+                data, storage_options, batch_size, epochs, seed, shuffle, first_epoch
+            )
+        )
         new = []
         while True:
             chunk = self._wait(self.coordinator.run(STEPS_PER_CALL))

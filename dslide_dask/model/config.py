@@ -10,6 +10,9 @@ BUCKET_POLICIES = ("fifo", "reservoir")
 STRATEGIES = ("union", "topk", "threshold")
 OPTIMIZERS = ("adam", "dense-adam")
 
+#: Most buckets per table (as a power of two) that range_pow=None picks.
+AUTO_RANGE_POW_MAX = 15
+
 #: Largest hash tables allowed (L * 2**range_pow * bucket_capacity ids, 4 bytes each).
 MAX_TABLE_BYTES = 4 << 30
 
@@ -19,7 +22,7 @@ class SlideConfig:
     """Everything that defines a network and how it trains (besides data sizes)."""
 
     hidden: tuple[int, ...] = (128,)
-    lr: float = 1e-3
+    lr: float = 1e-2
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
@@ -28,14 +31,14 @@ class SlideConfig:
     hash_family: str = "dwta"
     K: int = 6
     L: int = 50
-    range_pow: int = 15
+    range_pow: int | None = None  # None: auto, ~8 neurons a bucket, at most 2**15 buckets
     bin_size: int = 8
     simhash_density: float = 1 / 3
     bucket_capacity: int = 32
     bucket_policy: str = "fifo"
     strategy: str = "union"
     threshold: int = 2
-    min_active: int = 0  # per example, over the whole layer (each shard pads its share)
+    min_active: int = 1000  # per example, over the whole layer (each shard pads its share)
     max_active: int = 4096  # per example, over the whole layer
     rebuild_every: int = 50
     rebuild_growth: float = 0.0
@@ -62,7 +65,8 @@ class SlideConfig:
         _check_choice("bucket_policy", self.bucket_policy, BUCKET_POLICIES)
         _check_choice("strategy", self.strategy, STRATEGIES)
         _check_int("L", self.L, 1, 1024)
-        _check_int("range_pow", self.range_pow, 1, 30)
+        if self.range_pow is not None:
+            _check_int("range_pow", self.range_pow, 1, 30)
         _check_int("bucket_capacity", self.bucket_capacity, 1, 1 << 16)
         if self.hash_family == "dwta":
             _check_int("bin_size", self.bin_size, 2, min(256, self.hidden[-1]))
@@ -72,7 +76,7 @@ class SlideConfig:
         else:
             _check_int("K", self.K, 1, 64)
             _check_float("simhash_density", self.simhash_density, 0.0, 1.0, low_open=True)
-        table_bytes = 4 * self.L * (1 << self.range_pow) * self.bucket_capacity
+        table_bytes = 4 * self.L * (1 << self.buckets_pow(1 << 40)) * self.bucket_capacity
         if table_bytes > MAX_TABLE_BYTES:
             raise ValueError(
                 f"hash tables would take {table_bytes / 2**30:.1f} GiB "
@@ -87,6 +91,13 @@ class SlideConfig:
         _check_float("rebuild_growth", self.rebuild_growth, 0.0, 1.0)
         _check_int("redraw_every", self.redraw_every, 0, 1 << 40)
         _check_int("seed", self.seed, 0, (1 << 63) - 1)
+
+    def buckets_pow(self, n_items: int) -> int:
+        """log2 of the buckets per table for ``n_items`` neurons: ``range_pow`` if set,
+        else about 8 neurons a bucket, between 2**4 and 2**15 buckets."""
+        if self.range_pow is not None:
+            return self.range_pow
+        return min(AUTO_RANGE_POW_MAX, max(4, math.ceil(math.log2(max(1, n_items) / 8))))
 
     @property
     def code_bits(self) -> int:

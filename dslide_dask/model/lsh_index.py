@@ -13,16 +13,18 @@ _BLOCK = 1 << 15  # rows hashed at a time when (re)building: bounds temporary me
 
 
 class LSHIndex:
-    """L hash tables of ``2**range_pow`` fixed-capacity buckets over ``n_items`` vectors.
+    """L hash tables of ``2**range_pow`` fixed-capacity buckets over ``n_items`` vectors
+    (``range_pow`` from the config, or chosen for ``n_items``).
 
     Queries and items are hashed with the same functions (SimHash or DWTA), redrawn by
     :meth:`draw`. :meth:`rebuild` empties the tables and inserts every item again.
     """
 
-    def __init__(self, dim: int, cfg: SlideConfig, seed: int) -> None:
+    def __init__(self, dim: int, cfg: SlideConfig, seed: int, n_items: int) -> None:
         self.dim = dim
         self.cfg = cfg
-        n_buckets = 1 << cfg.range_pow
+        self.range_pow = cfg.buckets_pow(n_items)
+        n_buckets = 1 << self.range_pow
         self.ids = np.zeros((cfg.L, n_buckets, cfg.bucket_capacity), np.int32)
         self.counts = np.zeros((cfg.L, n_buckets), np.int32)
         self.policy = tables.FIFO if cfg.bucket_policy == "fifo" else tables.RESERVOIR
@@ -49,8 +51,8 @@ class LSHIndex:
         """Bucket ids ``[n, L]`` of float32 vectors ``[n, dim]``."""
         cfg = self.cfg
         if cfg.hash_family == "simhash":
-            return hashing.simhash_buckets(vectors @ self.projection, cfg.K, cfg.L, cfg.range_pow)
-        return hashing.dwta_buckets(vectors, self.bins, cfg.K, cfg.L, cfg.range_pow, cfg.code_bits)
+            return hashing.simhash_buckets(vectors @ self.projection, cfg.K, cfg.L, self.range_pow)
+        return hashing.dwta_buckets(vectors, self.bins, cfg.K, cfg.L, self.range_pow, cfg.code_bits)
 
     def rebuild(self, vectors: np.ndarray) -> None:
         """Empty the tables and insert every row of ``vectors`` (row i is item i)."""

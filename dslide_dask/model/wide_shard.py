@@ -102,7 +102,7 @@ class WideShard:
         self.bias_m = np.zeros_like(self.bias)
         self.bias_v = np.zeros_like(self.bias)
         self.step = 0
-        self.index = LSHIndex(dim_in, cfg, seed)
+        self.index = LSHIndex(dim_in, cfg, seed, self.n_local)
         self.index.rebuild(self.W)
         self.schedule = RebuildSchedule(cfg.rebuild_every, cfg.rebuild_growth, cfg.redraw_every)
         self._scratch = np.zeros((0, self.n_local), np.int32)

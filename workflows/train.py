@@ -1,0 +1,274 @@
+"""``dslide train``: train on a Dask cluster (or in this process) and summarise the run.
+
+Wiring only: a config file and flags become a :class:`SlideConfig`, a cluster and a
+trainer from :mod:`dslide_dask`; this module starts them, shows progress and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+#: Flags that may also come from the config file, with their defaults.
+RUN_DEFAULTS: dict[str, Any] = {
+    "train": None,
+    "test": None,
+    "preset": None,
+    "storage_options": {},
+    "scheduler_address": None,
+    "workers": None,
+    "threads_per_worker": 1,
+    "in_process": False,
+    "n_shards": None,
+    "wire_dtype": "float16",
+    "pipeline": True,
+    "epochs": 1,
+    "batch_size": 256,
+    "eval_every": 0,
+    "eval_points": 2000,
+    "performance_report": None,
+    "seed": 0,
+}
+
+
+def add_train_parser(sub: argparse._SubParsersAction) -> None:
+    from dslide_workflows.cli import key_value
+
+    p = sub.add_parser(
+        "train",
+        help="train a SLIDE classifier on a Dask cluster and report P@1/3/5",
+        description="Train on XC text data (any fsspec URL, read by the workers) or a "
+        "synthetic preset, on a new LocalCluster (default), an existing scheduler "
+        "(--scheduler-address or DASK_SCHEDULER_ADDRESS) or in this process "
+        "(--in-process). Settings come from --config YAML and flags (flags win).",
+    )
+    p.add_argument("--config", type=Path, metavar="YAML", help="run settings (see README)")
+    src = p.add_argument_group("data")
+    src.add_argument("--train", metavar="URL", help="training data (XC text format)")
+    src.add_argument("--test", metavar="URL", help="test data, for evaluation")
+    src.add_argument("--preset", help="generate this synthetic preset in memory instead")
+    src.add_argument("--storage-option", type=key_value, action="append", default=[],
+                     metavar="K=V", help="fsspec storage option (repeatable)")  # fmt: skip
+    c = p.add_argument_group("cluster")
+    c.add_argument("--scheduler-address", metavar="ADDR", help="connect to this scheduler")
+    c.add_argument("--workers", type=int, metavar="N", help="LocalCluster workers (default: cores)")
+    c.add_argument("--threads-per-worker", type=int, metavar="T", help="(default: 1)")
+    c.add_argument("--in-process", action="store_true", default=None, help="no Dask at all")
+    c.add_argument("--n-shards", type=int, metavar="S", help="(default: one per worker)")
+    c.add_argument("--wire-dtype", choices=("float16", "float32"), help="(default: float16)")
+    c.add_argument("--no-pipeline", dest="pipeline", action="store_false", default=None,
+                   help="two round trips per step, no stale hidden activations")  # fmt: skip
+    t = p.add_argument_group("training")
+    t.add_argument("--epochs", type=int)
+    t.add_argument("--batch-size", type=int)
+    t.add_argument("--eval-every", type=int, metavar="STEPS", help="(default: 0, at the end)")
+    t.add_argument("--eval-points", type=int, metavar="N", help="test rows (default: 2000)")
+    t.add_argument("--seed", type=int)
+    t.add_argument("--opt", type=key_value, action="append", default=[], metavar="K=V",
+                   help="model parameter, e.g. lr=1e-2 hidden=[256] L=50 (repeatable)")  # fmt: skip
+    t.add_argument("--performance-report", metavar="HTML", help="Dask performance report")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)
+
+
+def resolve(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run settings and model parameters from defaults < config file < flags."""
+    run = dict(RUN_DEFAULTS)
+    model: dict[str, Any] = {}
+    if args.config:
+        loaded = yaml.safe_load(Path(args.config).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{args.config}: expected a mapping of settings")
+        model.update(loaded.pop("model", None) or {})
+        unknown = sorted(set(loaded) - set(RUN_DEFAULTS))
+        if unknown:
+            raise ValueError(f"{args.config}: unknown setting(s) {unknown}; "
+                             f"known: {sorted(RUN_DEFAULTS)} and 'model'")  # fmt: skip
+        run.update(loaded)
+    for key in RUN_DEFAULTS:
+        value = getattr(args, key, None)
+        if value is not None:
+            run[key] = value
+    if args.storage_option:
+        run["storage_options"] = {**run["storage_options"], **dict(args.storage_option)}
+    if run["scheduler_address"] is None:
+        run["scheduler_address"] = os.environ.get("DASK_SCHEDULER_ADDRESS")
+    model.update(dict(args.opt))
+    model["seed"] = run["seed"]
+    if bool(run["train"]) == bool(run["preset"]):
+        raise ValueError("give exactly one of --train URL or --preset NAME")
+    if run["preset"] and run["test"]:
+        raise ValueError("--test goes with --train, not with --preset")
+    return run, model
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from dslide_dask import SlideConfig
+
+    run, model = resolve(args)
+    cfg = SlideConfig.from_dict({k: tuple(v) if k == "hidden" else v for k, v in model.items()})
+    print(
+        "settings:",
+        yaml.safe_dump({**run, "model": cfg.to_dict()}, sort_keys=False, default_flow_style=None)
+        .strip()
+        .replace("\n", "\n  "),
+    )
+    train, test, shape = _data(run)
+    with _cluster(run) as client:
+        t0 = time.perf_counter()
+        trainer = _trainer(run, cfg, shape, client)
+        setup = time.perf_counter() - t0
+        report = _report(run, client)
+        with trainer, report:
+            progress = Progress(run, trainer, test, args.no_progress)
+            t1 = time.perf_counter()
+            trainer.train(train, run["batch_size"], run["epochs"], run["seed"],
+                          callback=progress, storage_options=run["storage_options"])  # fmt: skip
+            seconds = time.perf_counter() - t1
+            progress.close()
+            scores = (
+                trainer.evaluate(
+                    test, max_points=run["eval_points"], storage_options=run["storage_options"]
+                )  # fmt: skip
+                if test is not None
+                else None
+            )
+            shards = trainer.shard_info() if client is not None else []
+        print(summary(trainer.history, seconds, setup, shape, cfg, shards, scores,
+                      progress.evaluations))  # fmt: skip
+    return 0
+
+
+def _data(run: dict):
+    """Training and test sources, and (n_features, n_labels)."""
+    import fsspec
+
+    from dslide_dask.data import synthetic
+    from dslide_dask.data.xc_text import parse_header
+
+    if run["preset"]:
+        train, test = synthetic.make_synthetic(run["preset"], seed=run["seed"])
+        return train, test, (train.n_features, train.n_labels)
+    with fsspec.open(run["train"], "rb", compression="infer", **run["storage_options"]) as f:
+        head = f.read(1 << 16)
+    _, n_features, n_labels, _ = parse_header(head, run["train"])
+    return run["train"], run["test"], (n_features, n_labels)
+
+
+@contextlib.contextmanager
+def _cluster(run: dict):
+    """None (in process), a client of the given scheduler, or of a new LocalCluster."""
+    if run["in_process"]:
+        yield None
+        return
+    from distributed import Client, LocalCluster
+
+    if run["scheduler_address"]:
+        with Client(run["scheduler_address"]) as client:
+            print(f"cluster: {run['scheduler_address']}, dashboard {client.dashboard_link}")
+            yield client
+        return
+    n = run["workers"] or os.cpu_count() or 1
+    with (
+        LocalCluster(n_workers=n, threads_per_worker=run["threads_per_worker"],
+                     processes=True) as cluster,
+        Client(cluster) as client,
+    ):  # fmt: skip
+        print(f"cluster: LocalCluster of {n} worker processes, dashboard {client.dashboard_link}")
+        yield client
+
+
+def _trainer(run: dict, cfg, shape: tuple[int, int], client):
+    from dslide_dask.distributed import DistributedTrainer
+    from dslide_dask.model.local_trainer import LocalTrainer
+
+    if client is None:
+        return LocalTrainer(cfg, *shape)
+    return DistributedTrainer(client, cfg, *shape, n_shards=run["n_shards"],
+                              wire_dtype=run["wire_dtype"], pipeline=run["pipeline"])  # fmt: skip
+
+
+def _report(run: dict, client):
+    if run["performance_report"] and client is not None:
+        from distributed import performance_report
+
+        return performance_report(filename=run["performance_report"])
+    if run["performance_report"]:
+        raise ValueError("--performance-report needs a Dask cluster (not --in-process)")
+    return contextlib.nullcontext()
+
+
+class Progress:
+    """A progress bar over steps, with periodic evaluation on the test set."""
+
+    def __init__(self, run: dict, trainer, test, quiet: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.run = run
+        self.trainer = trainer
+        self.test = test
+        self.evaluations: list[dict] = []
+        self.bar = tqdm(unit="step", disable=quiet, dynamic_ncols=True)
+        self.samples = 0
+        self.t0 = time.perf_counter()
+
+    def __call__(self, stats: dict) -> None:
+        self.samples += stats["samples"]
+        rate = self.samples / (time.perf_counter() - self.t0)
+        self.bar.update(1)
+        self.bar.set_postfix(loss=f"{stats['loss']:.3f}", samples_s=f"{rate:.0f}",
+                             refresh=False)  # fmt: skip
+        every = self.run["eval_every"]
+        if every and self.test is not None and stats["step"] % every == 0:
+            scores = self.trainer.evaluate(
+                self.test, max_points=self.run["eval_points"],
+                storage_options=self.run["storage_options"],
+            )  # fmt: skip
+            self.evaluations.append({"step": stats["step"], **scores})
+            self.bar.write(f"step {stats['step']}: " + _scores(scores))
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _scores(scores: dict) -> str:
+    return "  ".join(f"{k} {v:.4f}" for k, v in scores.items())
+
+
+def summary(history, seconds, setup, shape, cfg, shards, scores, evaluations) -> str:
+    """The run summary: speed, traffic, sparsity, quality."""
+    from dslide_workflows.bench.distributed import model_parameters
+
+    n_features, n_labels = shape
+    samples = sum(h["samples"] for h in history)
+    steps = len(history)
+    lines = ["run summary"]
+    lines.append(f"  samples         {samples:,} in {steps:,} steps")
+    lines.append(f"  samples/s       {samples / max(seconds, 1e-9):,.0f} "
+                 f"(training {seconds:.1f} s, setup {setup:.1f} s)")  # fmt: skip
+    active = sum(h["active"] for h in history) / max(1, steps)
+    lines.append(f"  active/example  {active:,.0f} of {n_labels:,} labels "
+                 f"({100 * active / n_labels:.2f}%)")  # fmt: skip
+    if shards:
+        sizes = " / ".join(f"{s['neurons']:,}" for s in shards)
+        busy = " / ".join(f"{1e3 * s['busy_seconds'] / max(1, steps):.0f}" for s in shards)
+        lines.append(f"  shards          {len(shards)}: neurons {sizes}; busy ms/step {busy}")
+        traffic = sum(h["bytes_sent"] + h["bytes_received"] for h in history) / max(1, steps)
+        allreduce = 2 * 4 * model_parameters(n_features, n_labels, cfg.hidden)
+        lines.append(f"  bytes/step      {traffic / 1e3:,.0f} KB sent+received "
+                     f"({100 * traffic / allreduce:.3f}% of a {allreduce / 1e6:,.0f} MB "
+                     f"data-parallel all-reduce)")  # fmt: skip
+        lines.append(f"  round trips     {history[-2 if steps > 1 else -1]['round_trips']} "
+                     f"per step")  # fmt: skip
+    for ev in evaluations:
+        lines.append(f"  eval step {ev['step']:<5} " + _scores(
+            {k: v for k, v in ev.items() if k != "step"}))  # fmt: skip
+    if scores is not None:
+        lines.append("  test            " + _scores(scores))
+    return "\n".join(lines)
