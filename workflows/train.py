@@ -34,11 +34,12 @@ RUN_DEFAULTS: dict[str, Any] = {
     "eval_points": 2000,
     "performance_report": None,
     "seed": 0,
+    "threads": None,
 }
 
 
 def add_train_parser(sub: argparse._SubParsersAction) -> None:
-    from dslide_workflows.cli import key_value
+    from dslide_workflows.args import hidden_sizes, key_value, positive_int
 
     p = sub.add_parser(
         "train",
@@ -64,9 +65,16 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--wire-dtype", choices=("float16", "float32"), help="(default: float16)")
     c.add_argument("--no-pipeline", dest="pipeline", action="store_false", default=None,
                    help="two round trips per step, no stale hidden activations")  # fmt: skip
+    m = p.add_argument_group("model (also --opt K=V for any SlideClassifier parameter)")
+    m.add_argument("--hidden", type=hidden_sizes, metavar="W[,W...]", help="(default: 128)")
+    m.add_argument("--lr", type=float, help="Adam learning rate (default: 1e-2)")
+    m.add_argument("--hash-family", help="dwta or simhash (default: dwta)")
+    m.add_argument("--K", type=int, help="hash codes per table (default: 6)")
+    m.add_argument("--L", type=int, help="hash tables (default: 50)")
     t = p.add_argument_group("training")
-    t.add_argument("--epochs", type=int)
-    t.add_argument("--batch-size", type=int)
+    t.add_argument("--epochs", type=positive_int)
+    t.add_argument("--batch-size", type=positive_int)
+    t.add_argument("--threads", type=positive_int, help="numba threads with --in-process")
     t.add_argument("--eval-every", type=int, metavar="STEPS", help="(default: 0, at the end)")
     t.add_argument("--eval-points", type=int, metavar="N", help="test rows (default: 2000)")
     t.add_argument("--seed", type=int)
@@ -74,6 +82,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                    help="model parameter, e.g. lr=1e-2 hidden=[256] L=50 (repeatable)")  # fmt: skip
     t.add_argument("--performance-report", metavar="HTML", help="Dask performance report")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--log-every", type=int, default=0, metavar="STEPS",
+                   help="print a progress line every STEPS steps instead of a bar")  # fmt: skip
     p.set_defaults(func=cmd_train)
 
 
@@ -99,8 +109,13 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
         run["storage_options"] = {**run["storage_options"], **dict(args.storage_option)}
     if run["scheduler_address"] is None:
         run["scheduler_address"] = os.environ.get("DASK_SCHEDULER_ADDRESS")
+    for flag in ("hidden", "lr", "hash_family", "K", "L"):
+        if getattr(args, flag, None) is not None:
+            model[flag] = getattr(args, flag)
     model.update(dict(args.opt))
     model["seed"] = run["seed"]
+    if args.log_every < 0:
+        raise ValueError(f"--log-every must be >= 0, got {args.log_every}")
     if bool(run["train"]) == bool(run["preset"]):
         raise ValueError("give exactly one of --train URL or --preset NAME")
     if run["preset"] and run["test"]:
@@ -126,12 +141,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         setup = time.perf_counter() - t0
         report = _report(run, client)
         with trainer, report:
-            progress = Progress(run, trainer, test, args.no_progress)
+            progress = Progress(run, trainer, test, args.no_progress or args.log_every > 0,
+                                args.log_every)  # fmt: skip
             t1 = time.perf_counter()
-            trainer.train(train, run["batch_size"], run["epochs"], run["seed"],
-                          callback=progress, storage_options=run["storage_options"])  # fmt: skip
+            try:
+                trainer.train(
+                    train, run["batch_size"], run["epochs"], run["seed"],
+                    callback=progress, storage_options=run["storage_options"],
+                )  # fmt: skip
+            finally:
+                progress.close()
             seconds = time.perf_counter() - t1
-            progress.close()
             scores = (
                 trainer.evaluate(
                     test, max_points=run["eval_points"], storage_options=run["storage_options"]
@@ -189,6 +209,10 @@ def _trainer(run: dict, cfg, shape: tuple[int, int], client):
     from dslide_dask.model.local_trainer import LocalTrainer
 
     if client is None:
+        if run["threads"]:
+            import numba
+
+            numba.set_num_threads(run["threads"])
         return LocalTrainer(cfg, *shape)
     return DistributedTrainer(client, cfg, *shape, n_shards=run["n_shards"],
                               wire_dtype=run["wire_dtype"], pipeline=run["pipeline"])  # fmt: skip
@@ -207,23 +231,31 @@ def _report(run: dict, client):
 class Progress:
     """A progress bar over steps, with periodic evaluation on the test set."""
 
-    def __init__(self, run: dict, trainer, test, quiet: bool) -> None:
-        from tqdm.auto import tqdm
-
+    def __init__(self, run: dict, trainer, test, quiet: bool, log_every: int = 0) -> None:
+        self.log_every = log_every
+        self.quiet = quiet
         self.run = run
         self.trainer = trainer
         self.test = test
         self.evaluations: list[dict] = []
-        self.bar = tqdm(unit="step", disable=quiet, dynamic_ncols=True)
+        self.bar = None
         self.samples = 0
         self.t0 = time.perf_counter()
 
     def __call__(self, stats: dict) -> None:
+        if self.bar is None:  # made at the first step: an early error leaves no bar behind
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(unit="step", disable=self.quiet, dynamic_ncols=True)
         self.samples += stats["samples"]
         rate = self.samples / (time.perf_counter() - self.t0)
         self.bar.update(1)
         self.bar.set_postfix(loss=f"{stats['loss']:.3f}", samples_s=f"{rate:.0f}",
                              refresh=False)  # fmt: skip
+        if self.log_every and stats["step"] % self.log_every == 0:
+            print(f"  step {stats['step']:>6}  samples {self.samples:>9}  "
+                  f"loss {stats['loss']:8.4f}  active/example {stats['active']:8.1f}  "
+                  f"{rate:8.0f} samples/s", flush=True)  # fmt: skip
         every = self.run["eval_every"]
         if every and self.test is not None and stats["step"] % every == 0:
             scores = self.trainer.evaluate(
@@ -234,7 +266,8 @@ class Progress:
             self.bar.write(f"step {stats['step']}: " + _scores(scores))
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _scores(scores: dict) -> str:

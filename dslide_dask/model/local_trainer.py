@@ -95,3 +95,9 @@ class LocalTrainer:
 
     def close(self) -> None:
         """Nothing to release in one process."""
+
+    def __enter__(self) -> LocalTrainer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dslide_workflows.args import key_value
 from dslide_workflows.bench.engine import bench_data, load_datasets
-from dslide_workflows.cli import key_value
 
 SUMMARY = "in-process engine vs LocalCluster of 1, 2, 4 workers: speed, bytes, P@k"
 

@@ -1,0 +1,57 @@
+"""``dslide train`` end to end: config file and flags, LocalCluster or in-process."""
+
+import pytest
+
+from dslide_workflows.cli import main
+
+
+@pytest.fixture(scope="module")
+def tiny_files(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny")
+    assert main(["generate", "tiny", "--out", str(out)]) == 0
+    return out / "train.txt", out / "test.txt"
+
+
+def test_train_on_a_local_cluster_from_urls(tiny_files, tmp_path, capsys):
+    train, test = tiny_files
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        f"train: file://{train}\ntest: {test}\nepochs: 4\nworkers: 2\n"
+        "model:\n  hidden: [64]\n"
+    )
+    report = tmp_path / "report.html"
+    status = main(["train", "--config", str(config), "--eval-every", "40", "--no-progress",
+                   "--performance-report", str(report)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "LocalCluster of 2 worker processes" in out
+    assert "shards          2:" in out
+    assert "eval step 40" in out
+    p1 = float(out.split("test            P@1 ")[1].split()[0])
+    assert p1 > 0.3, out
+    assert report.stat().st_size > 10_000
+
+
+def test_train_in_process_on_a_preset(capsys):
+    status = main(["train", "--preset", "tiny", "--in-process", "--epochs", "2",
+                   "--opt", "hidden=[32]", "--opt", "lr=2e-2", "--no-progress"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "lr: 0.02" in out and "hidden: [32]" in out
+    assert "test            P@1" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--preset", "tiny", "--train", "x.txt"], "give exactly one of --train URL or --preset"),
+        (["--preset", "tiny", "--opt", "L=0"], r"L must be an integer in [1, 1024], got 0"),
+        (["--preset", "tiny", "--opt", "Q=1"], "unknown parameter(s) ['Q']"),
+        (["--train", "/nonexistent/train.txt"], "/nonexistent/train.txt"),
+    ],
+)
+def test_bad_settings_exit_2_with_one_line(argv, message, capsys):
+    assert main(["train", "--in-process", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dslide: error: ") and message in err
+    assert len(err.strip().splitlines()) == 1

@@ -1,0 +1,1 @@
+"""Benchmarks: the SLIDE engine against a dense full-softmax PyTorch baseline."""

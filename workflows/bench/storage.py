@@ -1,0 +1,224 @@
+"""``dslide bench storage``: reading training data from a local S3 server with Dask workers.
+
+Generates (once; cached) a synthetic preset's training text and its converted layout,
+uploads both to an S3 server on 127.0.0.1 (moto's server mode, in this process), then
+with a ``LocalCluster`` of ``--workers`` single-threaded worker processes:
+
+- text: every byte-range partition of the single text file read and parsed into CSR on
+  the workers (the arrays stay there, as in training); MB/s is text bytes over wall time;
+- converted: the same for every chunk of the converted layout; the ratio is text time
+  over converted time; "worker CPU s" is the CPU the worker processes spent meanwhile
+  (the cost that competes with training), summed over the partitions of one run;
+- shuffled: one epoch of shuffled batches (:func:`iter_batches`) in this process, from
+  each layout.
+
+Each figure is the best of ``--repeat`` runs. The S3 server shares the machine's cores
+with the workers (moto reads a whole object for every ranged GET: a real S3 does not),
+so figures are conservative; the 1-minute load average is printed to judge how busy the
+machine was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from dslide_workflows.args import positive_int
+from dslide_workflows.bench.engine import default_cache_dir
+
+SUMMARY = "read training data from a local S3 server with Dask workers: MB/s, text vs converted"
+BUCKET = "dslide-bench"
+
+
+def add_storage_bench_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``dslide bench storage`` on the ``bench`` sub-command's subparsers."""
+    p = subparsers.add_parser(
+        "storage",
+        help=SUMMARY,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--preset", default="amazon-670k", help="(default: amazon-670k)")
+    p.add_argument("--seed", type=int, default=0, help="data seed (default: 0)")
+    p.add_argument("--workers", type=positive_int, default=2, help="(default: 2)")
+    p.add_argument(
+        "--partition-mb", type=positive_int, default=64, help="text byte-range size (default: 64)"
+    )
+    p.add_argument("--chunk-points", type=positive_int, default=65536, help="converted chunk size")
+    p.add_argument("--batch-size", type=positive_int, default=256, help="(default: 256)")
+    p.add_argument("--repeat", type=positive_int, default=2, help="best of N (default: 2)")
+    p.add_argument("--skip-shuffle", action="store_true", help="skip the shuffled epochs")
+    p.add_argument("--cache-dir", type=Path, default=None, help="where data are kept")
+    p.add_argument("--refresh-data", action="store_true", help="regenerate even if cached")
+    p.add_argument("--json", type=Path, default=None, metavar="OUT", help="write results")
+    p.set_defaults(func=run)
+    return p
+
+
+def bench_files(
+    preset: str, seed: int, cache_dir: Path | None, refresh: bool, chunk_points: int
+) -> tuple[Path, Path]:
+    """The cached training text of ``preset`` and its converted folder (made if missing)."""
+    from dslide_dask.data import binary, synthetic
+
+    spec = synthetic.resolve_spec(preset, n_test=0)  # the train split does not depend on it
+    key = json.dumps([dataclasses.asdict(spec), synthetic.CHUNK_POINTS, seed, chunk_points])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    root = Path(cache_dir or default_cache_dir()) / "bench" / f"storage-{preset}-{digest}"
+    text, conv = root / "train.txt", root / "converted"
+    if refresh or not text.exists():
+        t0 = time.perf_counter()
+        tmp = root / "tmp"
+        synthetic.generate(spec, str(tmp), seed=seed)
+        os.replace(tmp / "train.txt", text)
+        print(f"data: generated {text} in {time.perf_counter() - t0:.1f} s")
+    if refresh or not (conv / "manifest.json").exists():
+        s = binary.convert(str(text), str(conv), chunk_points=chunk_points)
+        print(f"data: converted in {s.seconds:.1f} s: {s.n_chunks} chunks")
+    return text, conv
+
+
+def read_sizes(part) -> tuple[int, int, float]:
+    """Worker task: read one partition (the data stay on the worker); returns
+    ``(points, nnz, CPU seconds of the worker process meanwhile)``."""
+    from dslide_dask.data.source import read_partition
+
+    cpu = time.process_time()
+    data, _ = read_partition(part)
+    return data.n_points, data.X.nnz, time.process_time() - cpu
+
+
+def warm_up() -> None:
+    """Worker setup: load the compiled kernels of every reading path (numba cache)."""
+    import fsspec
+
+    from dslide_dask.data.source import open_source, read_partition
+
+    with fsspec.open("memory://dslide-warm-up/t.txt", "wb") as f:
+        f.write(b"2 4 4\n1 1:1\n2,3 2:0.5 3:1\n")
+    for part in open_source("memory://dslide-warm-up/t.txt", partition_bytes=8).partitions:
+        read_partition(part)
+
+
+def _best(repeat: int, fn) -> tuple[float, Any]:
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def run(args: argparse.Namespace) -> int:
+    import fsspec
+    from distributed import Client, LocalCluster
+    from moto.server import ThreadedMotoServer
+
+    from dslide_dask.data.shuffle import iter_batches
+    from dslide_dask.data.source import open_source
+
+    text, conv = bench_files(
+        args.preset, args.seed, args.cache_dir, args.refresh_data, args.chunk_points
+    )
+    text_bytes = text.stat().st_size
+    conv_bytes = sum(f.stat().st_size for f in conv.iterdir())
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        os.environ.setdefault(k, "bench")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    results: dict[str, Any] = {"preset": args.preset, "workers": args.workers}
+    try:
+        host, port = server.get_host_and_port()
+        so = {"key": "bench", "secret": "bench",
+              "client_kwargs": {"endpoint_url": f"http://{host}:{port}"}}  # fmt: skip
+        s3 = fsspec.filesystem("s3", **so)
+        s3.mkdir(BUCKET)
+        t0 = time.perf_counter()
+        s3.put(str(text), f"{BUCKET}/train.txt")
+        s3.put(str(conv), f"{BUCKET}/converted", recursive=True)
+        print(f"uploaded {(text_bytes + conv_bytes) / 1e6:.0f} MB to the local S3 server "
+              f"in {time.perf_counter() - t0:.1f} s")  # fmt: skip
+        text_src = open_source(
+            f"s3://{BUCKET}/train.txt", so, partition_bytes=args.partition_mb << 20
+        )
+        conv_src = open_source(f"s3://{BUCKET}/converted", so)
+        with (
+            LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
+                         dashboard_address=":0", silence_logs=logging.ERROR) as cluster,
+            Client(cluster) as client,
+        ):  # fmt: skip
+
+            def read_all(src) -> list:
+                return client.gather(client.map(read_sizes, list(src.partitions), pure=False))
+
+            client.run(warm_up)
+            client.gather(
+                client.map(read_sizes, [conv_src.partitions[0]] * args.workers, pure=False)
+            )
+            load = os.getloadavg()[0]
+            t_text, sizes = _best(args.repeat, lambda: read_all(text_src))
+            t_conv, sizes2 = _best(args.repeat, lambda: read_all(conv_src))
+        totals = [tuple(sum(s[i] for s in out) for i in (0, 1)) for out in (sizes, sizes2)]
+        if totals[0] != totals[1]:
+            raise RuntimeError(f"text and converted layouts differ: (points, nnz) {totals}")
+        n_points = sum(s[0] for s in sizes)
+        cpu_text, cpu_conv = (sum(s[2] for s in out) for out in (sizes, sizes2))
+        results.update(
+            n_points=n_points,
+            text_mb=text_bytes / 1e6,
+            converted_mb=conv_bytes / 1e6,
+            text_partitions=len(text_src.partitions),
+            converted_chunks=len(conv_src.partitions),
+            text_seconds=t_text,
+            text_mb_per_s=text_bytes / 1e6 / t_text,
+            converted_seconds=t_conv,
+            speedup=t_text / t_conv,
+            text_worker_cpu_seconds=cpu_text,
+            converted_worker_cpu_seconds=cpu_conv,
+            load_before=load,
+        )
+        print(f"\n{args.preset}: {n_points} points; load average {load:.2f} before the runs")
+        print(f"{'':34}{'seconds':>9}{'MB/s':>9}{'worker CPU s':>14}")
+        rows = (
+            (f"text, {len(text_src.partitions)} byte ranges", t_text, text_bytes, cpu_text, ""),
+            (f"converted, {len(conv_src.partitions)} chunks", t_conv, conv_bytes, cpu_conv,
+             f"   {t_text / t_conv:.1f}x faster, {cpu_text / cpu_conv:.1f}x less worker CPU"),
+        )  # fmt: skip
+        for name, t, nbytes, cpu, note in rows:
+            print(f"{name:34}{t:9.2f}{nbytes / 1e6 / t:9.1f}{cpu:14.2f}{note}")
+        if not args.skip_shuffle:
+            for name, src in (("text", text_src), ("converted", conv_src)):
+
+                def epoch(src=src) -> int:
+                    return sum(1 for _ in iter_batches(src.partitions, args.batch_size, 0, 0))
+
+                t, _ = _best(1, epoch)
+                results[f"shuffled_epoch_{name}_seconds"] = t
+                print(f"{'shuffled epoch, 1 process, ' + name:34}{t:9.2f}")
+    finally:
+        server.stop()
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dslide_workflows.bench.storage [flags]``, without the ``dslide`` CLI."""
+    parser = argparse.ArgumentParser(prog="dslide bench")
+    add_storage_bench_parser(parser.add_subparsers(required=True))
+    args = parser.parse_args(["storage", *(argv or [])])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

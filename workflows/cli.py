@@ -1,0 +1,278 @@
+"""The ``dslide`` command line: generate data, train, benchmark, demo.
+
+Only wiring: every number comes from :mod:`dslide_dask`; this module parses flags, times
+things and prints. Bad parameters end with one line ``dslide: error: ...`` and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from dslide_workflows import convert, train
+from dslide_workflows.args import hidden_sizes, key_value, positive_int
+
+PROG = "dslide"
+DEMO_PRESET = "tiny"
+#: On 'tiny', lr 1e-3 stays near the most-frequent-labels baseline for many epochs.
+DEMO_EPOCHS, DEMO_LR = 10, 1e-2
+
+
+class UsageError(ValueError):
+    """A bad combination of flags, reported like any other bad parameter."""
+
+
+class JobFailed(RuntimeError):
+    """A job step failed after reporting why (e.g. a benchmark subprocess): exit 1."""
+
+
+def add_model_arguments(
+    parser: argparse.ArgumentParser, *, threads: int | None, seed_help: str = "model seed"
+) -> None:
+    """Hyperparameters common to ``train`` and ``bench engine``."""
+    g = parser.add_argument_group("model")
+    g.add_argument(
+        "--hidden",
+        type=hidden_sizes,
+        default=(128,),
+        metavar="W[,W...]",
+        help="hidden layer widths (default: 128)",
+    )
+    g.add_argument("--batch-size", type=positive_int, default=256, help="(default: 256)")
+    g.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default: 1e-3)")
+    g.add_argument("--epochs", type=positive_int, default=1, help="(default: 1)")
+    g.add_argument(
+        "--threads",
+        type=positive_int,
+        default=threads,
+        help=f"compute threads (default: {threads or 'all cores'})",
+    )
+    g.add_argument("--seed", type=int, default=0, help=f"{seed_help} (default: 0)")
+
+
+def classifier_params(args: argparse.Namespace, extra: Sequence[tuple[str, Any]] = ()) -> dict:
+    """SlideClassifier keyword arguments from the common flags plus ``key=value`` extras."""
+    params = {
+        "hidden": tuple(args.hidden),
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "epochs": args.epochs,
+        "n_threads": args.threads,
+        "seed": args.seed,
+    }
+    params.update(extra)
+    return params
+
+
+def make_classifier(params: dict[str, Any]):
+    """A SlideClassifier with ``params``, every one checked now (ValueError naming it)."""
+    from dslide_dask import SlideClassifier
+
+    params = dict(params)
+    if isinstance(params.get("hidden"), list):
+        params["hidden"] = tuple(params["hidden"])
+    clf = SlideClassifier().set_params(**params)
+    clf.config()
+    return clf
+
+
+# -- generate ----------------------------------------------------------------------------------
+SIZE_FLAGS = ("n_features", "n_labels", "n_train", "n_test", "avg_labels", "avg_nnz")
+
+
+def _add_generate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "generate",
+        help="write a synthetic data set in the Extreme Classification text format",
+        description="Write train.txt and test.txt of a synthetic preset (optionally with "
+        "changed sizes or statistics) under a folder: a local path or any fsspec URL.",
+    )
+    p.add_argument(
+        "preset",
+        nargs="?",
+        default="tiny",
+        help="tiny, small, amazon-670k, wiki-325k, delicious-200k (default: tiny)",
+    )
+    p.add_argument("--out", required=True, metavar="URL", help="output folder (path or URL)")
+    for name in SIZE_FLAGS:
+        kind = float if name.startswith("avg") else int
+        p.add_argument(
+            "--" + name.replace("_", "-"),
+            type=kind,
+            metavar="N",
+            help=f"override the preset's {name}",
+        )
+    p.add_argument(
+        "--spec-opt",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="override any other SyntheticSpec field (repeatable)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="(default: 0)")
+    p.add_argument(
+        "--threads", type=positive_int, default=None, help="generator threads (default: all)"
+    )
+    p.add_argument(
+        "--storage-option",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="fsspec storage option (repeatable)",
+    )
+    p.set_defaults(func=cmd_generate)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from dslide_dask.data import synthetic
+
+    overrides = dict(args.spec_opt)
+    overrides.update({k: getattr(args, k) for k in SIZE_FLAGS if getattr(args, k) is not None})
+    spec = synthetic.resolve_spec(args.preset, **overrides)
+    t0 = time.perf_counter()
+    urls = synthetic.generate(
+        spec,
+        args.out,
+        seed=args.seed,
+        storage_options=dict(args.storage_option) or None,
+        n_threads=args.threads,
+    )
+    print(
+        f"generated {args.preset} (seed {args.seed}) in {time.perf_counter() - t0:.1f} s: "
+        f"{spec.n_features} features, {spec.n_labels} labels"
+    )
+    print(f"  train: {urls['train']}  ({spec.n_train} points)")
+    print(f"  test:  {urls['test']}  ({spec.n_test} points)")
+    return 0
+
+
+# -- train -------------------------------------------------------------------------------------
+def _format_scores(scores: dict[str, float]) -> str:
+    return "  ".join(f"{k} {v:.4f}" for k, v in scores.items())
+
+
+# -- bench -------------------------------------------------------------------------------------
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    from dslide_workflows.bench import distributed, engine, storage
+
+    p = sub.add_parser("bench", help="benchmarks", description="Benchmarks.")
+    bench = p.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
+    q = bench.add_parser(
+        "engine",
+        help=engine.SUMMARY,
+        description=engine.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    engine.add_arguments(q)
+    q.set_defaults(func=engine.run)
+    q = bench.add_parser(
+        "distributed",
+        help=distributed.SUMMARY,
+        description=distributed.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    distributed.add_arguments(q)
+    q.set_defaults(func=distributed.run)
+    storage.add_storage_bench_parser(bench)
+
+
+# -- demo --------------------------------------------------------------------------------------
+def _add_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo",
+        help=f"train on the '{DEMO_PRESET}' synthetic preset and compare with a baseline",
+        description=f"Generate the '{DEMO_PRESET}' synthetic preset in memory, train a "
+        "SLIDE classifier on it and compare P@k with predicting the most frequent labels.",
+    )
+    p.add_argument(
+        "--epochs", type=positive_int, default=DEMO_EPOCHS, help=f"(default: {DEMO_EPOCHS})"
+    )
+    p.add_argument("--lr", type=float, default=DEMO_LR, help=f"(default: {DEMO_LR:g})")
+    p.add_argument("--threads", type=positive_int, default=None, help="(default: all cores)")
+    p.add_argument("--seed", type=int, default=0, help="(default: 0)")
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from dslide_dask import precision_at_k
+    from dslide_dask.data import synthetic
+
+    t0 = time.perf_counter()
+    train, test = synthetic.make_synthetic(DEMO_PRESET, seed=args.seed)
+    print(
+        f"data: synthetic '{DEMO_PRESET}', {train.n_points} train / {test.n_points} test "
+        f"points, {train.n_features} features, {train.n_labels} labels "
+        f"({time.perf_counter() - t0:.1f} s)"
+    )
+    clf = make_classifier(
+        {"epochs": args.epochs, "lr": args.lr, "n_threads": args.threads, "seed": args.seed}
+    )
+    seen = [0]
+
+    def count(step: dict) -> None:
+        seen[0] += step["samples"]
+
+    t1 = time.perf_counter()
+    clf.fit(train.X, train.Y, callback=count)
+    seconds = time.perf_counter() - t1
+    print(
+        f"trained {clf!r}: {seen[0]} samples in {seconds:.1f} s ({seen[0] / seconds:.0f} samples/s)"
+    )
+    slide = clf.evaluate(test.X, test.Y, ks=(1, 3, 5))
+    baseline = precision_at_k(_most_frequent(train.Y, test.n_points, 5), test.Y, (1, 3, 5))
+    print(f"{'SLIDE':<24}{_format_scores(slide)}")
+    print(f"{'most frequent labels':<24}{_format_scores(baseline)}")
+    return 0
+
+
+def _most_frequent(Y, n_rows: int, k: int):
+    """The k most frequent labels of ``Y``, as the prediction for each of ``n_rows`` rows."""
+    import numpy as np
+
+    top = np.argsort(-np.bincount(Y.indices, minlength=Y.n_cols), kind="stable")[:k]
+    return np.broadcast_to(top, (n_rows, k))
+
+
+# -- main --------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Distributed SLIDE on Dask: LSH-sparse training of extreme classifiers.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_demo(sub)
+    _add_generate(sub)
+    train.add_train_parser(sub)
+    convert.add_convert_parser(sub)
+    _add_bench(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``dslide``; returns the exit status (0; 2: bad parameters; 1: a job failed)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError, FloatingPointError) as err:
+        print(f"{PROG}: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except JobFailed as err:
+        print(f"{PROG}: error: {_one_line(err)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return " ".join(text.split())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
