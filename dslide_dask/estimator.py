@@ -9,7 +9,8 @@ from contextlib import contextmanager
 import numba
 import numpy as np
 
-from dslide_dask.data.csr import CSR, as_csr
+from dslide_dask.data.batches import Source, plan
+from dslide_dask.data.csr import as_csr
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.distributed.trainer import DistributedTrainer
 from dslide_dask.metrics import precision_at_k
@@ -124,25 +125,48 @@ class SlideClassifier:
         return SlideConfig(**{k: v for k, v in self.get_params().items() if k not in engine})
 
     # -- training --------------------------------------------------------------------------
-    def fit(self, X, Y, callback: StepCallback | None = None) -> SlideClassifier:
-        """Train from scratch for ``epochs`` passes, shuffling the rows each epoch."""
-        data = self._check_xy(X, Y)
+    def fit(
+        self, X, Y=None, callback: StepCallback | None = None, storage_options: dict | None = None
+    ) -> SlideClassifier:
+        """Train from scratch for ``epochs`` passes, shuffling the rows each epoch.
+
+        ``X`` may be a URL of training data (file, glob, folder, converted layout; ``Y``
+        None): it is then streamed from storage by this process or, with a ``client``,
+        by the coordinator's worker, never through the client.
+        """
+        data = self._check_xy(X, Y, storage_options)
         _check_int("epochs", self.epochs, 1, 1 << 20)
         self._start(data)
         self._train(data, self.epochs, shuffle=True, callback=callback)
         return self
 
-    def partial_fit(self, X, Y, callback: StepCallback | None = None) -> SlideClassifier:
-        """One pass over the rows in the given order (starts a model on the first call)."""
-        data = self._check_xy(X, Y)
+    def _check_xy(self, X, Y, storage_options: dict | None = None) -> Source:
+        if isinstance(X, str):
+            if Y is not None:
+                raise ValueError("with a URL as X the labels come from the file: Y must be None")
+            return plan(X, storage_options)
+        if Y is None:
+            raise ValueError("Y (the labels) is required when X is a matrix")
+        X = as_csr(X)
+        Y = as_csr(Y, pattern=True)
+        if X.n_rows != Y.n_rows:
+            raise ValueError(f"X has {X.n_rows} rows but Y has {Y.n_rows}")
+        return XCDataset(X, Y)
+
+    def partial_fit(
+        self, X, Y=None, callback: StepCallback | None = None, storage_options: dict | None = None
+    ) -> SlideClassifier:
+        """One pass over the rows in the given order (a URL: one shuffled pass); starts a
+        model on the first call."""
+        data = self._check_xy(X, Y, storage_options)
         if hasattr(self, "trainer_"):
-            self._check_shapes(data.X, data.Y)
+            self._check_shapes(data.n_features, data.n_labels)
         else:
             self._start(data)
         self._train(data, 1, shuffle=False, callback=callback)
         return self
 
-    def _start(self, data: XCDataset) -> None:
+    def _start(self, data: Source) -> None:
         if hasattr(self, "trainer_"):
             self.trainer_.close()
         cfg = self.config()
@@ -155,7 +179,7 @@ class SlideClassifier:
             )  # fmt: skip
         self.epochs_done_ = 0
 
-    def _train(self, data: XCDataset, epochs: int, shuffle: bool, callback) -> None:
+    def _train(self, data: Source, epochs: int, shuffle: bool, callback) -> None:
         _check_int("batch_size", self.batch_size, 1, 1 << 20)
         with self._threads():
             self.trainer_.train(
@@ -179,7 +203,7 @@ class SlideClassifier:
         only; -1 where fewer than k are found)."""
         self._check_fitted()
         X = as_csr(X)
-        self._check_shapes(X, None)
+        self._check_shapes(X.n_cols, None)
         _check_int("k", k, 1, self.trainer_.n_labels)
         with self._threads():
             return self.trainer_.topk(X, k, exact)
@@ -198,25 +222,18 @@ class SlideClassifier:
         return precision_at_k(self.predict_topk(X, max(ks), exact), Y, ks)
 
     # -- helpers ---------------------------------------------------------------------------
-    def _check_xy(self, X, Y) -> XCDataset:
-        X = as_csr(X)
-        Y = as_csr(Y, pattern=True)
-        if X.n_rows != Y.n_rows:
-            raise ValueError(f"X has {X.n_rows} rows but Y has {Y.n_rows}")
-        return XCDataset(X, Y)
-
     def _check_fitted(self) -> None:
         if not hasattr(self, "trainer_"):
             raise RuntimeError("this SlideClassifier is not fitted yet: call fit() first")
 
-    def _check_shapes(self, X: CSR, Y: CSR | None) -> None:
+    def _check_shapes(self, n_features: int, n_labels: int | None) -> None:
         net = self.trainer_
-        if X.n_cols != net.n_features:
+        if n_features != net.n_features:
             raise ValueError(
-                f"X has {X.n_cols} features, the model was fitted with {net.n_features}"
+                f"X has {n_features} features, the model was fitted with {net.n_features}"
             )
-        if Y is not None and Y.n_cols != net.n_labels:
-            raise ValueError(f"Y has {Y.n_cols} labels, the model was fitted with {net.n_labels}")
+        if n_labels is not None and n_labels != net.n_labels:
+            raise ValueError(f"Y has {n_labels} labels, the model was fitted with {net.n_labels}")
 
     @contextmanager
     def _threads(self):

@@ -89,3 +89,18 @@ def test_a_lost_worker_raises_a_clear_error_not_a_hang(tiny):
 
         with pytest.raises(ShardLostError, match=r"lost shard 1 on tcp://.* the worker died"):
             trainer.train(train, 32, epochs=3, callback=kill_at_step_5)
+
+
+def test_workers_stream_training_data_from_s3(client, tiny, s3):
+    """The coordinator's worker reads the training files from a real S3 endpoint
+    (moto's server on 127.0.0.1) by URL: the client only reads the headers."""
+    from dslide_dask.data.xc_text import write_xc
+    from tests.conftest import BUCKET
+
+    train, test = tiny
+    for i, part in enumerate((train.slice(0, 2500), train.slice(2500, 5000))):
+        write_xc(f"s3://{BUCKET}/tiny/train-{i}.txt", part, storage_options=s3)
+    clf = SlideClassifier(epochs=8, client=client, n_shards=2, **PARAMS)
+    clf.fit(f"s3://{BUCKET}/tiny/train-*.txt", storage_options=s3)
+    assert sum(h["samples"] for h in clf.history_) == 8 * train.n_points
+    assert clf.score(test.X, test.Y) > 0.3

@@ -258,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, FloatingPointError) as err:
+    except (ValueError, FileNotFoundError, FloatingPointError, ImportError) as err:
         print(f"{PROG}: error: {_one_line(err)}", file=sys.stderr)
         return 2
     except JobFailed as err:

@@ -4,7 +4,7 @@
 :class:`Partition` descriptors plus the data set's shape, reading only metadata and each
 file's first bytes (its header). :func:`read_partition` reads one partition wherever it
 runs, straight from storage. No Dask here: the distributed trainer calls these inside
-its tasks.
+its tasks. :func:`read_dataset` reads a whole data set into memory (threads).
 
 Inputs (``storage_options`` go to fsspec; for a chained URL such as
 ``simplecache::s3://...`` plain options are given to the innermost file system):
@@ -26,10 +26,13 @@ Validation: every problem is an :class:`XCFormatError` naming the URL, the true 
 and the reason. A byte range does not know how many lines precede it, so when one of its
 lines is bad it counts them (reading the file up to the range, only then). The header's
 N_points can only be checked against a split file once all its ranges are read: readers
-of whole epochs (:func:`dslide_dask.data.shuffle.iter_batches`, ``convert``) check with
-:class:`PointCounter`; or run :func:`index_partitions` first (one counting pass over the
-data, on workers through ``map_fn``) to have exact line numbers and counts up front.
+of whole epochs (:func:`dslide_dask.data.shuffle.iter_batches`, ``convert``,
+:func:`read_dataset`) check with :class:`PointCounter`; or run :func:`index_partitions`
+first (one counting pass over the data, on workers through ``map_fn``) to have exact line
+numbers and counts up front.
 Without an index, blank lines at the end of a split file are padding, not empty points.
+``skip_bad_lines`` drops malformed lines and counts them (the first of each partition is
+logged); header, point-count and compression errors still raise.
 
 Caching for multi-epoch runs: prefix the URL with ``simplecache::`` (each worker keeps a
 local copy of every file it touches: whole files, even for a byte range) or
@@ -138,6 +141,24 @@ def read_partition(part: Partition, skip_bad_lines: bool = False) -> tuple[XCDat
     if part.whole_file:
         return _read_whole(fs, path, part, skip_bad_lines)
     return _read_range(fs, path, part, skip_bad_lines)
+
+
+def read_dataset(
+    url: str,
+    storage_options: dict | None = None,
+    *,
+    skip_bad_lines: bool = False,
+    n_threads: int | None = None,
+) -> tuple[XCDataset, int]:
+    """A whole data set (any input :func:`open_source` takes) in memory, its partitions
+    read by ``n_threads`` threads: ``(data, bad lines skipped)``."""
+    src = open_source(url, storage_options)
+    parts = list(src.partitions)
+    with ThreadPoolExecutor(n_threads or min(8, len(parts))) as pool:
+        outs = list(pool.map(lambda p: read_partition(p, skip_bad_lines), parts))
+    check_point_counts(parts, [len(d) + k for d, k in outs])
+    data = concat([d for d, _ in outs], src.n_features, src.n_labels)
+    return data, sum(k for _, k in outs)
 
 
 def index_partitions(

@@ -19,10 +19,10 @@ import numba
 import numpy as np
 from distributed import get_worker
 
-from dslide_dask.data.batches import epoch_batches
+from dslide_dask.data.batches import epoch_batches, load, plan, shape
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
-from dslide_dask.data.xc_text import read_xc
+from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.distributed.errors import ShardLostError
 from dslide_dask.metrics import precision_at_k
 from dslide_dask.model.config import SlideConfig
@@ -55,6 +55,7 @@ class Coordinator:
         self.pipeline = pipeline
         self.worker = get_worker()
         self.batches: Iterator[XCDataset] = iter(())
+        self.reads = ReadStats()
         self.pending = None  # pipelined: the step whose forward pass the shards have done
         self.deferred = None  # pipelined: a hidden-layer update not yet applied
         self.step = 0
@@ -65,22 +66,26 @@ class Coordinator:
     async def set_data(
         self, source: XCDataset | str, storage_options: dict | None, batch_size: int,
         epochs: int, seed: int, shuffle: bool, first_epoch: int = 0,
-    ) -> int:  # fmt: skip
-        """Train next on ``epochs`` passes over ``source`` (a data set, or a URL this worker
-        reads straight from storage); returns the number of steps."""
-        data = await self._load(source, storage_options)
-        if data.n_features != self.n_features or data.n_labels != self.n_labels:
+        skip_bad_lines: bool = False,
+    ) -> None:  # fmt: skip
+        """Train next on ``epochs`` passes over ``source``: a data set, or a URL that this
+        worker streams straight from storage."""
+        planned = await asyncio.to_thread(plan, source, storage_options)
+        if shape(planned) != (self.n_features, self.n_labels):
             raise ValueError(
-                f"data has {data.n_features} features and {data.n_labels} labels, the "
-                f"model {self.n_features} and {self.n_labels}"
+                f"data has {planned.n_features} features and {planned.n_labels} labels, "
+                f"the model {self.n_features} and {self.n_labels}"
             )
+        self.reads = ReadStats()
 
         def stream():
             for epoch in range(first_epoch, first_epoch + epochs):
-                yield from epoch_batches(data, batch_size, epoch, seed, shuffle)
+                yield from epoch_batches(
+                    planned, batch_size, epoch, seed, shuffle,
+                    skip_bad_lines=skip_bad_lines, stats=self.reads,
+                )  # fmt: skip
 
         self.batches = stream()
-        return epochs * -(-data.n_points // batch_size)
 
     # -- training ----------------------------------------------------------------------------
     async def run(self, n_steps: int) -> list[dict]:
@@ -172,12 +177,8 @@ class Coordinator:
             "seconds": time.perf_counter() - t0,
             "coordinator_seconds": compute,
             "shard_wait_seconds": wait,
+            "skipped_lines": self.reads.n_skipped,
         }
-
-    async def _load(self, source: XCDataset | str, storage_options: dict | None) -> XCDataset:
-        if isinstance(source, XCDataset):
-            return source
-        return await asyncio.to_thread(read_xc, source, storage_options)
 
     # -- inference ---------------------------------------------------------------------------
     async def evaluate(
@@ -185,9 +186,7 @@ class Coordinator:
         exact: bool, max_points: int | None,
     ) -> dict[str, float]:  # fmt: skip
         """P@k on (the first ``max_points`` rows of) a data set or URL read here."""
-        data = await self._load(source, storage_options)
-        if max_points is not None:
-            data = data.slice(0, max_points)
+        data = await asyncio.to_thread(load, source, storage_options, max_points)
         return precision_at_k(await self.topk(data.X, max(ks), exact), data.Y, ks)
 
     async def topk(self, X: CSR, k: int, exact: bool, batch_size: int = 4096) -> np.ndarray:

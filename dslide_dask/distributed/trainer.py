@@ -46,9 +46,7 @@ class DistributedTrainer:
         self.n_features = n_features
         self.n_labels = n_labels
         workers = client.scheduler_info(n_workers=-1)["workers"]
-        self.placement: Placement = place_shards(
-            workers, cfg, n_labels, n_shards, coordinator_load
-        )
+        self.placement: Placement = place_shards(workers, cfg, n_labels, n_shards, coordinator_load)
         token = uuid.uuid4().hex[:8]
         threads = [int(workers[w].get("nthreads", 1)) for w in self.placement.workers]
         self._futures = [
@@ -84,15 +82,17 @@ class DistributedTrainer:
         callback: Callable[[dict], None] | None = None,
         first_epoch: int = 0,
         storage_options: dict | None = None,
+        skip_bad_lines: bool = False,
     ) -> list[dict]:
         """Train on ``data``: a data set (sent once to the coordinator's worker) or a URL
-        that worker reads straight from storage. Returns the new per-step statistics and
-        calls ``callback`` with each."""
+        that worker streams straight from storage. Returns the new per-step statistics
+        and calls ``callback`` with each."""
         self._wait(
             self.coordinator.set_data(
-                data, storage_options, batch_size, epochs, seed, shuffle, first_epoch
+                data, storage_options, batch_size, epochs, seed, shuffle, first_epoch,
+                skip_bad_lines,
             )
-        )
+        )  # fmt: skip
         new = []
         while True:
             chunk = self._wait(self.coordinator.run(STEPS_PER_CALL))

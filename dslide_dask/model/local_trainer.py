@@ -8,17 +8,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dslide_dask.data.batches import epoch_batches
+from dslide_dask.data.batches import epoch_batches, load, plan
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
-from dslide_dask.data.xc_text import read_xc
+from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.metrics import precision_at_k
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.network import SlideNetwork
-
-
-def _load(source: XCDataset | str, storage_options: dict | None) -> XCDataset:
-    return source if isinstance(source, XCDataset) else read_xc(source, storage_options)
 
 
 def check_finite(loss: float, step: int) -> None:
@@ -49,12 +45,18 @@ class LocalTrainer:
         callback: Callable[[dict], None] | None = None,
         first_epoch: int = 0,
         storage_options: dict | None = None,
+        skip_bad_lines: bool = False,
     ) -> list[dict]:
-        """Train on a data set or URL; returns the new per-step statistics."""
-        data = _load(data, storage_options)
+        """Train on a data set or a URL (streamed); returns the new per-step statistics."""
+        source = plan(data, storage_options)
+        reads = ReadStats()
         new = []
         for epoch in range(first_epoch, first_epoch + epochs):
-            for batch in epoch_batches(data, batch_size, epoch, seed, shuffle):
+            batches = epoch_batches(
+                source, batch_size, epoch, seed, shuffle, skip_bad_lines=skip_bad_lines,
+                stats=reads,
+            )  # fmt: skip
+            for batch in batches:
                 t0 = time.perf_counter()
                 stats = self.network.train_step(batch.X, batch.Y)
                 step = len(self.history) + len(new) + 1
@@ -65,6 +67,7 @@ class LocalTrainer:
                     "loss": stats.loss,
                     "active": stats.active_per_example,
                     "seconds": time.perf_counter() - t0,
+                    "skipped_lines": reads.n_skipped,
                 }
                 new.append(record)
                 if callback is not None:
@@ -88,9 +91,7 @@ class LocalTrainer:
         storage_options: dict | None = None,
     ) -> dict[str, float]:
         """P@k on (the first ``max_points`` rows of) a data set or URL."""
-        data = _load(data, storage_options)
-        if max_points is not None:
-            data = data.slice(0, max_points)
+        data = load(data, storage_options, max_points)
         return precision_at_k(self.topk(data.X, max(ks), exact), data.Y, ks)
 
     def close(self) -> None:
