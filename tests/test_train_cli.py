@@ -55,3 +55,18 @@ def test_bad_settings_exit_2_with_one_line(argv, message, capsys):
     err = capsys.readouterr().err
     assert err.startswith("dslide: error: ") and message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_skip_bad_lines_counts_instead_of_stopping(tmp_path, capsys):
+    good = "1:0.5 3:1.0"
+    lines = [f"{i % 3} {good}" for i in range(40)]
+    lines[7] = "9 1:0.5"  # label 9 >= 5 labels
+    lines[20] = "1 3:nan"
+    path = tmp_path / "train.txt"
+    path.write_text("40 10 5\n" + "\n".join(lines) + "\n")
+    argv = ["train", "--in-process", "--train", str(path), "--batch-size", "8", "--no-progress",
+            "--opt", "hidden=[8]", "--opt", "bin_size=4"]  # fmt: skip
+    assert main(argv) == 2
+    assert f"{path}:9: label id 9 >= n_labels 5" in capsys.readouterr().err
+    assert main([*argv, "--skip-bad-lines"]) == 0
+    assert "38 in 5 steps; 2 bad lines skipped" in capsys.readouterr().out

@@ -35,6 +35,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "performance_report": None,
     "seed": 0,
     "threads": None,
+    "skip_bad_lines": False,
 }
 
 
@@ -54,6 +55,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--train", metavar="URL", help="training data (XC text format)")
     src.add_argument("--test", metavar="URL", help="test data, for evaluation")
     src.add_argument("--preset", help="generate this synthetic preset in memory instead")
+    src.add_argument("--skip-bad-lines", action="store_true", default=None,
+                     help="drop malformed lines and count them, instead of stopping")  # fmt: skip
     src.add_argument("--storage-option", type=key_value, action="append", default=[],
                      metavar="K=V", help="fsspec storage option (repeatable)")  # fmt: skip
     c = p.add_argument_group("cluster")
@@ -148,6 +151,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                 trainer.train(
                     train, run["batch_size"], run["epochs"], run["seed"],
                     callback=progress, storage_options=run["storage_options"],
+                    skip_bad_lines=run["skip_bad_lines"],
                 )  # fmt: skip
             finally:
                 progress.close()
@@ -167,18 +171,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _data(run: dict):
     """Training and test sources, and (n_features, n_labels)."""
-    import fsspec
-
     from dslide_dask.data import synthetic
-    from dslide_dask.data.xc_text import parse_header
+    from dslide_dask.data.batches import plan, shape
 
     if run["preset"]:
         train, test = synthetic.make_synthetic(run["preset"], seed=run["seed"])
-        return train, test, (train.n_features, train.n_labels)
-    with fsspec.open(run["train"], "rb", compression="infer", **run["storage_options"]) as f:
-        head = f.read(1 << 16)
-    _, n_features, n_labels, _ = parse_header(head, run["train"])
-    return run["train"], run["test"], (n_features, n_labels)
+        return train, test, shape(train)
+    # headers only: the training data itself is read by the workers
+    return run["train"], run["test"], shape(plan(run["train"], run["storage_options"]))
 
 
 @contextlib.contextmanager
@@ -282,7 +282,9 @@ def summary(history, seconds, setup, shape, cfg, shards, scores, evaluations) ->
     samples = sum(h["samples"] for h in history)
     steps = len(history)
     lines = ["run summary"]
-    lines.append(f"  samples         {samples:,} in {steps:,} steps")
+    skipped = history[-1].get("skipped_lines", 0) if history else 0
+    lines.append(f"  samples         {samples:,} in {steps:,} steps"
+                 + (f"; {skipped:,} bad lines skipped" if skipped else ""))  # fmt: skip
     lines.append(f"  samples/s       {samples / max(seconds, 1e-9):,.0f} "
                  f"(training {seconds:.1f} s, setup {setup:.1f} s)")  # fmt: skip
     active = sum(h["active"] for h in history) / max(1, steps)
