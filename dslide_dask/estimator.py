@@ -53,6 +53,7 @@ class SlideClassifier:
         threshold: int = 2,
         min_active: int = 1000,
         max_active: int = 4096,
+        pad_correction: bool = True,
         rebuild_every: int = 50,
         rebuild_growth: float = 0.0,
         redraw_every: int = 1000,
@@ -80,6 +81,7 @@ class SlideClassifier:
         self.threshold = threshold
         self.min_active = min_active
         self.max_active = max_active
+        self.pad_correction = pad_correction
         self.rebuild_every = rebuild_every
         self.rebuild_growth = rebuild_growth
         self.redraw_every = redraw_every

@@ -96,7 +96,7 @@ def active_for(strategy, threshold=1, min_active=0, max_active=50):
     label_ptr = np.array([0, 1])
     labels = np.array([9], np.int32)
     scratch = np.zeros((1, 20), np.int32)
-    active, n_active, n_label = act.active_sets(
+    active, n_active, n_label, _ = act.active_sets(
         buckets,
         table_ids,
         counts,

@@ -32,8 +32,9 @@ def active_sets(
     max_active: int,
     seed: int,
     scratch: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Active neuron ids ``[B, max_active]`` with per-example counts and label counts.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Active neuron ids ``[B, max_active]`` with per-example counts: active, labels, and
+    labels plus table neurons (random padding fills ``n_found[b]:n_active[b]``).
 
     ``buckets[b, t]`` is example b's bucket in table t; ``label_ids[label_ptr[b]:
     label_ptr[b+1]]`` its labels (local ids, kept first and never dropped: the caller sizes
@@ -46,6 +47,7 @@ def active_sets(
     active = np.empty((B, max_active), np.int32)
     n_active = np.zeros(B, np.int32)
     n_label = np.zeros(B, np.int32)
+    n_found = np.zeros(B, np.int32)  # labels + neurons from the tables; padding after
     for c in numba.prange(n_chunks):
         seen = scratch[c]
         cand = np.empty(L * capacity, np.int32)
@@ -90,6 +92,7 @@ def active_sets(
                         cnt += 1
             for i in range(nc):
                 seen[cand[i]] = 1  # candidates not taken stay marked so padding skips them
+            n_found[b] = cnt
             target = min(min_active, max_active, n_neurons)
             draw = np.uint64(0)
             base = mix64(np.uint64(seed) * np.uint64(0x2545F4914F6CDD1D) + np.uint64(b))
@@ -105,4 +108,4 @@ def active_sets(
                 seen[cand[i]] = 0
             for i in range(cnt):
                 seen[active[b, i]] = 0
-    return active, n_active, n_label
+    return active, n_active, n_label, n_found

@@ -22,11 +22,16 @@ def forward(
     n_active: np.ndarray,
     n_label: np.ndarray,
     label_weight: np.ndarray,
+    pad_start: np.ndarray,
+    pad_shift: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Logits ``[B, M]`` of the active neurons and, per example, the partial softmax sums.
 
-    Returns ``(logits, row_max, row_sumexp, label_part)`` with ``row_sumexp =
-    sum exp(logit - row_max)`` over the active set and ``label_part = label_weight *
+    Entries ``pad_start[b]:`` are random padding: each stands for ``exp(pad_shift[b])``
+    neurons that were not sampled, so ``pad_shift[b]`` is added to their logits (the
+    sampled-softmax correction log(1/q) for uniform sampling); the returned logits
+    include it. Returns ``(logits, row_max, row_sumexp, label_part)`` with ``row_sumexp
+    = sum exp(logit - row_max)`` over the active set and ``label_part = label_weight *
     sum of the label logits`` (the label term of the cross-entropy).
     """
     B, H = h.shape
@@ -43,6 +48,8 @@ def forward(
             acc = bias[active[b, j]]
             for k in range(H):
                 acc += w[k] * hb[k]
+            if j >= pad_start[b]:
+                acc += pad_shift[b]
             logits[b, j] = acc
             mx = max(mx, acc)
         total = np.float32(0.0)

@@ -40,6 +40,7 @@ class SlideConfig:
     threshold: int = 2
     min_active: int = 1000  # per example, over the whole layer (each shard pads its share)
     max_active: int = 4096  # per example, over the whole layer
+    pad_correction: bool = True  # weigh random padding as the neurons it stands for
     rebuild_every: int = 50
     rebuild_growth: float = 0.0
     redraw_every: int = 1000

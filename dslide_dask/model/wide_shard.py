@@ -143,6 +143,15 @@ class WideShard:
             self._scratch[:n_chunks],
         )
 
+    def _pad_shift(self, n_active: np.ndarray, n_found: np.ndarray) -> np.ndarray:
+        """log(neurons not found / neurons padded): the weight of a random padding
+        neuron in the softmax normaliser (0: no correction, or no padding)."""
+        n_pad = n_active - n_found
+        if not self.cfg.pad_correction:
+            return np.zeros(len(n_active), np.float32)
+        rest = np.maximum(self.n_local - n_found, 1)
+        return np.where(n_pad > 0, np.log(rest / np.maximum(n_pad, 1)), 0).astype(np.float32)
+
     def _share(self, count: int) -> int:
         """This shard's part of a per-example neuron count of the whole layer."""
         return -(-count * self.n_local // self.n_neurons)
@@ -153,11 +162,12 @@ class WideShard:
         h = np.ascontiguousarray(h, np.float32)
         weight = label_weights(Y)
         label_ptr, label_ids = self.local_labels(Y)
-        active, n_active, n_label = self._active(h, label_ptr, label_ids, train=True)
+        active, n_active, n_label, n_found = self._active(h, label_ptr, label_ids, train=True)
         n_active[weight == 0] = 0  # an example with no label trains nothing
         logits, row_max, row_sumexp, label_part = wide_layer.forward(
-            h, self.W, self.bias, active, n_active, n_label, weight
-        )
+            h, self.W, self.bias, active, n_active, n_label, weight,
+            n_found, self._pad_shift(n_active, n_found),
+        )  # fmt: skip
         self._pending = (h, active, n_active, n_label, weight, logits)
         return SoftmaxPartials(row_max, row_sumexp, label_part, n_active)
 
@@ -206,9 +216,10 @@ class WideShard:
                 topk.merge_block(block, ids, top_ids, top_scores)
             return top_ids, top_scores
         empty = np.zeros(n + 1, np.int64), np.zeros(0, np.int32)
-        active, n_active, n_label = self._active(h, *empty, train=False)
+        active, n_active, n_label, _ = self._active(h, *empty, train=False)
+        zeros = np.zeros(n, np.float32)
         logits, *_ = wide_layer.forward(
-            h, self.W, self.bias, active, n_active, n_label, np.zeros(n, np.float32)
+            h, self.W, self.bias, active, n_active, n_label, zeros, n_active, zeros
         )
         local_ids, scores = topk.topk_of_active(logits, active, n_active, k)
         return np.where(local_ids >= 0, self.global_ids(local_ids), -1), scores
