@@ -40,3 +40,10 @@ def precision_at_k(topk: np.ndarray, Y: CSR, ks: Iterable[int] = (1, 3, 5)) -> d
         return {f"P@{k}": float("nan") for k in ks}
     cum = np.cumsum(_hits(topk, Y.indptr, Y.indices), axis=1)
     return {f"P@{k}": float(cum[:, k - 1].mean() / k) for k in ks}
+
+
+def most_frequent_topk(Y: CSR, n_rows: int, k: int) -> np.ndarray:
+    """The baseline prediction: the k most frequent labels of ``Y`` for each of ``n_rows``
+    rows."""
+    top = np.argsort(-np.bincount(Y.indices, minlength=Y.n_cols), kind="stable")[:k]
+    return np.broadcast_to(top, (n_rows, k))

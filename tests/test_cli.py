@@ -323,12 +323,12 @@ def test_dense_baseline_learns() -> None:
     pytest.importorskip("torch")
     from dslide_dask import precision_at_k
     from dslide_dask.data.synthetic import make_synthetic, resolve_spec
+    from dslide_dask.metrics import most_frequent_topk
     from dslide_workflows.bench.torch_dense import train_dense
-    from dslide_workflows.cli import _most_frequent
 
     train, test = make_synthetic(resolve_spec("tiny", n_test=300), seed=1)
     out = train_dense(train, test, threads=1, epochs=3, lr=1e-2)
-    popular = precision_at_k(_most_frequent(train.Y, test.n_points, 5), test.Y, (1,))["P@1"]
+    popular = precision_at_k(most_frequent_topk(train.Y, test.n_points, 5), test.Y, (1,))["P@1"]
     assert out["P@1"] > 2 * popular
     assert out["samples_per_s"] > 0 and out["peak_rss_mb"] > 0
     assert set(out) >= {"P@1", "P@3", "P@5", "train_seconds", "first_batch_seconds"}

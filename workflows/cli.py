@@ -201,6 +201,7 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     from dslide_dask import precision_at_k
     from dslide_dask.data import synthetic
+    from dslide_dask.metrics import most_frequent_topk
 
     t0 = time.perf_counter()
     train, test = synthetic.make_synthetic(DEMO_PRESET, seed=args.seed)
@@ -224,18 +225,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"trained {clf!r}: {seen[0]} samples in {seconds:.1f} s ({seen[0] / seconds:.0f} samples/s)"
     )
     slide = clf.evaluate(test.X, test.Y, ks=(1, 3, 5))
-    baseline = precision_at_k(_most_frequent(train.Y, test.n_points, 5), test.Y, (1, 3, 5))
+    baseline = precision_at_k(most_frequent_topk(train.Y, test.n_points, 5), test.Y, (1, 3, 5))
     print(f"{'SLIDE':<24}{_format_scores(slide)}")
     print(f"{'most frequent labels':<24}{_format_scores(baseline)}")
     return 0
-
-
-def _most_frequent(Y, n_rows: int, k: int):
-    """The k most frequent labels of ``Y``, as the prediction for each of ``n_rows`` rows."""
-    import numpy as np
-
-    top = np.argsort(-np.bincount(Y.indices, minlength=Y.n_cols), kind="stable")[:k]
-    return np.broadcast_to(top, (n_rows, k))
 
 
 # -- main --------------------------------------------------------------------------------------
