@@ -46,10 +46,13 @@ def test_one_shard_gives_the_same_weights_as_in_process(client, tiny):
         ((W, bias),) = remote.shard_weights()
         hidden = remote.hidden_weights()
     shard = local.network.shards[0]
-    np.testing.assert_allclose(W, shard.W, rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(bias, shard.bias, rtol=1e-6, atol=1e-7)
+    # Float tolerance: numpy's SIMD exp/log may round the last bit differently with the
+    # arrays' memory alignment, and Adam carries such differences over 100 steps (~1e-7
+    # seen); a wrong step would move weights by ~lr = 1e-2.
+    np.testing.assert_allclose(W, shard.W, atol=1e-5)
+    np.testing.assert_allclose(bias, shard.bias, atol=1e-5)
     for got, want in zip(hidden, local.network.hidden.params(), strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(got, want, atol=1e-5)
     assert [h["loss"] for h in history] == pytest.approx([h["loss"] for h in local.history])
 
 

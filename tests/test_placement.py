@@ -15,9 +15,7 @@ def workers(*specs):
 
 
 def test_one_shard_per_worker_sized_by_threads():
-    placement = place_shards(
-        workers((1, 4 << 30), (2, 4 << 30)), CFG, 3000, coordinator_load=0
-    )
+    placement = place_shards(workers((1, 4 << 30), (2, 4 << 30)), CFG, 3000, coordinator_load=0)
     # the worker with more threads comes first and gets twice the neurons
     assert placement.workers == ("tcp://10.0.0.1:1", "tcp://10.0.0.0:1")
     assert [placement.layout.size(s) for s in range(2)] == [2000, 1000]

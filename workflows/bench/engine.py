@@ -112,6 +112,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # -- data --------------------------------------------------------------------------------------
+def check_data_args(preset: str, train_points: int, test_points: int):
+    """The preset's spec, once the point counts are known to fit it."""
+    from dslide_dask.data import synthetic
+
+    spec = synthetic.resolve_spec(preset)
+    if not 1 <= train_points <= spec.n_train:
+        raise ValueError(f"--train-points must be in [1, {spec.n_train}], got {train_points}")
+    if not 1 <= test_points <= spec.n_test:
+        raise ValueError(f"--test-points must be in [1, {spec.n_test}], got {test_points}")
+    return spec
+
+
 def bench_data(
     preset: str,
     train_points: int,
@@ -126,11 +138,7 @@ def bench_data(
     files are sorted by label)."""
     from dslide_dask.data import synthetic
 
-    spec = synthetic.resolve_spec(preset)
-    if not 1 <= train_points <= spec.n_train:
-        raise ValueError(f"--train-points must be in [1, {spec.n_train}], got {train_points}")
-    if not 1 <= test_points <= spec.n_test:
-        raise ValueError(f"--test-points must be in [1, {spec.n_test}], got {test_points}")
+    spec = check_data_args(preset, train_points, test_points)
     key = json.dumps([CACHE_FORMAT, dataclasses.asdict(spec), synthetic.CHUNK_POINTS, seed])
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     name = f"{preset}-seed{seed}-train{train_points}-test{test_points}-{digest}.npz"
@@ -383,18 +391,20 @@ def run(args: argparse.Namespace) -> int:
     if args.skip_engine and args.skip_dense:
         raise ValueError("--skip-engine and --skip-dense leave nothing to run")
     names = [n for n in CONTENDERS if not getattr(args, f"skip_{n}")]
-    if "dense" in names and importlib.util.find_spec("torch") is None:
-        raise ValueError(
-            "the dense baseline needs PyTorch: pip install 'dslide-dask[bench]' "
-            "(or pass --skip-dense)"
-        )
     config = {
         "classifier": classifier_params(args, args.engine_opt),
         "dense_input": args.dense_input,
         "log_every": args.log_every,
     }
-    if "engine" in names:  # fail on bad engine parameters now, not after the data are made
+    # fail on bad parameters now, not after the data are made
+    if "engine" in names:
         make_classifier(config["classifier"])
+    check_data_args(args.preset, args.train_points, args.test_points)
+    if "dense" in names and importlib.util.find_spec("torch") is None:
+        raise ValueError(
+            "the dense baseline needs PyTorch: pip install 'dslide-dask[bench]' "
+            "(or pass --skip-dense)"
+        )
     data, info = bench_data(
         args.preset,
         args.train_points,
