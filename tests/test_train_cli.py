@@ -16,8 +16,7 @@ def test_train_on_a_local_cluster_from_urls(tiny_files, tmp_path, capsys):
     train, test = tiny_files
     config = tmp_path / "run.yaml"
     config.write_text(
-        f"train: file://{train}\ntest: {test}\nepochs: 4\nworkers: 2\n"
-        "model:\n  hidden: [64]\n"
+        f"train: file://{train}\ntest: {test}\nepochs: 4\nworkers: 2\nmodel:\n  hidden: [64]\n"
     )
     report = tmp_path / "report.html"
     status = main(["train", "--config", str(config), "--eval-every", "40", "--no-progress",
