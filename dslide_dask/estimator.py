@@ -47,7 +47,7 @@ class SlideClassifier:
         L: int = 50,
         range_pow: int | None = None,
         bin_size: int = 8,
-        bucket_capacity: int = 32,
+        bucket_capacity: int = 8,
         bucket_policy: str = "fifo",
         strategy: str = "union",
         threshold: int = 2,
