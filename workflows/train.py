@@ -276,8 +276,6 @@ def _scores(scores: dict) -> str:
 
 def summary(history, seconds, setup, shape, cfg, shards, scores, evaluations) -> str:
     """The run summary: speed, traffic, sparsity, quality."""
-    from dslide_workflows.bench.distributed import model_parameters
-
     n_features, n_labels = shape
     samples = sum(h["samples"] for h in history)
     steps = len(history)
@@ -295,7 +293,7 @@ def summary(history, seconds, setup, shape, cfg, shards, scores, evaluations) ->
         busy = " / ".join(f"{1e3 * s['busy_seconds'] / max(1, steps):.0f}" for s in shards)
         lines.append(f"  shards          {len(shards)}: neurons {sizes}; busy ms/step {busy}")
         traffic = sum(h["bytes_sent"] + h["bytes_received"] for h in history) / max(1, steps)
-        allreduce = 2 * 4 * model_parameters(n_features, n_labels, cfg.hidden)
+        allreduce = cfg.allreduce_bytes(n_features, n_labels)
         lines.append(f"  bytes/step      {traffic / 1e3:,.0f} KB sent+received "
                      f"({100 * traffic / allreduce:.3f}% of a {allreduce / 1e6:,.0f} MB "
                      f"data-parallel all-reduce)")  # fmt: skip

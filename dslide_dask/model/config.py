@@ -106,6 +106,13 @@ class SlideConfig:
         per_bucket = max(1.0, n_items / AUTO_NEURONS_PER_BUCKET)
         return min(AUTO_RANGE_POW_MAX, max(4, math.ceil(math.log2(per_bucket))))
 
+    def allreduce_bytes(self, n_features: int, n_labels: int) -> int:
+        """Bytes a data-parallel step all-reduces for this network: 2 x parameters x 4
+        (the yardstick for what model parallelism moves instead)."""
+        widths = (n_features, *self.hidden, n_labels)
+        params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:], strict=True))
+        return 2 * 4 * params
+
     @property
     def code_bits(self) -> int:
         """Bits of one hash code: 1 for SimHash, log2(bin_size) for DWTA."""

@@ -42,11 +42,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, metavar="OUT")
 
 
-def model_parameters(n_features: int, n_labels: int, hidden: tuple[int, ...]) -> int:
-    widths = (n_features, *hidden, n_labels)
-    return sum(a * b + b for a, b in zip(widths[:-1], widths[1:], strict=True))
-
-
 def run_one(name: str, make_trainer, train, test, batch_size: int, seed: int) -> dict:
     """Set up, train one pass, evaluate; timings and traffic of one contender."""
     t0 = time.perf_counter()
@@ -91,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     params = {**DEFAULTS, **dict(args.engine_opt), "seed": args.seed}
     cfg = SlideConfig(**params)
     shape = (train.n_features, train.n_labels)
-    allreduce = 2 * 4 * model_parameters(*shape, cfg.hidden)
+    allreduce = cfg.allreduce_bytes(*shape)
     rows = []
     numba.set_num_threads(args.threads)
     rows.append(
