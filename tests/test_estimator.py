@@ -78,3 +78,15 @@ def test_get_and_set_params_round_trip():
     assert clone.L == 7 and "L=7" in repr(clone)
     with pytest.raises(ValueError, match="unknown parameter 'LL'"):
         clone.set_params(LL=1)
+
+
+def test_every_config_parameter_is_an_estimator_parameter():
+    import dataclasses
+
+    from dslide_dask import SlideConfig
+
+    fields = {f.name for f in dataclasses.fields(SlideConfig)}
+    params = SlideClassifier().get_params()
+    assert fields <= set(params)
+    defaults = SlideConfig()
+    assert all(params[f] == getattr(defaults, f) for f in fields if f != "hidden")
