@@ -71,8 +71,13 @@ def test_sharded_training_learns_like_one_shard(client, tiny, n_shards):
     assert abs(p1 - p1_local) < 0.08, (p1, p1_local)
     steps = clf.history_
     assert all(s["round_trips"] == 1 for s in steps[:-1])  # pipelined
-    per_shard = steps[10]["bytes_sent"] / n_shards
-    assert per_shard < 128 * 64 * 2 + 128 * 4 + 4096  # float16 activations + labels
+    # only the shards on other workers than the coordinator's are reached over the network
+    remote = n_shards - 1
+    if remote:
+        per_shard = steps[10]["bytes_sent"] / remote
+        assert 128 * 64 * 2 < per_shard < 128 * 64 * 2 + 128 * 4 + 4096  # float16 h + labels
+    else:
+        assert steps[10]["bytes_sent"] == steps[10]["bytes_received"] == 0
 
 
 @pytest.mark.timeout(120)

@@ -49,11 +49,16 @@ class Coordinator:
         self.hidden = HiddenLayers(self.cfg, n_features, self.cfg.seed)
         self.n_features = n_features
         self.n_labels = n_labels
-        self.shards = shards
+        self.worker = get_worker()
+        self.shards = [
+            self._same_worker(shard) if address == self.worker.address else shard
+            for shard, address in zip(shards, shard_workers, strict=True)
+        ]
+        self.remote = [a != self.worker.address for a in shard_workers]
+        self.n_remote = sum(self.remote)
         self.shard_workers = shard_workers
         self.wire_dtype = wire_dtype
         self.pipeline = pipeline
-        self.worker = get_worker()
         self.batches: Iterator[XCDataset] = iter(())
         self.reads = ReadStats()
         self.pending = None  # pipelined: the step whose forward pass the shards have done
@@ -109,8 +114,8 @@ class Coordinator:
         lse, label_term = combine_partials(parts)
         grads = await self._all([s.backward(lse) for s in self.shards], "backward")
         await self._compute(self.hidden.backward, batch.X, acts, sum_unpacked(grads))
-        sent = len(self.shards) * (payload_bytes((h_wire, batch.Y)) + lse.nbytes)
-        received = payload_bytes((parts, grads))
+        sent = self.n_remote * (payload_bytes((h_wire, batch.Y)) + lse.nbytes)
+        received = self._remote_bytes(parts) + self._remote_bytes(grads)
         return self._stats(batch, lse, label_term, parts, sent, received, 2, t0)
 
     async def _pipelined_step(self) -> dict | None:
@@ -127,7 +132,7 @@ class Coordinator:
             h, acts = await self._compute(self.hidden.forward, batch.X)
             h_wire = pack(h, self.wire_dtype)
             parts = await self._all([s.forward(h_wire, batch.Y) for s in self.shards], "forward")
-            sent += len(self.shards) * payload_bytes((h_wire, batch.Y))
+            sent += self.n_remote * payload_bytes((h_wire, batch.Y))
             self.pending = (batch, acts, parts)
         batch, acts, parts = self.pending
         lse, label_term = combine_partials(parts)
@@ -135,14 +140,14 @@ class Coordinator:
         await self._apply_deferred()  # update t-1 before the activations of t+1
         if following is None:
             calls = [s.backward(lse) for s in self.shards]
-            sent += len(self.shards) * lse.nbytes
+            sent += self.n_remote * lse.nbytes
         else:
             h, next_acts = await self._compute(self.hidden.forward, following.X)
             h_wire = pack(h, self.wire_dtype)
             calls = [s.backward_forward(lse, h_wire, following.Y) for s in self.shards]
-            sent += len(self.shards) * (payload_bytes((h_wire, following.Y)) + lse.nbytes)
+            sent += self.n_remote * (payload_bytes((h_wire, following.Y)) + lse.nbytes)
         replies = await self._all(calls, "backward+forward")
-        received = payload_bytes(replies)
+        received = self._remote_bytes(replies)
         if following is None:
             grads, self.pending = replies, None
         else:
@@ -159,6 +164,12 @@ class Coordinator:
             X, acts, grads = self.deferred
             self.deferred = None
             await self._compute(self.hidden.backward, X, acts, sum_unpacked(grads))
+
+    def _remote_bytes(self, replies: list) -> int:
+        """Bytes of the replies that crossed the network (not from this worker's shard)."""
+        return sum(
+            payload_bytes(r) for r, remote in zip(replies, self.remote, strict=True) if remote
+        )
 
     def _stats(self, batch, lse, label_term, parts, sent, received, trips, t0) -> dict:
         self.step += 1
@@ -204,6 +215,15 @@ class Coordinator:
         return self.hidden.params()
 
     # -- plumbing ----------------------------------------------------------------------------
+    def _same_worker(self, shard) -> _DirectCalls:
+        """Calls to a shard actor on this worker, run on its actor thread directly: no
+        serialisation, no loop-back connection."""
+        return _DirectCalls(self.worker.state.actors[shard.key], self._on_actor_thread)
+
+    async def _on_actor_thread(self, fn, *args):
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.worker.executors["actor"], partial(fn, *args))
+
     async def _compute(self, fn, *args):
         """Run model arithmetic on the worker's actor thread, like the shards' methods, so
         numba kernels never run from two threads of one process at once."""
@@ -254,3 +274,15 @@ class Coordinator:
                 f"lost {names} during {what} of step {self.step + 1}: the worker died and "
                 f"its part of the model with it"
             )
+
+
+class _DirectCalls:
+    """An actor's methods called in-process (they return coroutines, like actor calls)."""
+
+    def __init__(self, target, run) -> None:
+        self._target = target
+        self._run = run
+
+    def __getattr__(self, name: str):
+        method = getattr(self._target, name)
+        return lambda *args: self._run(method, *args)
