@@ -14,7 +14,7 @@ from dslide_dask.data.csr import as_csr
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.distributed.trainer import DistributedTrainer
 from dslide_dask.metrics import precision_at_k
-from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.config import SlideConfig, check_int
 from dslide_dask.model.local_trainer import LocalTrainer
 
 #: Called after every step with its statistics (step, samples, loss, active, seconds...).
@@ -145,7 +145,7 @@ class SlideClassifier:
         by the coordinator's worker, never through the client.
         """
         data = self._check_xy(X, Y, storage_options)
-        _check_int("epochs", self.epochs, 1, 1 << 20)
+        check_int("epochs", self.epochs, 1, 1 << 20)
         self._start(data)
         self._train(data, self.epochs, shuffle=True, callback=callback)
         return self
@@ -190,7 +190,7 @@ class SlideClassifier:
         self.epochs_done_ = 0
 
     def _train(self, data: Source, epochs: int, shuffle: bool, callback) -> None:
-        _check_int("batch_size", self.batch_size, 1, 1 << 20)
+        check_int("batch_size", self.batch_size, 1, 1 << 20)
         with self._threads():
             self.trainer_.train(
                 data, self.batch_size, epochs, self.seed, shuffle, callback, self.epochs_done_
@@ -214,7 +214,7 @@ class SlideClassifier:
         self._check_fitted()
         X = as_csr(X)
         self._check_shapes(X.n_cols, None)
-        _check_int("k", k, 1, self.trainer_.n_labels)
+        check_int("k", k, 1, self.trainer_.n_labels)
         with self._threads():
             return self.trainer_.topk(X, k, exact)
 
@@ -250,15 +250,10 @@ class SlideClassifier:
         if self.n_threads is None:
             yield
             return
-        _check_int("n_threads", self.n_threads, 1, numba.config.NUMBA_NUM_THREADS)
+        check_int("n_threads", self.n_threads, 1, numba.config.NUMBA_NUM_THREADS)
         before = numba.get_num_threads()
         numba.set_num_threads(self.n_threads)
         try:
             yield
         finally:
             numba.set_num_threads(before)
-
-
-def _check_int(name: str, value, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")

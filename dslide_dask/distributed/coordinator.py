@@ -62,7 +62,6 @@ class Coordinator:
         self.batches: Iterator[XCDataset] = iter(())
         self.reads = ReadStats()
         self.pending = None  # pipelined: the step whose forward pass the shards have done
-        self.deferred = None  # pipelined: a hidden-layer update not yet applied
         self.step = 0
         self.compute_seconds = 0.0  # this worker's hidden-layer arithmetic
         self.wait_seconds = 0.0  # waiting for the shards
@@ -137,7 +136,6 @@ class Coordinator:
         batch, acts, parts = self.pending
         lse, label_term = combine_partials(parts)
         following = next(self.batches, None)
-        await self._apply_deferred()  # update t-1 before the activations of t+1
         if following is None:
             calls = [s.backward(lse) for s in self.shards]
             sent += self.n_remote * lse.nbytes
@@ -153,17 +151,8 @@ class Coordinator:
         else:
             grads = [r[0] for r in replies]
             self.pending = (following, next_acts, [r[1] for r in replies])
-        self.deferred = (batch.X, acts, grads)
-        if self.pending is None:
-            await self._apply_deferred()
+        await self._compute(self.hidden.backward, batch.X, acts, sum_unpacked(grads))
         return self._stats(batch, lse, label_term, parts, sent, received, 1, t0)
-
-    async def _apply_deferred(self) -> None:
-        """Apply a hidden-layer update whose gradients arrived in an earlier step."""
-        if self.deferred is not None:
-            X, acts, grads = self.deferred
-            self.deferred = None
-            await self._compute(self.hidden.backward, X, acts, sum_unpacked(grads))
 
     def _remote_bytes(self, replies: list) -> int:
         """Bytes of the replies that crossed the network (not from this worker's shard)."""

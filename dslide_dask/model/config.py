@@ -60,7 +60,7 @@ class SlideConfig:
         if not self.hidden:
             raise ValueError("hidden must list at least one layer width, got ()")
         for width in self.hidden:
-            _check_int("hidden", width, 1, 1 << 16)
+            check_int("hidden", width, 1, 1 << 16)
         _check_float("lr", self.lr, 0.0, 10.0, low_open=True)
         _check_float("beta1", self.beta1, 0.0, 1.0, high_open=True)
         _check_float("beta2", self.beta2, 0.0, 1.0, high_open=True)
@@ -70,17 +70,17 @@ class SlideConfig:
         _check_choice("hash_family", self.hash_family, HASH_FAMILIES)
         _check_choice("bucket_policy", self.bucket_policy, BUCKET_POLICIES)
         _check_choice("strategy", self.strategy, STRATEGIES)
-        _check_int("L", self.L, 1, 1024)
+        check_int("L", self.L, 1, 1024)
         if self.range_pow is not None:
-            _check_int("range_pow", self.range_pow, 1, 30)
-        _check_int("bucket_capacity", self.bucket_capacity, 1, 1 << 16)
+            check_int("range_pow", self.range_pow, 1, 30)
+        check_int("bucket_capacity", self.bucket_capacity, 1, 1 << 16)
         if self.hash_family == "dwta":
-            _check_int("bin_size", self.bin_size, 2, min(256, self.hidden[-1]))
+            check_int("bin_size", self.bin_size, 2, min(256, self.hidden[-1]))
             if self.bin_size & (self.bin_size - 1):
                 raise ValueError(f"bin_size must be a power of two, got {self.bin_size}")
-            _check_int("K", self.K, 1, 64 // self.code_bits)
+            check_int("K", self.K, 1, 64 // self.code_bits)
         else:
-            _check_int("K", self.K, 1, 64)
+            check_int("K", self.K, 1, 64)
             _check_float("simhash_density", self.simhash_density, 0.0, 1.0, low_open=True)
         table_bytes = 4 * self.L * (1 << self.buckets_pow(1 << 40)) * self.bucket_capacity
         if table_bytes > MAX_TABLE_BYTES:
@@ -90,13 +90,13 @@ class SlideConfig:
                 f"reduce L, range_pow or bucket_capacity to stay under "
                 f"{MAX_TABLE_BYTES / 2**30:.0f} GiB"
             )
-        _check_int("threshold", self.threshold, 1, self.L)
-        _check_int("max_active", self.max_active, 1, 1 << 24)
-        _check_int("min_active", self.min_active, 0, self.max_active)
-        _check_int("rebuild_every", self.rebuild_every, 1, 1 << 40)
+        check_int("threshold", self.threshold, 1, self.L)
+        check_int("max_active", self.max_active, 1, 1 << 24)
+        check_int("min_active", self.min_active, 0, self.max_active)
+        check_int("rebuild_every", self.rebuild_every, 1, 1 << 40)
         _check_float("rebuild_growth", self.rebuild_growth, 0.0, 1.0)
-        _check_int("redraw_every", self.redraw_every, 0, 1 << 40)
-        _check_int("seed", self.seed, 0, (1 << 63) - 1)
+        check_int("redraw_every", self.redraw_every, 0, 1 << 40)
+        check_int("seed", self.seed, 0, (1 << 63) - 1)
 
     def buckets_pow(self, n_items: int) -> int:
         """log2 of the buckets per table for ``n_items`` neurons: ``range_pow`` if set,
@@ -138,7 +138,8 @@ def _as_tuple(value) -> tuple:
     return tuple(value)
 
 
-def _check_int(name: str, value, low: int, high: int) -> None:
+def check_int(name: str, value, low: int, high: int) -> None:
+    """Raise ValueError naming ``name`` unless ``value`` is an integer in [low, high]."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
 
