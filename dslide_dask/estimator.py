@@ -9,16 +9,28 @@ from contextlib import contextmanager
 import numba
 import numpy as np
 
+from dslide_dask.checkpoint import open_checkpoint
+from dslide_dask.checkpoint.model import config_of
 from dslide_dask.data.batches import Source, plan
 from dslide_dask.data.csr import as_csr
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.distributed.trainer import DistributedTrainer
+from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.metrics import precision_at_k
 from dslide_dask.model.config import SlideConfig, check_int
-from dslide_dask.model.local_trainer import LocalTrainer
 
 #: Called after every step with its statistics (step, samples, loss, active, seconds...).
 StepCallback = Callable[[dict], None]
+#: Parameters that say how to train and where, not what the network is.
+ENGINE_PARAMS = (
+    "batch_size",
+    "epochs",
+    "n_threads",
+    "client",
+    "n_shards",
+    "wire_dtype",
+    "pipeline",
+)
 
 
 class SlideClassifier:
@@ -123,31 +135,32 @@ class SlideClassifier:
 
     def config(self) -> SlideConfig:
         """The validated network configuration these parameters describe."""
-        engine = {
-            "batch_size",
-            "epochs",
-            "n_threads",
-            "client",
-            "n_shards",
-            "wire_dtype",
-            "pipeline",
-        }
-        return SlideConfig(**{k: v for k, v in self.get_params().items() if k not in engine})
+        params = self.get_params()
+        return SlideConfig(**{k: v for k, v in params.items() if k not in ENGINE_PARAMS})
 
     # -- training --------------------------------------------------------------------------
     def fit(
-        self, X, Y=None, callback: StepCallback | None = None, storage_options: dict | None = None
+        self,
+        X,
+        Y=None,
+        callback: StepCallback | None = None,
+        storage_options: dict | None = None,
+        eval_set: tuple | None = None,
+        eval_every: int | None = None,
     ) -> SlideClassifier:
         """Train from scratch for ``epochs`` passes, shuffling the rows each epoch.
 
         ``X`` may be a URL of training data (file, glob, folder, converted layout; ``Y``
         None): it is then streamed from storage by this process or, with a ``client``,
         by the coordinator's worker, never through the client.
+
+        ``eval_set=(X_test, Y_test)`` records P@1/3/5 in :attr:`evals_` every
+        ``eval_every`` steps (default: after each epoch's worth of steps) and at the end.
         """
         data = self._check_xy(X, Y, storage_options)
         check_int("epochs", self.epochs, 1, 1 << 20)
         self._start(data)
-        self._train(data, self.epochs, shuffle=True, callback=callback)
+        self._train(data, self.epochs, True, callback, eval_set, eval_every)
         return self
 
     def _check_xy(self, X, Y, storage_options: dict | None = None) -> Source:
@@ -173,7 +186,7 @@ class SlideClassifier:
             self._check_shapes(data.n_features, data.n_labels)
         else:
             self._start(data)
-        self._train(data, 1, shuffle=False, callback=callback)
+        self._train(data, 1, False, callback)
         return self
 
     def _start(self, data: Source) -> None:
@@ -188,14 +201,44 @@ class SlideClassifier:
                 self.wire_dtype, self.pipeline,
             )  # fmt: skip
         self.epochs_done_ = 0
+        self.evals_: list[dict] = []
 
-    def _train(self, data: Source, epochs: int, shuffle: bool, callback) -> None:
+    def _train(
+        self, data: Source, epochs: int, shuffle: bool, callback, eval_set=None, eval_every=None
+    ) -> None:
         check_int("batch_size", self.batch_size, 1, 1 << 20)
+        if eval_set is not None:
+            X_eval, Y_eval = as_csr(eval_set[0]), as_csr(eval_set[1], pattern=True)
+            self._check_shapes(X_eval.n_cols, Y_eval.n_cols)
+            every = eval_every or max(1, -(-data.n_points // self.batch_size))
+            check_int("eval_every", every, 1, 1 << 40)
+            callback = self._evaluating(callback, X_eval, Y_eval, every)
         with self._threads():
             self.trainer_.train(
                 data, self.batch_size, epochs, self.seed, shuffle, callback, self.epochs_done_
             )
-        self.epochs_done_ += epochs
+            self.epochs_done_ += epochs
+            if eval_set is not None and (not self.evals_ or self.evals_[-1]["step"] != self._step):
+                self._record_eval(X_eval, Y_eval)
+
+    def _evaluating(self, callback, X, Y, every: int) -> StepCallback:
+        """``callback``, then P@k on ``(X, Y)`` every ``every`` steps."""
+
+        def step(stats: dict) -> None:
+            if callback is not None:
+                callback(stats)
+            if stats["step"] % every == 0:
+                self._record_eval(X, Y)
+
+        return step
+
+    def _record_eval(self, X, Y) -> None:
+        scores = precision_at_k(self.trainer_.topk(X, 5, True), Y, (1, 3, 5))
+        self.evals_.append({"step": self._step, "epoch": self.epochs_done_, **scores})
+
+    @property
+    def _step(self) -> int:
+        return self.trainer_.step
 
     @property
     def history_(self) -> list[dict]:
@@ -205,7 +248,48 @@ class SlideClassifier:
 
     @property
     def n_steps_(self) -> int:
-        return len(self.history_)
+        """Steps the model has taken (including those before it was saved and loaded)."""
+        self._check_fitted()
+        return self._step
+
+    # -- persistence -----------------------------------------------------------------------
+    def save(self, url: str, storage_options: dict | None = None) -> str:
+        """Write the fitted model to ``url`` (any fsspec URL): plain arrays and JSON, no
+        pickle; with a client, every shard writes its own rows from its worker. Returns
+        the checkpoint's URL; :meth:`load` reads it back."""
+        self._check_fitted()
+        params = {k: v for k, v in self.get_params().items() if k not in ("client", "hidden")}
+        extra = {"estimator": {**params, "epochs_done": self.epochs_done_, "evals": self.evals_}}
+        if isinstance(self.trainer_, LocalTrainer):
+            return self.trainer_.save(url, storage_options, extra).url
+        return self.trainer_.save(url, storage_options, extra)
+
+    @classmethod
+    def load(
+        cls, url: str, client=None, storage_options: dict | None = None,
+        n_shards: int | None = None,
+    ) -> SlideClassifier:  # fmt: skip
+        """A fitted classifier from a model written by :meth:`save` (or any checkpoint,
+        e.g. a run folder's latest), in this process or on ``client``'s cluster, split
+        into ``n_shards`` (default: as saved in-process, one per worker on a cluster)."""
+        ckpt = open_checkpoint(url, storage_options)
+        saved = dict(ckpt.meta.get("estimator", {}))
+        epochs_done, evals = saved.pop("epochs_done", 0), saved.pop("evals", [])
+        params = {k: v for k, v in saved.items() if k in cls._param_names()}
+        clf = cls(**{**params, **config_of(ckpt).to_dict()}).set_params(
+            hidden=tuple(ckpt.meta["config"]["hidden"]), client=client, n_shards=n_shards
+        )
+        n_features, n_labels = ckpt.meta["n_features"], ckpt.meta["n_labels"]
+        if client is None:
+            clf.trainer_ = LocalTrainer(clf.config(), n_features, n_labels, n_shards or 1,
+                                        restore=ckpt)  # fmt: skip
+        else:
+            clf.trainer_ = DistributedTrainer(
+                client, clf.config(), n_features, n_labels, n_shards, clf.wire_dtype,
+                clf.pipeline, restore=ckpt.url, storage_options=storage_options,
+            )  # fmt: skip
+        clf.epochs_done_, clf.evals_ = epochs_done, list(evals)
+        return clf
 
     # -- inference -------------------------------------------------------------------------
     def predict_topk(self, X, k: int = 5, exact: bool = True) -> np.ndarray:

@@ -10,7 +10,7 @@ from distributed import Client, LocalCluster
 from dslide_dask import SlideClassifier, SlideConfig
 from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.distributed import DistributedTrainer, ShardLostError
-from dslide_dask.model.local_trainer import LocalTrainer
+from dslide_dask.local_trainer import LocalTrainer
 
 PARAMS = dict(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2, batch_size=128, seed=0)
 

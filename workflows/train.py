@@ -206,7 +206,7 @@ def _cluster(run: dict):
 
 def _trainer(run: dict, cfg, shape: tuple[int, int], client):
     from dslide_dask.distributed import DistributedTrainer
-    from dslide_dask.model.local_trainer import LocalTrainer
+    from dslide_dask.local_trainer import LocalTrainer
 
     if client is None:
         if run["threads"]:

@@ -11,6 +11,7 @@ round trips per step.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -19,16 +20,19 @@ import numba
 import numpy as np
 from distributed import get_worker
 
+from dslide_dask.checkpoint import CheckpointPolicy, CheckpointStore, open_checkpoint
+from dslide_dask.checkpoint.model import model_meta, restore_hidden, write_hidden
 from dslide_dask.data.batches import epoch_batches, load, plan, shape
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.distributed.errors import ShardLostError
+from dslide_dask.local_trainer import position_meta
 from dslide_dask.metrics import precision_at_k
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.hidden import HiddenLayers
-from dslide_dask.model.local_trainer import check_finite
-from dslide_dask.model.network import step_stats
+from dslide_dask.model.layout import ShardLayout
+from dslide_dask.model.network import check_finite, step_stats
 from dslide_dask.model.wide_shard import combine_partials, merge_topk
 from dslide_dask.model.wire import pack, payload_bytes, sum_unpacked
 
@@ -40,13 +44,29 @@ class Coordinator:
     """Runs the training loop of one model whose shards are other actors."""
 
     def __init__(
-        self, cfg: dict, n_features: int, n_labels: int, shards: list, shard_workers: list[str],
-        n_threads: int, wire_dtype: str, pipeline: bool,
+        self, cfg: dict, n_features: int, n_labels: int, layout: ShardLayout, shards: list,
+        shard_workers: list[str], n_threads: int, wire_dtype: str, pipeline: bool,
+        checkpoint: CheckpointPolicy | None = None, restore: str | None = None,
+        storage_options: dict | None = None,
     ) -> None:  # fmt: skip
         self.cfg = SlideConfig.from_dict(cfg)
         self.n_threads = n_threads
         numba.set_num_threads(n_threads)
         self.hidden = HiddenLayers(self.cfg, n_features, self.cfg.seed)
+        self.layout = layout
+        self.step = 0
+        self.last_checkpoint: str | None = None
+        if restore is not None:
+            ckpt = open_checkpoint(restore, storage_options)
+            restore_hidden(ckpt, self.hidden)
+            self.step, self.last_checkpoint = ckpt.step, ckpt.url
+        self.policy = checkpoint
+        self.store = (
+            CheckpointStore(checkpoint.url, checkpoint.storage_options, checkpoint.keep)
+            if checkpoint is not None
+            else None
+        )
+        self.last_save = time.monotonic()
         self.n_features = n_features
         self.n_labels = n_labels
         self.worker = get_worker()
@@ -59,10 +79,11 @@ class Coordinator:
         self.shard_workers = shard_workers
         self.wire_dtype = wire_dtype
         self.pipeline = pipeline
-        self.batches: Iterator[XCDataset] = iter(())
+        self.batches: Iterator[tuple[int, int, XCDataset]] = iter(())
+        self.stream = {"batch_size": 0, "seed": 0, "shuffle": True}  # how batches are drawn
+        self.position = (0, 0)  # (epoch, batch) of the next batch to train
         self.reads = ReadStats()
         self.pending = None  # pipelined: the step whose forward pass the shards have done
-        self.step = 0
         self.compute_seconds = 0.0  # this worker's hidden-layer arithmetic
         self.wait_seconds = 0.0  # waiting for the shards
 
@@ -70,10 +91,11 @@ class Coordinator:
     async def set_data(
         self, source: XCDataset | str, storage_options: dict | None, batch_size: int,
         epochs: int, seed: int, shuffle: bool, first_epoch: int = 0,
-        skip_bad_lines: bool = False,
+        skip_bad_lines: bool = False, first_batch: int = 0,
     ) -> None:  # fmt: skip
-        """Train next on ``epochs`` passes over ``source``: a data set, or a URL that this
-        worker streams straight from storage."""
+        """Train next on ``epochs`` passes over ``source`` (a data set, or a URL that this
+        worker streams straight from storage), from batch ``first_batch`` of epoch
+        ``first_epoch``."""
         planned = await asyncio.to_thread(plan, source, storage_options)
         if shape(planned) != (self.n_features, self.n_labels):
             raise ValueError(
@@ -81,13 +103,19 @@ class Coordinator:
                 f"the model {self.n_features} and {self.n_labels}"
             )
         self.reads = ReadStats()
+        self.stream = {"batch_size": batch_size, "seed": seed, "shuffle": shuffle}
+        self.position = (first_epoch, first_batch)
+        self.pending = None
 
         def stream():
             for epoch in range(first_epoch, first_epoch + epochs):
-                yield from epoch_batches(
+                batches = epoch_batches(
                     planned, batch_size, epoch, seed, shuffle,
                     skip_bad_lines=skip_bad_lines, stats=self.reads,
                 )  # fmt: skip
+                start = first_batch if epoch == first_epoch else 0
+                for index, batch in enumerate(itertools.islice(batches, start, None), start):
+                    yield epoch, index, batch
 
         self.batches = stream()
 
@@ -99,14 +127,19 @@ class Coordinator:
             stats = await (self._pipelined_step() if self.pipeline else self._step())
             if stats is None:
                 break
+            if self.policy is not None and self.policy.due(
+                self.step, time.monotonic() - self.last_save
+            ):
+                stats["checkpoint"] = await self.save_checkpoint(self.store)
             out.append(stats)
         return out
 
     async def _step(self) -> dict | None:
-        batch = next(self.batches, None)
-        if batch is None:
+        item = next(self.batches, None)
+        if item is None:
             return None
         t0 = time.perf_counter()
+        *where, batch = item
         h, acts = await self._compute(self.hidden.forward, batch.X)
         h_wire = pack(h, self.wire_dtype)
         parts = await self._all([s.forward(h_wire, batch.Y) for s in self.shards], "forward")
@@ -115,7 +148,7 @@ class Coordinator:
         await self._compute(self.hidden.backward, batch.X, acts, sum_unpacked(grads))
         sent = self.n_remote * (payload_bytes((h_wire, batch.Y)) + lse.nbytes)
         received = self._remote_bytes(parts) + self._remote_bytes(grads)
-        return self._stats(batch, lse, label_term, parts, sent, received, 2, t0)
+        return self._stats(batch, where, lse, label_term, parts, sent, received, 2, t0)
 
     async def _pipelined_step(self) -> dict | None:
         """Finish step t and start step t+1 in one call to each shard. The activations of
@@ -125,34 +158,36 @@ class Coordinator:
         t0 = time.perf_counter()
         sent = 0
         if self.pending is None:
-            batch = next(self.batches, None)
-            if batch is None:
+            item = next(self.batches, None)
+            if item is None:
                 return None
+            *where, batch = item
             h, acts = await self._compute(self.hidden.forward, batch.X)
             h_wire = pack(h, self.wire_dtype)
             parts = await self._all([s.forward(h_wire, batch.Y) for s in self.shards], "forward")
             sent += self.n_remote * payload_bytes((h_wire, batch.Y))
-            self.pending = (batch, acts, parts)
-        batch, acts, parts = self.pending
+            self.pending = (where, batch, acts, parts)
+        where, batch, acts, parts = self.pending
         lse, label_term = combine_partials(parts)
-        following = next(self.batches, None)
-        if following is None:
+        item = next(self.batches, None)
+        if item is None:
             calls = [s.backward(lse) for s in self.shards]
             sent += self.n_remote * lse.nbytes
         else:
+            *next_where, following = item
             h, next_acts = await self._compute(self.hidden.forward, following.X)
             h_wire = pack(h, self.wire_dtype)
             calls = [s.backward_forward(lse, h_wire, following.Y) for s in self.shards]
             sent += self.n_remote * (payload_bytes((h_wire, following.Y)) + lse.nbytes)
         replies = await self._all(calls, "backward+forward")
         received = self._remote_bytes(replies)
-        if following is None:
+        if item is None:
             grads, self.pending = replies, None
         else:
             grads = [r[0] for r in replies]
-            self.pending = (following, next_acts, [r[1] for r in replies])
+            self.pending = (next_where, following, next_acts, [r[1] for r in replies])
         await self._compute(self.hidden.backward, batch.X, acts, sum_unpacked(grads))
-        return self._stats(batch, lse, label_term, parts, sent, received, 1, t0)
+        return self._stats(batch, where, lse, label_term, parts, sent, received, 1, t0)
 
     def _remote_bytes(self, replies: list) -> int:
         """Bytes of the replies that crossed the network (not from this worker's shard)."""
@@ -160,12 +195,14 @@ class Coordinator:
             payload_bytes(r) for r, remote in zip(replies, self.remote, strict=True) if remote
         )
 
-    def _stats(self, batch, lse, label_term, parts, sent, received, trips, t0) -> dict:
+    def _stats(self, batch, where, lse, label_term, parts, sent, received, trips, t0) -> dict:
         self.step += 1
+        epoch, index = where
+        self.position = (epoch, index + 1)
         compute, wait = self.compute_seconds, self.wait_seconds
         self.compute_seconds = self.wait_seconds = 0.0
         stats = step_stats(lse, label_term, parts, batch.Y)
-        check_finite(stats.loss, self.step)
+        check_finite(stats.loss, self.step, self.last_checkpoint)
         return {
             "step": self.step,
             "samples": batch.n_points,
@@ -198,6 +235,29 @@ class Coordinator:
             parts = await self._all([s.topk(h_wire, k, exact) for s in self.shards], "topk")
             out.append(merge_topk(parts, k))
         return np.concatenate(out) if out else np.zeros((0, k), np.int64)
+
+    # -- checkpoints -------------------------------------------------------------------------
+    async def save_checkpoint(self, store: CheckpointStore, extra: dict | None = None) -> str:
+        """Write the whole model into ``store``: each shard writes its own rows straight
+        to storage (no weights pass through here), then this worker the hidden layers and
+        the metadata, committing the checkpoint. Its URL."""
+        folder = await asyncio.to_thread(store.new_folder, self.step)
+        calls = [s.write_checkpoint(folder.url, store.storage_options) for s in self.shards]
+        shards = await self._all(calls, "checkpoint")
+        hidden = await self._compute(write_hidden, folder, self.hidden)
+        epoch, batch = self.position
+        meta = model_meta(
+            self.cfg, self.n_features, self.n_labels, self.layout, self.hidden.step, shards,
+            hidden, {**position_meta(epoch, batch, **self.stream), **(extra or {})},
+        )  # fmt: skip
+        ckpt = await asyncio.to_thread(store.commit, folder, meta)
+        self.last_checkpoint = ckpt.url
+        self.last_save = time.monotonic()
+        return ckpt.url
+
+    async def save(self, url: str, storage_options: dict | None, extra: dict | None) -> str:
+        """Write the model to ``url`` (a store keeping only this checkpoint)."""
+        return await self.save_checkpoint(CheckpointStore(url, storage_options, keep=1), extra)
 
     def hidden_weights(self) -> list[np.ndarray]:
         """The hidden layers' weights and biases (for tests and checkpoints)."""

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 import numba
 import numpy as np
 
+from dslide_dask.checkpoint import Folder, open_checkpoint
+from dslide_dask.checkpoint.model import restore_shard, write_shard
 from dslide_dask.data.csr import CSR
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.layout import ShardLayout
@@ -20,16 +22,20 @@ class ShardActor:
 
     Methods run on the worker's single actor thread; numba uses ``n_threads`` of them.
     Activations arrive and gradients leave packed (:mod:`dslide_dask.model.wire`).
+    With ``restore`` (a checkpoint URL) the shard loads its rows from there, whatever
+    sharding wrote them; checkpoints are written by the shard straight to storage.
     """
 
     def __init__(
         self, cfg: dict, dim_in: int, layout: ShardLayout, shard_index: int, n_threads: int,
-        wire_dtype: str,
+        wire_dtype: str, restore: str | None = None, storage_options: dict | None = None,
     ) -> None:  # fmt: skip
         self.n_threads = n_threads
         self.wire_dtype = wire_dtype
         numba.set_num_threads(n_threads)
         self.shard = WideShard(SlideConfig.from_dict(cfg), dim_in, layout, shard_index)
+        if restore is not None:
+            restore_shard(open_checkpoint(restore, storage_options), self.shard)
         self.busy_seconds = 0.0
         self.calls = 0
 
@@ -73,6 +79,13 @@ class ShardActor:
         finally:
             self.busy_seconds += time.perf_counter() - t0
             self.calls += 1
+
+    def write_checkpoint(
+        self, folder_url: str, storage_options: dict | None
+    ) -> tuple[dict[str, dict], dict[str, int]]:
+        """Write this shard's rows into a checkpoint folder: ``(entries, counters)``."""
+        with self._busy():
+            return write_shard(Folder.open(folder_url, storage_options), self.shard)
 
     def get_weights(self) -> tuple[np.ndarray, np.ndarray]:
         """This shard's weights and biases (for tests and checkpoints, never per step)."""

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from distributed import Client
 
+from dslide_dask.checkpoint import CheckpointPolicy, CheckpointStore, open_checkpoint
+from dslide_dask.checkpoint.model import check_shape
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.distributed.coordinator import Coordinator
@@ -22,12 +26,34 @@ STEPS_PER_CALL = 10
 POLL_SECONDS = 2.0
 
 
+@dataclass
+class Recovery:
+    """A lost worker survived: what was lost, and what was redone."""
+
+    lost: str  #: which shards on which workers
+    at_step: int  #: steps done when the loss was noticed
+    restored_step: int  #: the checkpoint training went back to (0: the start)
+    workers: int  #: workers the model was placed on afterwards
+    seconds: float  #: time from noticing the loss to training again
+
+    @property
+    def redone(self) -> int:
+        return self.at_step - self.restored_step
+
+
 class DistributedTrainer:
     """A SLIDE network whose output layer is sharded over Dask workers.
 
     Each shard is an actor pinned to its worker (never migrated); a coordinator actor,
     beside shard 0, holds the hidden layers and runs the steps. The client only starts
     things and collects per-step statistics.
+
+    ``checkpoint`` has the model written as the policy says (every shard straight to
+    storage). Then a worker lost mid-run is survived: the model is placed again on the
+    workers there are (waiting up to ``replace_wait`` seconds for a replacement), restored
+    from the latest checkpoint and trained on from its data position; :attr:`recoveries`
+    says what was lost and redone. ``restore`` starts from a checkpoint URL, of any
+    sharding.
     """
 
     def __init__(
@@ -40,37 +66,73 @@ class DistributedTrainer:
         wire_dtype: str = "float16",
         pipeline: bool = True,
         coordinator_load: float = 0.1,
+        checkpoint: CheckpointPolicy | None = None,
+        restore: str | None = None,
+        storage_options: dict | None = None,
+        max_recoveries: int = 3,
+        replace_wait: float = 10.0,
     ) -> None:
         self.client = client
         self.cfg = cfg
         self.n_features = n_features
         self.n_labels = n_labels
+        self.n_shards_asked = n_shards
+        self.wire_dtype = wire_dtype
+        self.pipeline = pipeline
+        self.coordinator_load = coordinator_load
+        self.policy = checkpoint
+        self.storage_options = storage_options
+        self.max_recoveries = max_recoveries
+        self.replace_wait = replace_wait
+        self.recoveries: list[Recovery] = []
+        self.history: list[dict] = []
+        self.start_step = 0
+        if restore is not None:
+            ckpt = open_checkpoint(restore, storage_options)
+            check_shape(ckpt, n_features, n_labels)
+            self.start_step = ckpt.step
+        self._futures: list = []
+        self._start(restore)
+
+    def _start(self, restore: str | None) -> None:
+        """Place and start the actors: fresh, or restored from a checkpoint URL."""
+        client, cfg = self.client, self.cfg
         workers = client.scheduler_info(n_workers=-1)["workers"]
-        self.placement: Placement = place_shards(workers, cfg, n_labels, n_shards, coordinator_load)
+        n_shards = self.n_shards_asked
+        if n_shards is not None:
+            n_shards = min(n_shards, len(workers))
+        self.placement: Placement = place_shards(
+            workers, cfg, self.n_labels, n_shards, self.coordinator_load
+        )
         token = uuid.uuid4().hex[:8]
         threads = [int(workers[w].get("nthreads", 1)) for w in self.placement.workers]
         self._futures = [
             client.submit(
                 ShardActor, cfg.to_dict(), cfg.hidden[-1], self.placement.layout, s, threads[s],
-                wire_dtype, actor=True, workers=[w], allow_other_workers=False,
-                key=f"wide-shard-{s}-{token}",
+                self.wire_dtype, restore, self.storage_options, actor=True, workers=[w],
+                allow_other_workers=False, key=f"wide-shard-{s}-{token}",
             )
             for s, w in enumerate(self.placement.workers)
         ]  # fmt: skip
         self.shards = [self._wait(f) for f in self._futures]
         coordinator = client.submit(
-            Coordinator, cfg.to_dict(), n_features, n_labels, self.shards,
-            list(self.placement.workers), threads[0], wire_dtype, pipeline,
+            Coordinator, cfg.to_dict(), self.n_features, self.n_labels, self.placement.layout,
+            self.shards, list(self.placement.workers), threads[0], self.wire_dtype,
+            self.pipeline, self.policy, restore, self.storage_options,
             actor=True, workers=[self.placement.workers[0]], allow_other_workers=False,
             key=f"coordinator-{token}",
         )  # fmt: skip
         self._futures.append(coordinator)
         self.coordinator = self._wait(coordinator)
-        self.history: list[dict] = []
 
     @property
     def n_shards(self) -> int:
         return len(self.shards)
+
+    @property
+    def step(self) -> int:
+        """Steps the model has taken (including those before a restore)."""
+        return self.start_step + len(self.history)
 
     def train(
         self,
@@ -83,27 +145,94 @@ class DistributedTrainer:
         first_epoch: int = 0,
         storage_options: dict | None = None,
         skip_bad_lines: bool = False,
+        first_batch: int = 0,
     ) -> list[dict]:
         """Train on ``data``: a data set (sent once to the coordinator's worker) or a URL
-        that worker streams straight from storage. Returns the new per-step statistics
-        and calls ``callback`` with each."""
-        self._wait(
-            self.coordinator.set_data(
-                data, storage_options, batch_size, epochs, seed, shuffle, first_epoch,
-                skip_bad_lines,
-            )
-        )  # fmt: skip
-        new = []
+        that worker streams straight from storage, from batch ``first_batch`` of epoch
+        ``first_epoch``. Returns the new per-step statistics and calls ``callback`` with
+        each."""
+        last_epoch = first_epoch + epochs
+        start_len = len(self.history)
+
+        def set_data(epoch: int, batch: int) -> None:
+            self._wait(
+                self.coordinator.set_data(
+                    data, storage_options, batch_size, last_epoch - epoch, seed, shuffle,
+                    epoch, skip_bad_lines, batch,
+                )
+            )  # fmt: skip
+
+        set_data(first_epoch, first_batch)
         while True:
-            chunk = self._wait(self.coordinator.run(STEPS_PER_CALL))
+            try:
+                chunk = self._wait(self.coordinator.run(STEPS_PER_CALL))
+            except Exception as err:
+                restart = self._recover(err, start_len, (first_epoch, first_batch))
+                set_data(*restart)
+                continue
             for stats in chunk:
-                new.append(stats)
+                self.history.append(stats)
                 if callback is not None:
                     callback(stats)
             if len(chunk) < STEPS_PER_CALL:
-                break
-        self.history.extend(new)
-        return new
+                return self.history[start_len:]
+
+    def _recover(self, err: Exception, start_len: int, start: tuple[int, int]) -> tuple[int, int]:
+        """After ``err``: if a model worker was lost and a checkpoint (or this call's
+        start, when nothing came before) can stand in for it, rebuild the model there;
+        the data position to go on from. Otherwise raise."""
+        lost = self._lost()
+        if not lost and isinstance(err, OSError):  # a broken connection: is a worker gone?
+            deadline = time.monotonic() + self.replace_wait
+            while not lost and time.monotonic() < deadline:
+                time.sleep(0.25)
+                lost = self._lost()
+        if not lost or self.policy is None or len(self.recoveries) >= self.max_recoveries:
+            if lost and not isinstance(err, ShardLostError):
+                raise ShardLostError(self._lost_message(lost)) from err
+            raise err
+        t0 = time.perf_counter()
+        at_step = self.step
+        ckpt = CheckpointStore(self.policy.url, self.policy.storage_options).latest()
+        call_start = self.start_step + start_len
+        if (ckpt is None and call_start > 0) or (ckpt is not None and ckpt.step < call_start):
+            raise ShardLostError(
+                self._lost_message(lost) + f"; no checkpoint since this training call began "
+                f"(step {call_start}) to recover from"
+            ) from err
+        self.close()
+        self._await_replacements(len(self.placement.workers))
+        if ckpt is None:  # back to this call's start: a fresh model
+            restored, position, restore = 0, start, None
+        else:
+            restored, restore = ckpt.step, ckpt.url
+            position = (ckpt.meta["position"]["epoch"], ckpt.meta["position"]["batch"])
+        del self.history[max(start_len, restored - self.start_step) :]
+        self._start(restore)
+        self.recoveries.append(
+            Recovery(
+                lost=", ".join(f"shard {s} on {w}" for s, w in lost),
+                at_step=at_step,
+                restored_step=restored,
+                workers=len(self.placement.workers),
+                seconds=time.perf_counter() - t0,
+            )
+        )
+        return position
+
+    def _await_replacements(self, wanted: int) -> None:
+        """Give a lost worker up to ``replace_wait`` seconds to be replaced (a nanny
+        restarting it, an autoscaler adding a node)."""
+        deadline = time.monotonic() + self.replace_wait
+        while time.monotonic() < deadline:
+            if len(self.client.scheduler_info(n_workers=-1)["workers"]) >= wanted:
+                return
+            time.sleep(0.25)
+
+    def save(self, url: str, storage_options: dict | None = None, extra: dict | None = None) -> str:
+        """Write the model to ``url`` (each shard writes its own rows); the checkpoint URL.
+        ``extra``: more JSON metadata to keep with it."""
+        return self._wait(self.coordinator.save(url, storage_options, extra))
 
     def topk(self, X: CSR, k: int, exact: bool = True) -> np.ndarray:
         return self._wait(self.coordinator.topk(X, k, exact))
@@ -149,14 +278,18 @@ class DistributedTrainer:
             try:
                 return future.result(timeout=POLL_SECONDS)
             except TimeoutError:
-                self._check_alive()
+                lost = self._lost()
+                if lost:
+                    raise ShardLostError(self._lost_message(lost)) from None
 
-    def _check_alive(self) -> None:
+    def _lost(self) -> list[tuple[int, str]]:
+        """``(shard, worker)`` of every shard whose worker is gone."""
         alive = set(self.client.scheduler_info(n_workers=-1)["workers"])
-        lost = [(s, w) for s, w in enumerate(self.placement.workers) if w not in alive]
-        if lost:
-            names = ", ".join(f"shard {s} on {w}" for s, w in lost)
-            raise ShardLostError(
-                f"lost {names} after {len(self.history)} steps: the worker died and its "
-                f"part of the model with it"
-            )
+        return [(s, w) for s, w in enumerate(self.placement.workers) if w not in alive]
+
+    def _lost_message(self, lost: list[tuple[int, str]]) -> str:
+        names = ", ".join(f"shard {s} on {w}" for s, w in lost)
+        return (
+            f"lost {names} after {self.step} steps: the worker died and its part of the "
+            f"model with it"
+        )

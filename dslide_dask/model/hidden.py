@@ -33,6 +33,25 @@ class HiddenLayers:
     def params(self) -> list[np.ndarray]:
         return [*self.weights, *self.biases]
 
+    def param_names(self) -> list[str]:
+        return [f"W{i}" for i in range(len(self.weights))] + [
+            f"b{i}" for i in range(len(self.biases))
+        ]
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Every array of the stack: parameters and their Adam moments (``NAME.m/.v``)."""
+        out = {}
+        for name, p, (m, v) in zip(self.param_names(), self.params(), self.moments, strict=True):
+            out.update({name: p, f"{name}.m": m, f"{name}.v": v})
+        return out
+
+    def set_state(self, arrays: dict[str, np.ndarray], step: int) -> None:
+        """Take the arrays of :meth:`state` (same shapes) and the Adam step count."""
+        for name, p, (m, v) in zip(self.param_names(), self.params(), self.moments, strict=True):
+            for target, key in ((p, name), (m, f"{name}.m"), (v, f"{name}.v")):
+                _copy_into(target, arrays[key], key)
+        self.step = step
+
     def forward(self, X: CSR) -> tuple[np.ndarray, list[np.ndarray]]:
         """Last hidden activations ``[B, hidden[-1]]`` and the activations of each layer."""
         z = sparse_input.forward(X.indptr, X.indices, X.values(), self.weights[0], self.biases[0])
@@ -73,3 +92,9 @@ class HiddenLayers:
         adam.adam_dense(
             self.params()[i], grad.astype(np.float32), m, v, lr_t, cfg.beta1, cfg.beta2, cfg.eps
         )
+
+
+def _copy_into(target: np.ndarray, value: np.ndarray, name: str) -> None:
+    if value.shape != target.shape:
+        raise ValueError(f"{name}: shape {value.shape}, the model needs {target.shape}")
+    target[...] = value

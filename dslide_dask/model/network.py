@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,19 @@ class StepStats:
 
     loss: float
     active_per_example: float
+
+
+def check_finite(loss: float, step: int, last_checkpoint: str | None = None) -> None:
+    """Stop a run whose loss is no longer a number, saying where, and what survives."""
+    if not math.isfinite(loss):
+        kept = (
+            f"; the last good checkpoint is {last_checkpoint}"
+            if last_checkpoint
+            else "; no checkpoint was written"
+        )
+        raise FloatingPointError(
+            f"loss became {loss} at step {step}: the run diverged (try a lower lr){kept}"
+        )
 
 
 def step_stats(
@@ -60,8 +74,10 @@ class SlideNetwork:
         self.n_features = n_features
         self.n_labels = n_labels
         self.hidden = HiddenLayers(cfg, n_features, cfg.seed)
-        layout = layout or ShardLayout.strided(n_labels, n_shards)
-        self.shards = [WideShard(cfg, cfg.hidden[-1], layout, s) for s in range(layout.n_shards)]
+        self.layout = layout or ShardLayout.strided(n_labels, n_shards)
+        self.shards = [
+            WideShard(cfg, cfg.hidden[-1], self.layout, s) for s in range(self.layout.n_shards)
+        ]
 
     def train_step(self, X: CSR, Y: CSR) -> StepStats:
         """One SGD step on a batch (rows of X with their label sets Y)."""

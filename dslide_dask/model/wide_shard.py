@@ -196,6 +196,46 @@ class WideShard:
             self.index.rebuild(self.W)
         return grad_h
 
+    # -- state ---------------------------------------------------------------------------
+    #: Per-neuron arrays, in local row order: what a checkpoint keeps of a shard.
+    ROW_ARRAYS = ("W", "bias", "W.m", "W.v", "bias.m", "bias.v")
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+        """``(per-neuron arrays named as ROW_ARRAYS, counters)``. The hash tables are
+        not part of it: :meth:`set_state` rebuilds them from the weights."""
+        arrays = dict(
+            zip(self.ROW_ARRAYS, (self.W, self.bias, self.W_m, self.W_v, self.bias_m,
+                                  self.bias_v), strict=True)
+        )  # fmt: skip
+        sched = self.schedule
+        counters = {
+            "step": self.step,
+            "n_rebuilds": sched.n_rebuilds,
+            "next_rebuild": sched.next_rebuild,
+            "next_redraw": sched.next_redraw or 0,
+            "n_draws": self.index.n_draws,
+        }
+        return arrays, counters
+
+    def set_state(self, arrays: dict[str, np.ndarray], counters: dict[str, int]) -> None:
+        """Take per-neuron arrays (this shard's rows, local order) and counters; redraw
+        the hash functions the counters say and rebuild the tables from the weights."""
+        mine, _ = self.state()
+        for name in self.ROW_ARRAYS:
+            value = arrays[name]
+            if value.shape != mine[name].shape:
+                raise ValueError(f"{name}: shape {value.shape}, shard needs {mine[name].shape}")
+            mine[name][...] = value
+        self.step = int(counters["step"])
+        sched = self.schedule
+        sched.n_rebuilds = int(counters["n_rebuilds"])
+        sched.next_rebuild = int(counters["next_rebuild"])
+        sched.next_redraw = int(counters["next_redraw"]) or None
+        n_draws = int(counters["n_draws"])
+        self.index.draw(self.seed + n_draws - 1)
+        self.index.n_draws = n_draws
+        self.index.rebuild(self.W)
+
     # -- inference -----------------------------------------------------------------------
     def topk(self, h: np.ndarray, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Best k neurons of this shard per example: ``(global ids, scores)``, descending.

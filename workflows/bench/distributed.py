@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dslide_dask import SlideConfig
     from dslide_dask.distributed import DistributedTrainer
-    from dslide_dask.model.local_trainer import LocalTrainer
+    from dslide_dask.local_trainer import LocalTrainer
 
     workers = [int(w) for w in str(args.workers).split(",") if w]
     path, info = bench_data(args.preset, args.train_points, args.test_points, args.seed)

@@ -2,37 +2,63 @@
 
 from __future__ import annotations
 
-import math
+import itertools
 import time
 from collections.abc import Callable
 
 import numpy as np
 
+from dslide_dask.checkpoint import Checkpoint, CheckpointPolicy, CheckpointStore
+from dslide_dask.checkpoint.model import check_shape, load_network, save_network
 from dslide_dask.data.batches import epoch_batches, load, plan
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.metrics import precision_at_k
 from dslide_dask.model.config import SlideConfig
-from dslide_dask.model.network import SlideNetwork
+from dslide_dask.model.network import SlideNetwork, check_finite
 
 
-def check_finite(loss: float, step: int) -> None:
-    """Stop a run whose loss is no longer a number, saying where."""
-    if not math.isfinite(loss):
-        raise FloatingPointError(
-            f"loss became {loss} at step {step}: the run diverged (try a lower lr)"
-        )
+def position_meta(epoch: int, batch: int, batch_size: int, seed: int, shuffle: bool) -> dict:
+    """Where training stands in its data (the next batch to train) for a checkpoint."""
+    return {
+        "position": {"epoch": epoch, "batch": batch},
+        "data": {"batch_size": batch_size, "seed": seed, "shuffle": shuffle},
+    }
 
 
 class LocalTrainer:
     """The same interface as :class:`~dslide_dask.distributed.DistributedTrainer`, with
-    every shard in this process."""
+    every shard in this process.
 
-    def __init__(self, cfg: SlideConfig, n_features: int, n_labels: int, n_shards: int = 1) -> None:
-        self.network = SlideNetwork(cfg, n_features, n_labels, n_shards)
+    ``checkpoint`` writes the model as the policy says; ``restore`` starts from a
+    checkpoint (of any sharding) instead of a fresh model.
+    """
+
+    def __init__(
+        self,
+        cfg: SlideConfig,
+        n_features: int,
+        n_labels: int,
+        n_shards: int = 1,
+        checkpoint: CheckpointPolicy | None = None,
+        restore: Checkpoint | None = None,
+    ) -> None:
+        if restore is None:
+            self.network = SlideNetwork(cfg, n_features, n_labels, n_shards)
+        else:
+            check_shape(restore, n_features, n_labels)
+            self.network = load_network(restore, n_shards)
         self.n_features = n_features
         self.n_labels = n_labels
+        self.step = restore.step if restore is not None else 0
+        self.policy = checkpoint
+        self.store = (
+            CheckpointStore(checkpoint.url, checkpoint.storage_options, checkpoint.keep)
+            if checkpoint is not None
+            else None
+        )
+        self.last_checkpoint: Checkpoint | None = restore
         self.history: list[dict] = []
 
     def train(
@@ -46,34 +72,49 @@ class LocalTrainer:
         first_epoch: int = 0,
         storage_options: dict | None = None,
         skip_bad_lines: bool = False,
+        first_batch: int = 0,
     ) -> list[dict]:
-        """Train on a data set or a URL (streamed); returns the new per-step statistics."""
+        """Train on a data set or a URL (streamed), from batch ``first_batch`` of epoch
+        ``first_epoch``; returns the new per-step statistics."""
         source = plan(data, storage_options)
         reads = ReadStats()
         new = []
+        last_save = time.monotonic()
         for epoch in range(first_epoch, first_epoch + epochs):
+            start = first_batch if epoch == first_epoch else 0
             batches = epoch_batches(
                 source, batch_size, epoch, seed, shuffle, skip_bad_lines=skip_bad_lines,
                 stats=reads,
             )  # fmt: skip
-            for batch in batches:
+            for index, batch in enumerate(itertools.islice(batches, start, None), start):
                 t0 = time.perf_counter()
                 stats = self.network.train_step(batch.X, batch.Y)
-                step = len(self.history) + len(new) + 1
-                check_finite(stats.loss, step)
+                self.step += 1
+                check_finite(stats.loss, self.step, _url(self.last_checkpoint))
                 record = {
-                    "step": step,
+                    "step": self.step,
                     "samples": batch.n_points,
                     "loss": stats.loss,
                     "active": stats.active_per_example,
                     "seconds": time.perf_counter() - t0,
                     "skipped_lines": reads.n_skipped,
                 }
+                if self.policy is not None and self.policy.due(
+                    self.step, time.monotonic() - last_save
+                ):
+                    meta = position_meta(epoch, index + 1, batch_size, seed, shuffle)
+                    self.last_checkpoint = save_network(self.store, self.network, meta)
+                    record["checkpoint"] = self.last_checkpoint.url
+                    last_save = time.monotonic()
                 new.append(record)
                 if callback is not None:
                     callback(record)
         self.history.extend(new)
         return new
+
+    def save(self, url: str, storage_options: dict | None = None, extra: dict | None = None):
+        """Write the model to ``url`` (a checkpoint store keeping only this one)."""
+        return save_network(CheckpointStore(url, storage_options, keep=1), self.network, extra)
 
     def topk(self, X: CSR, k: int, exact: bool = True, batch_size: int = 4096) -> np.ndarray:
         out = np.empty((X.n_rows, k), np.int64)
@@ -102,3 +143,7 @@ class LocalTrainer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _url(ckpt: Checkpoint | None) -> str | None:
+    return None if ckpt is None else ckpt.url

@@ -1,0 +1,178 @@
+"""What a checkpoint holds of a model, and how it goes back in, under any sharding.
+
+Shard files keep each shard's rows in its own local order; the metadata keeps the layout
+that order came from. A shard of a *different* layout (another number or mix of workers)
+picks its rows out of the old shards by global neuron id: re-sharding on load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dslide_dask.checkpoint.arrays import CheckpointError
+from dslide_dask.checkpoint.store import Checkpoint, CheckpointStore, Folder
+from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.hidden import HiddenLayers
+from dslide_dask.model.layout import ShardLayout
+from dslide_dask.model.network import SlideNetwork
+from dslide_dask.model.wide_shard import WideShard
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    """Where and how often to checkpoint: every ``every_steps`` steps and/or every
+    ``every_seconds`` seconds (0: not by that measure), keeping the newest ``keep``."""
+
+    url: str
+    every_steps: int = 0
+    every_seconds: float = 0.0
+    keep: int = 3
+    storage_options: dict | None = None
+
+    def __post_init__(self) -> None:
+        if self.every_steps < 0 or self.every_seconds < 0:
+            raise ValueError("checkpoint intervals must be >= 0 (0: off)")
+        if self.keep < 0:
+            raise ValueError(f"keep must be >= 0 (0: keep all), got {self.keep}")
+
+    def due(self, step: int, seconds_since_last: float) -> bool:
+        by_steps = self.every_steps > 0 and step % self.every_steps == 0
+        by_time = self.every_seconds > 0 and seconds_since_last >= self.every_seconds
+        return by_steps or by_time
+
+
+def shard_prefix(index: int) -> str:
+    return f"shard-{index:04d}"
+
+
+def write_hidden(folder: Folder, hidden: HiddenLayers) -> dict[str, dict]:
+    """The hidden stack's arrays into ``folder``; their entries."""
+    return {f"hidden/{k}": folder.write(f"hidden/{k}", v) for k, v in hidden.state().items()}
+
+
+def write_shard(folder: Folder, shard: WideShard) -> tuple[dict[str, dict], dict[str, int]]:
+    """One shard's rows into ``folder``: ``(entries, counters)``.
+
+    The shard's hash tables are rebuilt from its weights first, as a restored shard's are:
+    training then goes on identically from the live shard and from the checkpoint.
+    """
+    shard.index.rebuild(shard.W)
+    arrays, counters = shard.state()
+    prefix = shard_prefix(shard.shard_index)
+    entries = {f"{prefix}/{k}": folder.write(f"{prefix}/{k}", v) for k, v in arrays.items()}
+    return entries, {**counters, "neurons": shard.n_local}
+
+
+def model_meta(
+    cfg: SlideConfig, n_features: int, n_labels: int, layout: ShardLayout, hidden_step: int,
+    shards: list[tuple[dict, dict]], hidden_entries: dict, extra: dict | None = None,
+) -> dict:  # fmt: skip
+    """The metadata of a checkpoint whose arrays are all written."""
+    arrays = dict(hidden_entries)
+    for entries, _ in shards:
+        arrays.update(entries)
+    counters = [c for _, c in shards]
+    return {
+        "step": int(counters[0]["step"]),
+        "config": cfg.to_dict(),
+        "n_features": int(n_features),
+        "n_labels": int(n_labels),
+        "layout": {"n_neurons": layout.n_neurons, "pattern": list(layout.pattern)},
+        "hidden": {"step": int(hidden_step)},
+        "shards": counters,
+        "arrays": arrays,
+        **(extra or {}),
+    }
+
+
+def config_of(ckpt: Checkpoint) -> SlideConfig:
+    try:
+        return SlideConfig.from_dict(ckpt.meta["config"])
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{ckpt.url}: its config is not valid here: {err}") from None
+
+
+def layout_of(ckpt: Checkpoint) -> ShardLayout:
+    lay = ckpt.meta["layout"]
+    return ShardLayout(int(lay["n_neurons"]), tuple(lay["pattern"]))
+
+
+def check_shape(ckpt: Checkpoint, n_features: int, n_labels: int) -> None:
+    """The checkpoint's model must fit data of ``n_features`` x ``n_labels``."""
+    have = (ckpt.meta["n_features"], ckpt.meta["n_labels"])
+    if have != (n_features, n_labels):
+        raise CheckpointError(
+            f"{ckpt.url}: the checkpoint's model has {have[0]} features and {have[1]} labels, "
+            f"the data {n_features} and {n_labels}"
+        )
+
+
+def restore_hidden(ckpt: Checkpoint, hidden: HiddenLayers) -> None:
+    names = hidden.state()
+    arrays = {k: ckpt.read(f"hidden/{k}") for k in names}
+    try:
+        hidden.set_state(arrays, int(ckpt.meta["hidden"]["step"]))
+    except ValueError as err:
+        raise CheckpointError(f"{ckpt.url}: hidden layers don't fit the config: {err}") from None
+
+
+def restore_shard(ckpt: Checkpoint, shard: WideShard) -> None:
+    """Load ``shard``'s rows (whatever layout wrote them) and counters."""
+    old = layout_of(ckpt)
+    if old.n_neurons != shard.n_neurons:
+        raise CheckpointError(
+            f"{ckpt.url}: the checkpoint's wide layer has {old.n_neurons} neurons, "
+            f"this one {shard.n_neurons}"
+        )
+    names = WideShard.ROW_ARRAYS
+    if old == shard.layout:
+        prefix = shard_prefix(shard.shard_index)
+        arrays = {k: ckpt.read(f"{prefix}/{k}") for k in names}
+    else:
+        arrays = _gather_rows(ckpt, old, shard)
+    try:
+        shard.set_state(arrays, ckpt.meta["shards"][0])
+    except ValueError as err:
+        raise CheckpointError(f"{ckpt.url}: shard arrays don't fit the config: {err}") from None
+
+
+def _gather_rows(ckpt: Checkpoint, old: ShardLayout, shard: WideShard) -> dict[str, np.ndarray]:
+    """This shard's rows, picked out of every old shard that holds some of them."""
+    mine = shard.global_ids(np.arange(shard.n_local))
+    owners = old.owner(mine)
+    out: dict[str, np.ndarray] = {}
+    for j in np.unique(owners):
+        rows = owners == j
+        old_local = old.to_local(mine[rows])
+        for name in WideShard.ROW_ARRAYS:
+            source = ckpt.read(f"{shard_prefix(int(j))}/{name}")
+            if name not in out:
+                out[name] = np.empty((shard.n_local, *source.shape[1:]), source.dtype)
+            out[name][rows] = source[old_local]
+    return out
+
+
+def save_network(
+    store: CheckpointStore, net: SlideNetwork, extra: dict | None = None
+) -> Checkpoint:
+    """A checkpoint of an in-process network (same format as a distributed one)."""
+    folder = store.new_folder(net.shards[0].step)
+    hidden = write_hidden(folder, net.hidden)
+    shards = [write_shard(folder, shard) for shard in net.shards]
+    meta = model_meta(
+        net.cfg, net.n_features, net.n_labels, net.layout, net.hidden.step, shards, hidden, extra
+    )
+    return store.commit(folder, meta)
+
+
+def load_network(ckpt: Checkpoint, n_shards: int | None = None) -> SlideNetwork:
+    """The network of a checkpoint, in its own layout or split into ``n_shards``."""
+    n_labels = int(ckpt.meta["n_labels"])
+    layout = layout_of(ckpt) if n_shards is None else ShardLayout.strided(n_labels, n_shards)
+    net = SlideNetwork(config_of(ckpt), int(ckpt.meta["n_features"]), n_labels, layout=layout)
+    restore_hidden(ckpt, net.hidden)
+    for shard in net.shards:
+        restore_shard(ckpt, shard)
+    return net

@@ -1,0 +1,187 @@
+"""A folder of checkpoints on any fsspec URL, committed atomically.
+
+Layout::
+
+    ROOT/LATEST                       name of the newest complete checkpoint
+    ROOT/step-00001200-3fa9c1d2/      one checkpoint
+        meta.json                     config, sizes, step, data position, array entries
+        hidden/W0.npy ...             hidden layers (weights, biases, Adam moments)
+        shard-0000/W.npy ...          one folder per shard of the wide layer
+
+A checkpoint is written into a fresh folder (a random suffix: never over an existing
+one); ``meta.json`` is written after every array and ``LATEST`` after ``meta.json``
+(a single small write: atomic on object stores, a rename on local disks). A crash at any
+moment therefore leaves ``LATEST`` naming the previous, complete checkpoint; folders that
+were never committed are ignored and removed by the next commit's pruning.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import time
+import uuid
+from dataclasses import dataclass
+
+import fsspec
+import numpy as np
+from fsspec.implementations.local import LocalFileSystem
+
+from dslide_dask.checkpoint.arrays import CheckpointError, read_array, write_array
+
+FORMAT = "dslide-checkpoint"
+VERSION = 1
+LATEST = "LATEST"
+META = "meta.json"
+
+
+@dataclass
+class Folder:
+    """A folder on a file system that arrays are written to."""
+
+    fs: fsspec.AbstractFileSystem
+    path: str
+
+    @classmethod
+    def open(cls, url: str, storage_options: dict | None = None) -> Folder:
+        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        return cls(fs, path)
+
+    def write(self, name: str, array: np.ndarray) -> dict:
+        """Write array ``name`` (e.g. ``"shard-0001/W"``); its metadata entry."""
+        path = posixpath.join(self.path, name + ".npy")
+        self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        return write_array(self.fs, path, array)
+
+    @property
+    def url(self) -> str:
+        return self.fs.unstrip_protocol(self.path)
+
+
+@dataclass
+class Checkpoint:
+    """A committed checkpoint: its metadata, and its arrays read (and checked) on demand."""
+
+    fs: fsspec.AbstractFileSystem
+    path: str
+    meta: dict
+
+    @property
+    def url(self) -> str:
+        return self.fs.unstrip_protocol(self.path)
+
+    @property
+    def step(self) -> int:
+        return int(self.meta["step"])
+
+    def read(self, name: str) -> np.ndarray:
+        entry = self.meta["arrays"].get(name)
+        if entry is None:
+            raise CheckpointError(f"{self.url}: no array {name!r} in {META}")
+        return read_array(self.fs, posixpath.join(self.path, name + ".npy"), entry)
+
+    def names(self, prefix: str) -> list[str]:
+        return sorted(n for n in self.meta["arrays"] if n.startswith(prefix))
+
+
+class CheckpointStore:
+    """Checkpoints under ``url``; keeps the newest ``keep`` (0: all)."""
+
+    def __init__(self, url: str, storage_options: dict | None = None, keep: int = 3) -> None:
+        if keep < 0:
+            raise ValueError(f"keep must be >= 0 (0: keep all), got {keep}")
+        self.fs, self.root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+        self.keep = keep
+
+    def new_folder(self, step: int) -> Folder:
+        """A fresh, empty folder for the checkpoint of ``step``."""
+        name = f"step-{step:08d}-{uuid.uuid4().hex[:8]}"
+        path = posixpath.join(self.root, name)
+        self.fs.makedirs(path, exist_ok=True)
+        return Folder(self.fs, path)
+
+    def commit(self, folder: Folder, meta: dict) -> Checkpoint:
+        """Make ``folder`` (all arrays written) the latest checkpoint, then prune."""
+        meta = {"format": FORMAT, "version": VERSION, "created": time.time(), **meta}
+        with self.fs.open(posixpath.join(folder.path, META), "w") as f:
+            json.dump(meta, f)
+        self._write_latest(posixpath.basename(folder.path))
+        self._prune(keep_name=posixpath.basename(folder.path))
+        return Checkpoint(self.fs, folder.path, meta)
+
+    def _write_latest(self, name: str) -> None:
+        target = posixpath.join(self.root, LATEST)
+        if isinstance(self.fs, LocalFileSystem):
+            tmp = f"{target}.{uuid.uuid4().hex[:8]}.tmp"
+            self.fs.pipe_file(tmp, name.encode())
+            self.fs.mv(tmp, target)  # a rename: atomic on one file system
+        else:
+            self.fs.pipe_file(target, name.encode())  # one PUT: atomic on object stores
+
+    def latest(self) -> Checkpoint | None:
+        """The newest committed checkpoint, or None when there is none yet."""
+        try:
+            name = self.fs.cat_file(posixpath.join(self.root, LATEST)).decode().strip()
+        except FileNotFoundError:
+            return None
+        return open_checkpoint(self.fs.unstrip_protocol(posixpath.join(self.root, name)),
+                               self.storage_options)  # fmt: skip
+
+    def list(self) -> list[str]:
+        """Names of the checkpoint folders present, oldest first (committed or not)."""
+        try:
+            entries = self.fs.ls(self.root, detail=False)
+        except FileNotFoundError:
+            return []
+        names = [posixpath.basename(p.rstrip("/")) for p in entries]
+        return sorted(n for n in names if n.startswith("step-"))
+
+    def _prune(self, keep_name: str) -> None:
+        """Remove uncommitted folders and all but the newest ``keep`` committed ones."""
+        names = [n for n in self.list() if n != keep_name]
+        committed = [n for n in names if self.fs.exists(posixpath.join(self.root, n, META))]
+        doomed = [n for n in names if n not in committed]
+        if self.keep:
+            doomed += committed[: max(0, len(committed) - (self.keep - 1))]
+        for name in doomed:
+            self.fs.rm(posixpath.join(self.root, name), recursive=True)
+
+
+def open_checkpoint(url: str, storage_options: dict | None = None) -> Checkpoint:
+    """The checkpoint at ``url``: a checkpoint folder, or a store (or run folder) whose
+    latest checkpoint is taken. Errors say what is missing or wrong."""
+    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    for candidate in (path, posixpath.join(path, "checkpoints")):
+        latest = posixpath.join(candidate, LATEST)
+        if fs.exists(latest):
+            name = fs.cat_file(latest).decode().strip()
+            path = posixpath.join(candidate, name)
+            break
+    meta_path = posixpath.join(path, META)
+    try:
+        with fs.open(meta_path, "r") as f:
+            meta = json.load(f)
+    except FileNotFoundError:
+        raise CheckpointError(f"{url}: no checkpoint here ({META} or {LATEST} not found)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{fs.unstrip_protocol(meta_path)}: not valid JSON ({err})") from None
+    _check_meta(meta, fs.unstrip_protocol(meta_path))
+    return Checkpoint(fs, path, meta)
+
+
+_REQUIRED = ("step", "config", "n_features", "n_labels", "layout", "shards", "arrays", "hidden")
+
+
+def _check_meta(meta: dict, where: str) -> None:
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{where}: not a dslide-dask checkpoint")
+    if meta.get("version") != VERSION:
+        raise CheckpointError(
+            f"{where}: checkpoint format version {meta.get('version')}, this dslide-dask "
+            f"reads version {VERSION}"
+        )
+    missing = [k for k in _REQUIRED if k not in meta]
+    if missing:
+        raise CheckpointError(f"{where}: metadata lacks {', '.join(missing)}")
