@@ -9,7 +9,7 @@ from distributed import Client, LocalCluster
 
 from dslide_dask import SlideClassifier, SlideConfig
 from dslide_dask.data.synthetic import make_synthetic
-from dslide_dask.distributed import DistributedTrainer, ShardLostError
+from dslide_dask.distributed import DistributedTrainer, ShardLostError, live_metrics
 from dslide_dask.local_trainer import LocalTrainer
 
 PARAMS = dict(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2, batch_size=128, seed=0)
@@ -67,6 +67,9 @@ def test_sharded_training_learns_like_one_shard(client, tiny, n_shards):
     assert clf.trainer_.n_shards == n_shards
     local = SlideClassifier(epochs=8, **PARAMS).fit(train.X, train.Y)
     p1, p1_local = clf.score(test.X, test.Y), local.score(test.X, test.Y)
+    live = live_metrics.snapshot(client)["runs"][clf.trainer_.name]  # the dashboard's view
+    assert live["latest"]["step"] == clf.n_steps_
+    assert len(live["shard_busy"]) == n_shards and min(live["shard_busy"]) > 0
     assert p1 > 0.3, p1
     assert abs(p1 - p1_local) < 0.08, (p1, p1_local)
     steps = clf.history_

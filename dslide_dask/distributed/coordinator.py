@@ -27,6 +27,7 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.distributed.errors import ShardLostError
+from dslide_dask.distributed.live_metrics import publish
 from dslide_dask.local_trainer import position_meta
 from dslide_dask.metrics import precision_at_k
 from dslide_dask.model.config import SlideConfig
@@ -47,7 +48,7 @@ class Coordinator:
         self, cfg: dict, n_features: int, n_labels: int, layout: ShardLayout, shards: list,
         shard_workers: list[str], n_threads: int, wire_dtype: str, pipeline: bool,
         checkpoint: CheckpointPolicy | None = None, restore: str | None = None,
-        storage_options: dict | None = None,
+        storage_options: dict | None = None, run_name: str = "default",
     ) -> None:  # fmt: skip
         self.cfg = SlideConfig.from_dict(cfg)
         self.n_threads = n_threads
@@ -86,6 +87,8 @@ class Coordinator:
         self.pending = None  # pipelined: the step whose forward pass the shards have done
         self.compute_seconds = 0.0  # this worker's hidden-layer arithmetic
         self.wait_seconds = 0.0  # waiting for the shards
+        self.shard_seconds = [0.0] * len(shards)  # each shard's time to answer, in all
+        self.run_name = run_name  # on the dashboard
 
     # -- data --------------------------------------------------------------------------------
     async def set_data(
@@ -132,7 +135,12 @@ class Coordinator:
             ):
                 stats["checkpoint"] = await self.save_checkpoint(self.store)
             out.append(stats)
+            self._publish({k: v for k, v in stats.items() if k != "checkpoint"})
         return out
+
+    def _publish(self, record: dict) -> None:
+        """Live metrics for the dashboard: one message to the scheduler, no round trip."""
+        publish(self.worker, {**record, "shard_busy": self.shard_seconds}, self.run_name)
 
     async def _step(self) -> dict | None:
         item = next(self.batches, None)
@@ -224,7 +232,10 @@ class Coordinator:
     ) -> dict[str, float]:  # fmt: skip
         """P@k on (the first ``max_points`` rows of) a data set or URL read here."""
         data = await asyncio.to_thread(load, source, storage_options, max_points)
-        return precision_at_k(await self.topk(data.X, max(ks), exact), data.Y, ks)
+        scores = precision_at_k(await self.topk(data.X, max(ks), exact), data.Y, ks)
+        if len(data):
+            self._publish({"step": self.step, **scores})
+        return scores
 
     async def topk(self, X: CSR, k: int, exact: bool, batch_size: int = 4096) -> np.ndarray:
         """Top-k label ids of each row, gathered from every shard."""
@@ -292,11 +303,14 @@ class Coordinator:
     async def _all(self, calls: list, what: str) -> list:
         """Await actor calls to every shard; fail fast if a shard's worker is gone."""
 
-        async def wait(call):
-            return await call
-
-        tasks = [asyncio.ensure_future(wait(c)) for c in calls]
         t0 = time.perf_counter()
+
+        async def wait(i, call):
+            result = await call
+            self.shard_seconds[i] += time.perf_counter() - t0
+            return result
+
+        tasks = [asyncio.ensure_future(wait(i, c)) for i, c in enumerate(calls)]
         try:
             while True:
                 done, pending = await asyncio.wait(

@@ -15,6 +15,7 @@ from dslide_dask.checkpoint.model import check_shape
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.distributed.coordinator import Coordinator
+from dslide_dask.distributed import live_metrics
 from dslide_dask.distributed.errors import ShardLostError
 from dslide_dask.distributed.placement import Placement, place_shards
 from dslide_dask.distributed.shard_actor import ShardActor
@@ -53,7 +54,7 @@ class DistributedTrainer:
     workers there are (waiting up to ``replace_wait`` seconds for a replacement), restored
     from the latest checkpoint and trained on from its data position; :attr:`recoveries`
     says what was lost and redone. ``restore`` starts from a checkpoint URL, of any
-    sharding.
+    sharding. Live metrics go to the dashboard (``/dslide``) under ``name``.
     """
 
     def __init__(
@@ -71,6 +72,7 @@ class DistributedTrainer:
         storage_options: dict | None = None,
         max_recoveries: int = 3,
         replace_wait: float = 10.0,
+        name: str | None = None,
     ) -> None:
         self.client = client
         self.cfg = cfg
@@ -84,6 +86,8 @@ class DistributedTrainer:
         self.storage_options = storage_options
         self.max_recoveries = max_recoveries
         self.replace_wait = replace_wait
+        self.name = name or f"dslide-{uuid.uuid4().hex[:8]}"
+        live_metrics.install(client)
         self.recoveries: list[Recovery] = []
         self.history: list[dict] = []
         self.start_step = 0
@@ -118,7 +122,7 @@ class DistributedTrainer:
         coordinator = client.submit(
             Coordinator, cfg.to_dict(), self.n_features, self.n_labels, self.placement.layout,
             self.shards, list(self.placement.workers), threads[0], self.wire_dtype,
-            self.pipeline, self.policy, restore, self.storage_options,
+            self.pipeline, self.policy, restore, self.storage_options, self.name,
             actor=True, workers=[self.placement.workers[0]], allow_other_workers=False,
             key=f"coordinator-{token}",
         )  # fmt: skip
