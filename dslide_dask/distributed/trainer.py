@@ -14,8 +14,8 @@ from dslide_dask.checkpoint import CheckpointPolicy, CheckpointStore, open_check
 from dslide_dask.checkpoint.model import check_shape
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
-from dslide_dask.distributed.coordinator import Coordinator
 from dslide_dask.distributed import live_metrics
+from dslide_dask.distributed.coordinator import Coordinator
 from dslide_dask.distributed.errors import ShardLostError
 from dslide_dask.distributed.placement import Placement, place_shards
 from dslide_dask.distributed.shard_actor import ShardActor
