@@ -260,8 +260,6 @@ class SlideClassifier:
         self._check_fitted()
         params = {k: v for k, v in self.get_params().items() if k not in ("client", "hidden")}
         extra = {"estimator": {**params, "epochs_done": self.epochs_done_, "evals": self.evals_}}
-        if isinstance(self.trainer_, LocalTrainer):
-            return self.trainer_.save(url, storage_options, extra).url
         return self.trainer_.save(url, storage_options, extra)
 
     @classmethod

@@ -112,9 +112,11 @@ class LocalTrainer:
         self.history.extend(new)
         return new
 
-    def save(self, url: str, storage_options: dict | None = None, extra: dict | None = None):
-        """Write the model to ``url`` (a checkpoint store keeping only this one)."""
-        return save_network(CheckpointStore(url, storage_options, keep=1), self.network, extra)
+    def save(self, url: str, storage_options: dict | None = None, extra: dict | None = None) -> str:
+        """Write the model to ``url`` (a checkpoint store keeping only this one); the
+        checkpoint's URL."""
+        store = CheckpointStore(url, storage_options, keep=1)
+        return save_network(store, self.network, extra).url
 
     def topk(self, X: CSR, k: int, exact: bool = True, batch_size: int = 4096) -> np.ndarray:
         out = np.empty((X.n_rows, k), np.int64)

@@ -113,7 +113,7 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tiny, tmp_path, stop
 def test_a_damaged_checkpoint_says_what_is_wrong(tiny, tmp_path, damage, message):
     t = trainer(tiny)
     t.train(tiny[0].slice(0, 640), 64)
-    path = t.save(str(tmp_path)).path
+    path = open_checkpoint(t.save(str(tmp_path))).path
     w = os.path.join(path, "shard-0000", "W.npy")
     meta_path = os.path.join(path, "meta.json")
     with open(meta_path) as f:

@@ -1,8 +1,24 @@
-"""``dslide train`` end to end: config file and flags, LocalCluster or in-process."""
+"""``dslide train`` end to end: config file and flags, LocalCluster or in-process, run
+folders, resume and ``dslide report``."""
 
+import json
+import shutil
+
+import numpy as np
 import pytest
+import yaml
 
+from dslide_dask import SlideClassifier
+from dslide_dask.data.synthetic import make_synthetic
 from dslide_workflows.cli import main
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    """Default run folders (./runs/...) land in the test's own folder."""
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +45,14 @@ def test_train_on_a_local_cluster_from_urls(tiny_files, tmp_path, capsys):
     p1 = float(out.split("test            P@1 ")[1].split()[0])
     assert p1 > 0.3, out
     assert report.stat().st_size > 10_000
+    (run,) = (tmp_path / "runs").iterdir()  # the default run folder: runs/DATE-TIME-train
+    assert run.name.endswith("-train")
+    assert {p.name for p in run.iterdir()} == {
+        "config.yaml", "metrics.jsonl", "curves.png", "model", "summary.json", "summary.txt",
+    }  # fmt: skip
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["shards"] == 2 and summary["test"]["P@1"] == p1
+    assert (run / "curves.png").read_bytes().startswith(PNG)
 
 
 def test_train_in_process_on_a_preset(capsys):
@@ -69,3 +93,105 @@ def test_skip_bad_lines_counts_instead_of_stopping(tmp_path, capsys):
     assert f"{path}:9: label id 9 >= n_labels 5" in capsys.readouterr().err
     assert main([*argv, "--skip-bad-lines"]) == 0
     assert "38 in 5 steps; 2 bad lines skipped" in capsys.readouterr().out
+
+
+def steps_of(run) -> list[dict]:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def test_a_run_folder_holds_config_metrics_plot_model_and_summary(tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ["train", "--preset", "tiny", "--in-process", "--epochs", "2", "--no-progress",
+            "--opt", "hidden=[32]", "--eval-every", "20", "--run-dir", str(run),
+            "--storage-option", "secret=hunter2"]  # fmt: skip
+    assert main(argv) == 0
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["model"]["hidden"] == [32] and config["epochs"] == 2
+    assert config["storage_options"] == {"secret": "***"}  # never written down
+    records = steps_of(run)
+    steps = [r["step"] for r in records if r["kind"] == "step"]
+    assert steps == list(range(1, 41))  # 2 epochs of 20 batches
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert [e["step"] for e in evals] == [20, 40]
+    assert (run / "curves.png").read_bytes().startswith(PNG)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 40 and summary["test"]["P@1"] == evals[-1]["P@1"]
+    clf = SlideClassifier.load(str(run / "model"))  # the final model
+    test = make_synthetic("tiny", seed=0)[1].slice(0, 2000)  # --eval-points default
+    assert clf.score(test.X, test.Y) == pytest.approx(summary["test"]["P@1"])
+    assert main(argv) == 2  # never over another run
+    assert "already holds a run: --resume" in capsys.readouterr().err
+
+
+def test_resume_carries_a_run_on_from_its_latest_checkpoint(tmp_path, capsys):
+    def train(run, epochs: int) -> list[str]:
+        return ["train", "--preset", "tiny", "--in-process", "--epochs", str(epochs),
+                "--no-progress", "--opt", "hidden=[32]", "--run-dir", str(run),
+                "--checkpoint-every", "15"]  # fmt: skip
+
+    run = tmp_path / "run"
+    assert main(train(run, 2)) == 0
+    shutil.rmtree(run / "model")  # as if the run had died after its step-30 checkpoint
+    assert main(["train", "--resume", str(run), "--epochs", "3", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "resuming at step 30" in out  # checkpoints at 15 and 30; steps 31-40 redone
+    steps = [r["step"] for r in steps_of(run) if r["kind"] == "step"]
+    assert steps == list(range(1, 61))  # no step twice, none missing
+    clf = SlideClassifier.load(str(run / "model"))
+    assert clf.n_steps_ == 60
+    whole = tmp_path / "whole"
+    assert main(train(whole, 3)) == 0
+    again = SlideClassifier.load(str(whole / "model"))
+    _, test = make_synthetic("tiny", seed=0)
+    # the same batches in the same order: resumed and uninterrupted models agree
+    np.testing.assert_array_equal(again.predict_topk(test.X, 5), clf.predict_topk(test.X, 5))
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--lr", "0.1"], "--resume takes the model from the checkpoint"),
+        (["--batch-size", "3"], "--batch-size cannot change"),
+        (["--epochs", "1"], "already trained 1 of --epochs 1: ask for more --epochs"),
+    ],
+)
+def test_resume_refuses_what_it_cannot_do(tmp_path, capsys, extra, message):
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--in-process", "--no-progress",
+                 "--opt", "hidden=[16]", "--run-dir", str(run),
+                 "--checkpoint-every", "20"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_finished_run_resumes_from_its_final_model(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--in-process", "--no-progress",
+                 "--opt", "hidden=[16]", "--run-dir", str(run)]) == 0  # fmt: skip
+    assert main(["train", "--resume", str(run), "--epochs", "2", "--no-progress"]) == 0
+    assert "resuming at step 20" in capsys.readouterr().out
+    steps = [r["step"] for r in steps_of(run) if r["kind"] == "step"]
+    assert steps == list(range(1, 41))
+
+
+def test_resume_without_a_checkpoint_says_so(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("preset: tiny\nin_process: true\nmodel: {}\n")
+    assert main(["train", "--resume", str(run), "--epochs", "2"]) == 2
+    assert "no checkpoint to resume from" in capsys.readouterr().err
+
+
+def test_report_prints_a_run_and_draws_its_curves(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--in-process", "--no-progress", "--epochs", "2",
+                 "--opt", "hidden=[16]", "--run-dir", str(run), "--eval-every", "10"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["report", str(run), "--plot", str(tmp_path / "c.png")]) == 0
+    out = capsys.readouterr().out
+    assert "run summary" in out and "eval step 30" in out
+    assert (tmp_path / "c.png").read_bytes().startswith(PNG)
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+    assert "not a run folder" in capsys.readouterr().err

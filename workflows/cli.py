@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from dslide_workflows import convert, train
+from dslide_workflows import convert, report, train
 from dslide_workflows.args import hidden_sizes, key_value, positive_int
 
 PROG = "dslide"
@@ -241,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(sub)
     _add_generate(sub)
     train.add_train_parser(sub)
+    report.add_report_parser(sub)
     convert.add_convert_parser(sub)
     _add_bench(sub)
     return parser

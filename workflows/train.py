@@ -1,7 +1,9 @@
 """``dslide train``: train on a Dask cluster (or in this process) and summarise the run.
 
 Wiring only: a config file and flags become a :class:`SlideConfig`, a cluster and a
-trainer from :mod:`dslide_dask`; this module starts them, shows progress and prints.
+trainer from :mod:`dslide_dask`; this module starts them, shows progress, prints, and
+keeps everything in a run folder (:mod:`dslide_workflows.run_folder`), from which
+``--resume`` carries on.
 """
 
 from __future__ import annotations
@@ -36,7 +38,16 @@ RUN_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "threads": None,
     "skip_bad_lines": False,
+    "run_dir": None,
+    "checkpoint_every": 0,
+    "checkpoint_minutes": 0.0,
+    "keep_checkpoints": 3,
 }
+#: Settings a resumed run may change (where and how it runs, and for how long).
+RESUMABLE = {"scheduler_address", "workers", "threads_per_worker", "in_process", "n_shards",
+             "wire_dtype", "pipeline", "epochs", "eval_every", "eval_points", "threads",
+             "performance_report", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints",
+             "skip_bad_lines", "storage_options"}  # fmt: skip
 
 
 def add_train_parser(sub: argparse._SubParsersAction) -> None:
@@ -87,6 +98,19 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--log-every", type=int, default=0, metavar="STEPS",
                    help="print a progress line every STEPS steps instead of a bar")  # fmt: skip
+    r = p.add_argument_group("run folder and checkpoints")
+    r.add_argument("--run-dir", metavar="URL",
+                   help="where config, metrics, curves, checkpoints and the model go "
+                   "(default: runs/DATE-TIME-DATA)")  # fmt: skip
+    r.add_argument("--checkpoint-every", type=int, metavar="STEPS",
+                   help="checkpoint every STEPS steps (default: 0, off)")  # fmt: skip
+    r.add_argument("--checkpoint-minutes", type=float, metavar="MIN",
+                   help="checkpoint every MIN minutes (default: 0, off)")  # fmt: skip
+    r.add_argument("--keep-checkpoints", type=int, metavar="N",
+                   help="newest checkpoints kept (default: 3; 0: all)")  # fmt: skip
+    r.add_argument("--resume", metavar="RUN",
+                   help="carry on a run folder from its latest checkpoint, with its settings "
+                   "(cluster, epochs and checkpoint flags may change)")  # fmt: skip
     p.set_defaults(func=cmd_train)
 
 
@@ -94,6 +118,8 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run settings and model parameters from defaults < config file < flags."""
     run = dict(RUN_DEFAULTS)
     model: dict[str, Any] = {}
+    if getattr(args, "resume", None):
+        return _resumed(args, run)
     if args.config:
         loaded = yaml.safe_load(Path(args.config).read_text()) or {}
         if not isinstance(loaded, dict):
@@ -123,50 +149,156 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
         raise ValueError("give exactly one of --train URL or --preset NAME")
     if run["preset"] and run["test"]:
         raise ValueError("--test goes with --train, not with --preset")
+    _check_checkpoints(run)
     return run, model
+
+
+def _resumed(args: argparse.Namespace, run: dict) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Settings of a resumed run: the run folder's, with the flags of RESUMABLE."""
+    from dslide_workflows.run_folder import MASKED, RunFolder
+
+    options = dict(args.storage_option)
+    saved = RunFolder(args.resume, options).read_config()
+    model = saved.pop("model", {})
+    run.update({k: v for k, v in saved.items() if k in RUN_DEFAULTS})
+    asked = {k for k in RUN_DEFAULTS if getattr(args, k, None) is not None}
+    if (
+        args.config
+        or args.opt
+        or any(
+            getattr(args, f, None) is not None for f in ("hidden", "lr", "hash_family", "K", "L")
+        )
+    ):
+        raise ValueError("--resume takes the model from the checkpoint: no --config, "
+                         "--opt or model flags")  # fmt: skip
+    fixed = sorted(asked - RESUMABLE)
+    if fixed:
+        flags = ", ".join("--" + k.replace("_", "-") for k in fixed)
+        raise ValueError(f"--resume keeps the run's data and batches: {flags} cannot change")
+    for key in asked:
+        run[key] = getattr(args, key)
+    kept = {k: v for k, v in saved.get("storage_options", {}).items() if v != MASKED}
+    run["storage_options"] = {**kept, **options}  # secrets were never written: pass them again
+    run["run_dir"] = args.resume
+    if "scheduler_address" not in asked:  # the old run's cluster is likely gone
+        run["scheduler_address"] = os.environ.get("DASK_SCHEDULER_ADDRESS")
+    _check_checkpoints(run)
+    return run, model
+
+
+def _check_checkpoints(run: dict) -> None:
+    for key in ("checkpoint_every", "checkpoint_minutes", "keep_checkpoints"):
+        if run[key] < 0:
+            raise ValueError(f"--{key.replace('_', '-')} must be >= 0, got {run[key]}")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from dslide_dask import SlideConfig
+    from dslide_dask.local_trainer import position_meta
 
     run, model = resolve(args)
     cfg = SlideConfig.from_dict({k: tuple(v) if k == "hidden" else v for k, v in model.items()})
+    folder = _run_folder(run, resume=bool(args.resume))
+    restore = _restore_point(folder, run) if args.resume else None
     print(
         "settings:",
         yaml.safe_dump({**run, "model": cfg.to_dict()}, sort_keys=False, default_flow_style=None)
         .strip()
         .replace("\n", "\n  "),
     )
+    folder.write_config({**run, "model": cfg.to_dict()})
+    print(f"run folder: {folder.url}" + (f" (resuming at step {restore.step})" if restore else ""))
     train, test, shape = _data(run)
+    epoch, batch = _position(restore)
+    if epoch >= run["epochs"]:
+        raise ValueError(f"{folder.url} already trained {epoch} of --epochs {run['epochs']}: "
+                         "ask for more --epochs to carry on")  # fmt: skip
     with _cluster(run) as client:
         t0 = time.perf_counter()
-        trainer = _trainer(run, cfg, shape, client)
+        trainer = _trainer(run, cfg, shape, client, folder, restore)
         setup = time.perf_counter() - t0
         report = _report(run, client)
         with trainer, report:
             progress = Progress(run, trainer, test, args.no_progress or args.log_every > 0,
-                                args.log_every)  # fmt: skip
+                                args.log_every, folder)  # fmt: skip
             t1 = time.perf_counter()
             try:
                 trainer.train(
-                    train, run["batch_size"], run["epochs"], run["seed"],
+                    train, run["batch_size"], run["epochs"] - epoch, run["seed"],
                     callback=progress, storage_options=run["storage_options"],
-                    skip_bad_lines=run["skip_bad_lines"],
+                    skip_bad_lines=run["skip_bad_lines"], first_epoch=epoch, first_batch=batch,
                 )  # fmt: skip
             finally:
                 progress.close()
+                folder.flush()
             seconds = time.perf_counter() - t1
-            scores = (
-                trainer.evaluate(
-                    test, max_points=run["eval_points"], storage_options=run["storage_options"]
-                )  # fmt: skip
-                if test is not None
-                else None
-            )
+            scores = None
+            if test is not None:
+                scores = trainer.evaluate(test, max_points=run["eval_points"],
+                                          storage_options=run["storage_options"])  # fmt: skip
             shards = trainer.shard_info() if client is not None else []
-        print(summary(trainer.history, seconds, setup, shape, cfg, shards, scores,
-                      progress.evaluations))  # fmt: skip
+            done = position_meta(run["epochs"], 0, run["batch_size"], run["seed"], True)
+            model_url = trainer.save(folder.child_url("model"), run["storage_options"], done)
+        recoveries = getattr(trainer, "recoveries", [])
+        text, numbers = summary(trainer.history, seconds, setup, shape, cfg, shards, scores,
+                                progress.evaluations, recoveries)  # fmt: skip
+        print(text)
+        if scores is not None:
+            progress.record_eval(scores)
+    _finish(folder, text, numbers, model_url)
     return 0
+
+
+def _run_folder(run: dict, resume: bool):
+    """The run's folder: given, or a new one under runs/; never someone else's run."""
+    from dslide_workflows.run_folder import RunFolder
+
+    if run["run_dir"] is None:
+        data = run["preset"] or Path(str(run["train"]).rstrip("/")).name.split(".")[0]
+        name = os.path.join("runs", time.strftime("%Y%m%d-%H%M%S-") + data)
+        taken = 1
+        while RunFolder(name + (f"-{taken}" if taken > 1 else "")).exists():
+            taken += 1
+        run["run_dir"] = name + (f"-{taken}" if taken > 1 else "")
+    folder = RunFolder(run["run_dir"], run["storage_options"])
+    if not resume and folder.exists():
+        raise ValueError(f"{folder.url} already holds a run: --resume {folder.url} to carry "
+                         "it on, or choose another --run-dir")  # fmt: skip
+    return folder
+
+
+def _restore_point(folder, run: dict):
+    """The newest of a run folder's latest checkpoint and final model; its metrics are
+    cut back to it."""
+    from dslide_dask.checkpoint import CheckpointError, CheckpointStore
+
+    found = [
+        CheckpointStore(folder.child_url(name), run["storage_options"]).latest()
+        for name in ("model", "checkpoints")  # on a tie, the final model (its epoch is done)
+    ]
+    ckpt = max((c for c in found if c is not None), key=lambda c: c.step, default=None)
+    if ckpt is None:
+        raise CheckpointError(
+            f"{folder.url}: no checkpoint to resume from (was the run started with "
+            "--checkpoint-every or --checkpoint-minutes, and did it finish?)"
+        )
+    folder.records = [r for r in folder.read_metrics() if r.get("step", 0) <= ckpt.step]
+    return ckpt
+
+
+def _position(restore) -> tuple[int, int]:
+    if restore is None:
+        return 0, 0
+    pos = restore.meta["position"]
+    return int(pos["epoch"]), int(pos["batch"])
+
+
+def _finish(folder, text: str, numbers: dict, model_url: str) -> None:
+    from dslide_workflows.report import plot_curves
+
+    folder.write_plot(plot_curves(folder.records, folder.url))
+    folder.write_summary({**numbers, "model": model_url}, text)
+    print(f"model: {model_url}\ncurves: {folder.child_url('curves.png')}")
 
 
 def _data(run: dict):
@@ -204,18 +336,29 @@ def _cluster(run: dict):
         yield client
 
 
-def _trainer(run: dict, cfg, shape: tuple[int, int], client):
+def _trainer(run: dict, cfg, shape: tuple[int, int], client, folder, restore):
+    from dslide_dask.checkpoint import CheckpointPolicy
     from dslide_dask.distributed import DistributedTrainer
     from dslide_dask.local_trainer import LocalTrainer
 
+    policy = None
+    if run["checkpoint_every"] or run["checkpoint_minutes"]:
+        policy = CheckpointPolicy(
+            folder.child_url("checkpoints"), run["checkpoint_every"],
+            60 * run["checkpoint_minutes"], run["keep_checkpoints"], run["storage_options"],
+        )  # fmt: skip
     if client is None:
         if run["threads"]:
             import numba
 
             numba.set_num_threads(run["threads"])
-        return LocalTrainer(cfg, *shape)
-    return DistributedTrainer(client, cfg, *shape, n_shards=run["n_shards"],
-                              wire_dtype=run["wire_dtype"], pipeline=run["pipeline"])  # fmt: skip
+        return LocalTrainer(cfg, *shape, checkpoint=policy, restore=restore)
+    return DistributedTrainer(
+        client, cfg, *shape, n_shards=run["n_shards"], wire_dtype=run["wire_dtype"],
+        pipeline=run["pipeline"], checkpoint=policy,
+        restore=restore.url if restore is not None else None,
+        storage_options=run["storage_options"], name=Path(folder.url).name,
+    )  # fmt: skip
 
 
 def _report(run: dict, client):
@@ -231,7 +374,10 @@ def _report(run: dict, client):
 class Progress:
     """A progress bar over steps, with periodic evaluation on the test set."""
 
-    def __init__(self, run: dict, trainer, test, quiet: bool, log_every: int = 0) -> None:
+    def __init__(
+        self, run: dict, trainer, test, quiet: bool, log_every: int = 0, folder=None
+    ) -> None:
+        self.folder = folder
         self.log_every = log_every
         self.quiet = quiet
         self.run = run
@@ -247,6 +393,8 @@ class Progress:
             from tqdm.auto import tqdm
 
             self.bar = tqdm(unit="step", disable=self.quiet, dynamic_ncols=True)
+        if self.folder is not None:
+            self.folder.add("step", stats)
         self.samples += stats["samples"]
         rate = self.samples / (time.perf_counter() - self.t0)
         self.bar.update(1)
@@ -262,8 +410,17 @@ class Progress:
                 self.test, max_points=self.run["eval_points"],
                 storage_options=self.run["storage_options"],
             )  # fmt: skip
-            self.evaluations.append({"step": stats["step"], **scores})
+            self.record_eval(scores)
             self.bar.write(f"step {stats['step']}: " + _scores(scores))
+
+    def record_eval(self, scores: dict) -> None:
+        """Keep P@k at the current step (once a step)."""
+        step = self.trainer.step
+        if self.evaluations and self.evaluations[-1]["step"] == step:
+            return
+        self.evaluations.append({"step": step, **scores})
+        if self.folder is not None:
+            self.folder.add("eval", {"step": step, **scores})
 
     def close(self) -> None:
         if self.bar is not None:
@@ -274,18 +431,35 @@ def _scores(scores: dict) -> str:
     return "  ".join(f"{k} {v:.4f}" for k, v in scores.items())
 
 
-def summary(history, seconds, setup, shape, cfg, shards, scores, evaluations) -> str:
-    """The run summary: speed, traffic, sparsity, quality."""
+def summary(
+    history, seconds, setup, shape, cfg, shards, scores, evaluations, recoveries=()
+) -> tuple[str, dict]:
+    """The run summary, as printed and as numbers: speed, traffic, sparsity, quality."""
     n_features, n_labels = shape
     samples = sum(h["samples"] for h in history)
     steps = len(history)
+    numbers: dict[str, Any] = {
+        "steps": steps,
+        "last_step": history[-1]["step"] if history else None,
+        "samples": samples,
+        "samples_per_second": samples / max(seconds, 1e-9),
+        "train_seconds": seconds,
+        "setup_seconds": setup,
+        "skipped_lines": history[-1].get("skipped_lines", 0) if history else 0,
+        "active_per_example": sum(h["active"] for h in history) / max(1, steps),
+        "n_features": n_features,
+        "n_labels": n_labels,
+        "evaluations": list(evaluations),
+        "test": scores,
+        "recoveries": [{**vars(r), "redone": r.redone} for r in recoveries],
+    }
     lines = ["run summary"]
-    skipped = history[-1].get("skipped_lines", 0) if history else 0
+    skipped = numbers["skipped_lines"]
     lines.append(f"  samples         {samples:,} in {steps:,} steps"
                  + (f"; {skipped:,} bad lines skipped" if skipped else ""))  # fmt: skip
-    lines.append(f"  samples/s       {samples / max(seconds, 1e-9):,.0f} "
+    lines.append(f"  samples/s       {numbers['samples_per_second']:,.0f} "
                  f"(training {seconds:.1f} s, setup {setup:.1f} s)")  # fmt: skip
-    active = sum(h["active"] for h in history) / max(1, steps)
+    active = numbers["active_per_example"]
     lines.append(f"  active/example  {active:,.0f} of {n_labels:,} labels "
                  f"({100 * active / n_labels:.2f}%)")  # fmt: skip
     if shards:
@@ -294,14 +468,19 @@ def summary(history, seconds, setup, shape, cfg, shards, scores, evaluations) ->
         lines.append(f"  shards          {len(shards)}: neurons {sizes}; busy ms/step {busy}")
         traffic = sum(h["bytes_sent"] + h["bytes_received"] for h in history) / max(1, steps)
         allreduce = cfg.allreduce_bytes(n_features, n_labels)
+        numbers.update(shards=len(shards), bytes_per_step=traffic, allreduce_bytes=allreduce)
         lines.append(f"  bytes/step      {traffic / 1e3:,.0f} KB sent+received "
                      f"({100 * traffic / allreduce:.3f}% of a {allreduce / 1e6:,.0f} MB "
                      f"data-parallel all-reduce)")  # fmt: skip
         lines.append(f"  round trips     {history[-2 if steps > 1 else -1]['round_trips']} "
                      f"per step")  # fmt: skip
+    for r in recoveries:
+        lines.append(f"  recovered       lost {r.lost} at step {r.at_step}; back to step "
+                     f"{r.restored_step} on {r.workers} workers, {r.redone} steps redone "
+                     f"({r.seconds:.1f} s)")  # fmt: skip
     for ev in evaluations:
         lines.append(f"  eval step {ev['step']:<5} " + _scores(
             {k: v for k, v in ev.items() if k != "step"}))  # fmt: skip
     if scores is not None:
         lines.append("  test            " + _scores(scores))
-    return "\n".join(lines)
+    return "\n".join(lines), numbers
