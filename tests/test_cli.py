@@ -28,6 +28,12 @@ TINY_BENCH = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run folders that dslide train writes by default (./runs/...) land in tmp_path."""
+    monkeypatch.chdir(tmp_path)
+
+
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -165,7 +171,7 @@ def test_train_from_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
     assert code == 0
     assert "step      5" in out
     assert "samples/s" in out
-    scores = out.strip().splitlines()[-1]
+    (scores,) = [line for line in out.splitlines() if line.strip().startswith("test ")]
     assert "P@1" in scores and "P@3" in scores and "P@5" in scores
 
 
