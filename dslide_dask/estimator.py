@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import numba
 import numpy as np
 
-from dslide_dask.checkpoint import open_checkpoint
+from dslide_dask.checkpoint import CheckpointPolicy, open_checkpoint
 from dslide_dask.checkpoint.model import config_of
 from dslide_dask.data.batches import Source, plan
 from dslide_dask.data.csr import as_csr
@@ -30,6 +30,8 @@ ENGINE_PARAMS = (
     "n_shards",
     "wire_dtype",
     "pipeline",
+    "checkpoint_url",
+    "checkpoint_every",
 )
 
 
@@ -42,6 +44,9 @@ class SlideClassifier:
     (``n_shards``: default one per worker); activations cross the network as
     ``wire_dtype``, and ``pipeline`` overlaps the end of a step with the start of the
     next (the hidden layer then learns from activations one update old).
+    ``checkpoint_url`` (any fsspec URL) with ``checkpoint_every`` steps checkpoints the
+    model during ``fit``; on a cluster a lost worker is then survived (see
+    ``trainer_.recoveries``).
 
     ``X`` is a sparse matrix (``sparse.GCXS``/``COO``, scipy, or :class:`CSR`), ``Y`` a
     label indicator matrix or a list of label-id arrays.
@@ -80,6 +85,8 @@ class SlideClassifier:
         n_shards: int | None = None,
         wire_dtype: str = "float16",
         pipeline: bool = True,
+        checkpoint_url: str | None = None,
+        checkpoint_every: int = 0,
     ) -> None:
         self.hidden = hidden
         self.batch_size = batch_size
@@ -112,6 +119,8 @@ class SlideClassifier:
         self.n_shards = n_shards
         self.wire_dtype = wire_dtype
         self.pipeline = pipeline
+        self.checkpoint_url = checkpoint_url
+        self.checkpoint_every = checkpoint_every
 
     # -- scikit-learn conventions ----------------------------------------------------------
     @classmethod
@@ -193,12 +202,16 @@ class SlideClassifier:
         if hasattr(self, "trainer_"):
             self.trainer_.close()
         cfg = self.config()
+        policy = None
+        if self.checkpoint_url is not None:
+            check_int("checkpoint_every", self.checkpoint_every, 1, 1 << 40)
+            policy = CheckpointPolicy(self.checkpoint_url, self.checkpoint_every)
         if self.client is None:
-            self.trainer_ = LocalTrainer(cfg, data.n_features, data.n_labels)
+            self.trainer_ = LocalTrainer(cfg, data.n_features, data.n_labels, checkpoint=policy)
         else:
             self.trainer_ = DistributedTrainer(
                 self.client, cfg, data.n_features, data.n_labels, self.n_shards,
-                self.wire_dtype, self.pipeline,
+                self.wire_dtype, self.pipeline, checkpoint=policy,
             )  # fmt: skip
         self.epochs_done_ = 0
         self.evals_: list[dict] = []

@@ -241,3 +241,12 @@ def test_estimator_save_and_load_round_trip(tiny, tmp_path):
     assert again.evals_ == clf.evals_
     assert [e["step"] for e in clf.evals_] == [15, 30, 40]  # and at the end
     assert clf.evals_[-1]["P@1"] == clf.score(test.X, test.Y)
+
+
+def test_the_estimator_checkpoints_as_asked(tiny, tmp_path):
+    train, _ = tiny
+    clf = SlideClassifier(hidden=(16,), checkpoint_url=str(tmp_path), checkpoint_every=7)
+    clf.fit(train.X, train.Y)  # 20 steps
+    assert CheckpointStore(str(tmp_path)).latest().step == 14
+    with pytest.raises(ValueError, match=r"checkpoint_every must be an integer in \[1, "):
+        SlideClassifier(checkpoint_url=str(tmp_path)).fit(train.X, train.Y)
