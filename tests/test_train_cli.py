@@ -186,8 +186,9 @@ def test_resume_without_a_checkpoint_says_so(tmp_path, capsys):
 
 def test_report_prints_a_run_and_draws_its_curves(tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["train", "--preset", "tiny", "--in-process", "--no-progress", "--epochs", "2",
-                 "--opt", "hidden=[16]", "--run-dir", str(run), "--eval-every", "10"]) == 0  # fmt: skip
+    argv = ["train", "--preset", "tiny", "--in-process", "--no-progress", "--epochs", "2",
+            "--opt", "hidden=[16]", "--run-dir", str(run), "--eval-every", "10"]  # fmt: skip
+    assert main(argv) == 0
     capsys.readouterr()
     assert main(["report", str(run), "--plot", str(tmp_path / "c.png")]) == 0
     out = capsys.readouterr().out
