@@ -221,32 +221,32 @@ class SlideClassifier:
     ) -> None:
         check_int("batch_size", self.batch_size, 1, 1 << 20)
         if eval_set is not None:
-            X_eval, Y_eval = as_csr(eval_set[0]), as_csr(eval_set[1], pattern=True)
-            self._check_shapes(X_eval.n_cols, Y_eval.n_cols)
+            held_out = XCDataset(as_csr(eval_set[0]), as_csr(eval_set[1], pattern=True))
+            self._check_shapes(held_out.n_features, held_out.n_labels)
             every = eval_every or max(1, -(-data.n_points // self.batch_size))
             check_int("eval_every", every, 1, 1 << 40)
-            callback = self._evaluating(callback, X_eval, Y_eval, every)
+            callback = self._evaluating(callback, held_out, every)
         with self._threads():
             self.trainer_.train(
                 data, self.batch_size, epochs, self.seed, shuffle, callback, self.epochs_done_
             )
             self.epochs_done_ += epochs
             if eval_set is not None and (not self.evals_ or self.evals_[-1]["step"] != self._step):
-                self._record_eval(X_eval, Y_eval)
+                self._record_eval(held_out)
 
-    def _evaluating(self, callback, X, Y, every: int) -> StepCallback:
-        """``callback``, then P@k on ``(X, Y)`` every ``every`` steps."""
+    def _evaluating(self, callback, held_out: XCDataset, every: int) -> StepCallback:
+        """``callback``, then P@k on ``held_out`` every ``every`` steps."""
 
         def step(stats: dict) -> None:
             if callback is not None:
                 callback(stats)
             if stats["step"] % every == 0:
-                self._record_eval(X, Y)
+                self._record_eval(held_out)
 
         return step
 
-    def _record_eval(self, X, Y) -> None:
-        scores = precision_at_k(self.trainer_.topk(X, 5, True), Y, (1, 3, 5))
+    def _record_eval(self, held_out: XCDataset) -> None:
+        scores = self.trainer_.evaluate(held_out)  # on a cluster: also on the dashboard
         self.evals_.append({"step": self._step, "epoch": self.epochs_done_, **scores})
 
     @property
@@ -325,6 +325,11 @@ class SlideClassifier:
         """P@k for each k in ``ks``."""
         X, Y = as_csr(X), as_csr(Y, pattern=True)
         return precision_at_k(self.predict_topk(X, max(ks), exact), Y, ks)
+
+    def close(self) -> None:
+        """Release the fitted model (on a cluster: its actors and their memory)."""
+        if hasattr(self, "trainer_"):
+            self.trainer_.close()
 
     # -- helpers ---------------------------------------------------------------------------
     def _check_fitted(self) -> None:
