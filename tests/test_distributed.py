@@ -73,7 +73,6 @@ def test_sharded_training_learns_like_one_shard(client, tiny, n_shards):
     assert p1 > 0.3, p1
     assert abs(p1 - p1_local) < 0.08, (p1, p1_local)
     steps = clf.history_
-    assert all(s["round_trips"] == 1 for s in steps[:-1])  # pipelined
     # only the shards on other workers than the coordinator's are reached over the network
     remote = n_shards - 1
     if remote:

@@ -78,7 +78,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--n-shards", type=int, metavar="S", help="(default: one per worker)")
     c.add_argument("--wire-dtype", choices=("float16", "float32"), help="(default: float16)")
     c.add_argument("--no-pipeline", dest="pipeline", action="store_false", default=None,
-                   help="two round trips per step, no stale hidden activations")  # fmt: skip
+                   help="one phase at a time, no stale hidden activations")  # fmt: skip
     m = p.add_argument_group("model (also --opt K=V for any SlideClassifier parameter)")
     m.add_argument("--hidden", type=hidden_sizes, metavar="W[,W...]", help="(default: 128)")
     m.add_argument("--lr", type=float, help="Adam learning rate (default: 1e-2)")
@@ -472,8 +472,6 @@ def summary(
         lines.append(f"  bytes/step      {traffic / 1e3:,.0f} KB sent+received "
                      f"({100 * traffic / allreduce:.3f}% of a {allreduce / 1e6:,.0f} MB "
                      f"data-parallel all-reduce)")  # fmt: skip
-        lines.append(f"  round trips     {history[-2 if steps > 1 else -1]['round_trips']} "
-                     f"per step")  # fmt: skip
     for r in recoveries:
         lines.append(f"  recovered       lost {r.lost} at step {r.at_step}; back to step "
                      f"{r.restored_step} on {r.workers} workers, {r.redone} steps redone "

@@ -3,9 +3,9 @@
 It owns the (small) hidden layers and the batch stream; per step it sends the hidden
 activations to every shard and gets back softmax partial sums and gradients. Shard calls
 go worker-to-worker, all shards at once; nothing per step passes through the client or
-the scheduler. With ``pipeline=True`` a shard finishes step t and starts step t+1 in one
-call (the hidden activations of t+1 then come from weights one update old), halving the
-round trips per step.
+the scheduler. With ``pipeline=True`` (the default) the shards finish step t and start
+step t+1 while this worker does the hidden layers' work, so no worker waits on another's
+arithmetic (the hidden activations of t+1 then come from weights one update old).
 """
 
 from __future__ import annotations
@@ -156,13 +156,19 @@ class Coordinator:
         await self._compute(self.hidden.backward, batch.X, acts, sum_unpacked(grads))
         sent = self.n_remote * (payload_bytes((h_wire, batch.Y)) + lse.nbytes)
         received = self._remote_bytes(parts) + self._remote_bytes(grads)
-        return self._stats(batch, where, lse, label_term, parts, sent, received, 2, t0)
+        return self._stats(batch, where, lse, label_term, parts, sent, received, t0)
 
     async def _pipelined_step(self) -> dict | None:
-        """Finish step t and start step t+1 in one call to each shard. The activations of
-        t+1 are computed before step t's gradients are back, so they come from hidden
-        weights one update old. (Also overlapping the hidden update with the shards'
-        work was 8% faster but, two updates old, learned visibly worse early on.)"""
+        """Finish step t while step t+1 starts, keeping every shard busy.
+
+        Each shard gets ``backward(t)`` at once and ``forward(t+1)`` as soon as it has
+        answered it (calls to one shard stay in order): this worker computes the
+        activations of t+1 first, then applies the hidden layers' update of t while the
+        shards work. The activations of t+1 therefore come from hidden weights one
+        update old. (Updating later still, two updates old, learned visibly worse early
+        on; sending ``forward(t+1)`` before ``backward(t)`` answers, with numbered calls,
+        measured no faster.)
+        """
         t0 = time.perf_counter()
         sent = 0
         if self.pending is None:
@@ -178,24 +184,42 @@ class Coordinator:
         where, batch, acts, parts = self.pending
         lse, label_term = combine_partials(parts)
         item = next(self.batches, None)
-        if item is None:
-            calls = [s.backward(lse) for s in self.shards]
-            sent += self.n_remote * lse.nbytes
-        else:
+        if item is not None:  # first in this worker's queue: the remote shards never wait
             *next_where, following = item
-            h, next_acts = await self._compute(self.hidden.forward, following.X)
-            h_wire = pack(h, self.wire_dtype)
-            calls = [s.backward_forward(lse, h_wire, following.Y) for s in self.shards]
-            sent += self.n_remote * (payload_bytes((h_wire, following.Y)) + lse.nbytes)
-        replies = await self._all(calls, "backward+forward")
-        received = self._remote_bytes(replies)
-        if item is None:
-            grads, self.pending = replies, None
-        else:
-            grads = [r[0] for r in replies]
-            self.pending = (next_where, following, next_acts, [r[1] for r in replies])
-        await self._compute(self.hidden.backward, batch.X, acts, sum_unpacked(grads))
-        return self._stats(batch, where, lse, label_term, parts, sent, received, 1, t0)
+            ahead = asyncio.ensure_future(self._forward_packed(following.X))
+        backward = [asyncio.ensure_future(s.backward(lse)) for s in self.shards]
+        sent += self.n_remote * lse.nbytes
+        if item is not None:
+
+            async def forward_after(i: int, shard):
+                await backward[i]  # calls to one shard stay in order
+                h_wire, _ = await ahead
+                return await shard.forward(h_wire, following.Y)
+
+            forward = [
+                asyncio.ensure_future(forward_after(i, s)) for i, s in enumerate(self.shards)
+            ]
+        try:
+            grads = await self._all(backward, "backward")
+            await self._compute(self.hidden.backward, batch.X, acts, sum_unpacked(grads))
+            received = self._remote_bytes(grads)
+            self.pending = None
+            if item is not None:
+                next_parts = await self._all(forward, "forward")
+                h_wire, next_acts = ahead.result()
+                sent += self.n_remote * payload_bytes((h_wire, following.Y))
+                received += self._remote_bytes(next_parts)
+                self.pending = (next_where, following, next_acts, next_parts)
+        finally:
+            if item is not None:
+                for task in (ahead, *forward):
+                    task.cancel()
+        return self._stats(batch, where, lse, label_term, parts, sent, received, t0)
+
+    async def _forward_packed(self, X: CSR):
+        """The hidden stack's output for ``X``, packed for the wire, and its activations."""
+        h, acts = await self._compute(self.hidden.forward, X)
+        return pack(h, self.wire_dtype), acts
 
     def _remote_bytes(self, replies: list) -> int:
         """Bytes of the replies that crossed the network (not from this worker's shard)."""
@@ -203,7 +227,7 @@ class Coordinator:
             payload_bytes(r) for r, remote in zip(replies, self.remote, strict=True) if remote
         )
 
-    def _stats(self, batch, where, lse, label_term, parts, sent, received, trips, t0) -> dict:
+    def _stats(self, batch, where, lse, label_term, parts, sent, received, t0) -> dict:
         self.step += 1
         epoch, index = where
         self.position = (epoch, index + 1)
@@ -218,7 +242,6 @@ class Coordinator:
             "active": stats.active_per_example,
             "bytes_sent": int(sent),
             "bytes_received": int(received),
-            "round_trips": trips,
             "seconds": time.perf_counter() - t0,
             "coordinator_seconds": compute,
             "shard_wait_seconds": wait,
@@ -288,17 +311,19 @@ class Coordinator:
         """Run model arithmetic on the worker's actor thread, like the shards' methods, so
         numba kernels never run from two threads of one process at once."""
         loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self.worker.executors["actor"], partial(self._timed, fn, *args)
+        )
+
+    def _timed(self, fn, *args):
+        """``fn(*args)`` with this worker's threads, its time counted as hidden-layer work
+        (not the wait for the actor thread)."""
+        numba.set_num_threads(self.n_threads)
         t0 = time.perf_counter()
         try:
-            return await loop.run_in_executor(
-                self.worker.executors["actor"], partial(self._with_threads, fn, *args)
-            )
+            return fn(*args)
         finally:
             self.compute_seconds += time.perf_counter() - t0
-
-    def _with_threads(self, fn, *args):
-        numba.set_num_threads(self.n_threads)
-        return fn(*args)
 
     async def _all(self, calls: list, what: str) -> list:
         """Await actor calls to every shard; fail fast if a shard's worker is gone."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from dslide_dask.model.config import SlideConfig
@@ -28,7 +29,7 @@ def place_shards(
     cfg: SlideConfig,
     n_labels: int,
     n_shards: int | None = None,
-    coordinator_load: float = 0.1,
+    coordinator_load: float = 0.15,
 ) -> Placement:
     """Choose workers for the shards of an output layer of ``n_labels`` neurons.
 
@@ -47,10 +48,9 @@ def place_shards(
     if not 1 <= n_shards <= len(order):
         raise ValueError(f"n_shards must be in [1, {len(order)}] (the workers), got {n_shards}")
     chosen = tuple(order[:n_shards])
-    capacities = [10 * max(1, int(workers[a].get("nthreads", 1))) for a in chosen]
-    if n_shards > 1:
-        capacities[0] = max(1, round(capacities[0] * (1 - coordinator_load)))
-    layout = ShardLayout.from_capacities(n_labels, capacities)
+    layout = ShardLayout.from_capacities(
+        n_labels, _capacities([workers[a] for a in chosen], coordinator_load, n_labels)
+    )
     for s, address in enumerate(chosen):
         need = shard_bytes(cfg, layout.size(s))
         limit = workers[address].get("memory_limit") or 0
@@ -60,3 +60,17 @@ def place_shards(
                 f"{limit / 2**30:.2f} GiB: add workers, or lower range_pow/L/bucket_capacity"
             )
     return Placement(chosen, layout)
+
+
+def _capacities(workers: list[dict], coordinator_load: float, n_labels: int) -> list[int]:
+    """Integer shares per worker: threads, less ``coordinator_load`` of the first worker's
+    (in percent steps, coarser when the layer has fewer neurons than the pattern)."""
+    for grain in (100, 10, 1):
+        caps = [grain * max(1, int(w.get("nthreads", 1))) for w in workers]
+        if len(caps) > 1:
+            caps[0] = max(1, round(caps[0] * (1 - coordinator_load)))
+        divisor = math.gcd(*caps)
+        caps = [c // divisor for c in caps]
+        if sum(caps) <= n_labels:
+            return caps
+    return caps

@@ -47,12 +47,6 @@ class ShardActor:
         with self._busy():
             return pack(self.shard.backward(lse), self.wire_dtype)
 
-    def backward_forward(
-        self, lse: np.ndarray, h_next: Packed, Y_next: CSR
-    ) -> tuple[Packed, SoftmaxPartials]:
-        """Finish one step and start the next in a single round trip (pipelining)."""
-        return self.backward(lse), self.forward(h_next, Y_next)
-
     def topk(self, h: Packed, k: int, exact: bool) -> tuple[np.ndarray, np.ndarray]:
         with self._busy():
             return self.shard.topk(unpack(h), k, exact)

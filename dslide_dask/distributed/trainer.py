@@ -66,7 +66,7 @@ class DistributedTrainer:
         n_shards: int | None = None,
         wire_dtype: str = "float16",
         pipeline: bool = True,
-        coordinator_load: float = 0.1,
+        coordinator_load: float = 0.15,
         checkpoint: CheckpointPolicy | None = None,
         restore: str | None = None,
         storage_options: dict | None = None,

@@ -38,6 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--engine-opt", type=key_value, action="append", default=[], metavar="K=V",
         help=f"engine parameter (repeatable); defaults here: {DEFAULTS}",
     )  # fmt: skip
+    parser.add_argument("--coordinator-load", type=float, default=None, metavar="F",
+                        help="share of shard 0's worker kept for the hidden layers "
+                        "(default: the trainer's)")  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="runs of each contender; shows the median by samples/s")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, metavar="OUT")
 
@@ -63,7 +68,6 @@ def run_one(name: str, make_trainer, train, test, batch_size: int, seed: int) ->
         "samples_per_s": train.n_points / (t2 - t1),
         "step_ms": 1e3 * sum(h["seconds"] for h in steady) / len(steady),
         "bytes_per_step": sum(traffic) / len(traffic),
-        "round_trips": steady[0].get("round_trips", 0),
         "active": sum(h["active"] for h in steady) / len(steady),
         "coordinator_ms": 1e3 * sum(h.get("coordinator_seconds", 0) for h in steady) / len(steady),
         "wait_ms": 1e3 * sum(h.get("shard_wait_seconds", 0) for h in steady) / len(steady),
@@ -87,11 +91,15 @@ def run(args: argparse.Namespace) -> int:
     cfg = SlideConfig(**params)
     shape = (train.n_features, train.n_labels)
     allreduce = cfg.allreduce_bytes(*shape)
+    placement = {}
+    if args.coordinator_load is not None:
+        placement["coordinator_load"] = args.coordinator_load
     rows = []
     numba.set_num_threads(args.threads)
     rows.append(
-        run_one(f"in-process, {args.threads} threads", lambda: LocalTrainer(cfg, *shape),
-                train, test, args.batch_size, args.seed)
+        median_of(args.repeat, lambda: run_one(
+            f"in-process, {args.threads} threads", lambda: LocalTrainer(cfg, *shape),
+            train, test, args.batch_size, args.seed))
     )  # fmt: skip
     print(format_row(rows[-1], allreduce), flush=True)
     for n in workers:
@@ -103,11 +111,11 @@ def run(args: argparse.Namespace) -> int:
             Client(cluster) as client,
         ):  # fmt: skip
             rows.append(
-                run_one(
+                median_of(args.repeat, lambda client=client, n=n: run_one(
                     f"LocalCluster {n} x {args.threads_per_worker} thread",
-                    lambda client=client: DistributedTrainer(client, cfg, *shape),
+                    lambda: DistributedTrainer(client, cfg, *shape, **placement),
                     train, test, args.batch_size, args.seed,
-                )
+                ))
             )  # fmt: skip
         print(format_row(rows[-1], allreduce), flush=True)
     print()
@@ -120,9 +128,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def median_of(repeat: int, run) -> dict:
+    """The run with the median samples/s of ``repeat`` runs, with the range of all."""
+    runs = sorted((run() for _ in range(max(1, repeat))), key=lambda r: r["samples_per_s"])
+    middle = dict(runs[len(runs) // 2])
+    middle["samples_per_s_all"] = [r["samples_per_s"] for r in runs]
+    return middle
+
+
 HEADER = (
     f"{'contender':<28}{'setup s':>8}{'samples/s':>10}{'vs 1st':>7}{'step ms':>8}"
-    f"{'trips':>6}{'KB/step':>9}{'% allred':>9}{'active':>7}{'P@1':>7}{'P@5':>7}"
+    f"{'coord':>6}{'wait':>6}{'KB/step':>9}{'% allred':>9}{'active':>7}{'P@1':>7}{'P@5':>7}"
 )
 
 
@@ -130,7 +146,7 @@ def format_row(row: dict, allreduce: int, base: float | None = None) -> str:
     ratio = f"{row['samples_per_s'] / base:.2f}" if base else "1.00"
     return (
         f"{row['contender']:<28}{row['setup_s']:>8.1f}{row['samples_per_s']:>10.0f}"
-        f"{ratio:>7}{row['step_ms']:>8.1f}{row['round_trips']:>6}"
+        f"{ratio:>7}{row['step_ms']:>8.1f}{row['coordinator_ms']:>6.1f}{row['wait_ms']:>6.1f}"
         f"{row['bytes_per_step'] / 1e3:>9.0f}{100 * row['bytes_per_step'] / allreduce:>9.3f}"
         f"{row['active']:>7.0f}{row['P@1']:>7.4f}{row['P@5']:>7.4f}"
     )
