@@ -53,11 +53,7 @@ class LocalTrainer:
         self.n_labels = n_labels
         self.step = restore.step if restore is not None else 0
         self.policy = checkpoint
-        self.store = (
-            CheckpointStore(checkpoint.url, checkpoint.storage_options, checkpoint.keep)
-            if checkpoint is not None
-            else None
-        )
+        self.store = checkpoint.store() if checkpoint is not None else None
         self.last_checkpoint: Checkpoint | None = restore
         self.history: list[dict] = []
 

@@ -37,6 +37,9 @@ class CheckpointPolicy:
         if self.keep < 0:
             raise ValueError(f"keep must be >= 0 (0: keep all), got {self.keep}")
 
+    def store(self) -> CheckpointStore:
+        return CheckpointStore(self.url, self.storage_options, self.keep)
+
     def due(self, step: int, seconds_since_last: float) -> bool:
         by_steps = self.every_steps > 0 and step % self.every_steps == 0
         by_time = self.every_seconds > 0 and seconds_since_last >= self.every_seconds

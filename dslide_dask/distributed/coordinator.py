@@ -62,11 +62,7 @@ class Coordinator:
             restore_hidden(ckpt, self.hidden)
             self.step, self.last_checkpoint = ckpt.step, ckpt.url
         self.policy = checkpoint
-        self.store = (
-            CheckpointStore(checkpoint.url, checkpoint.storage_options, checkpoint.keep)
-            if checkpoint is not None
-            else None
-        )
+        self.store = checkpoint.store() if checkpoint is not None else None
         self.last_save = time.monotonic()
         self.n_features = n_features
         self.n_labels = n_labels

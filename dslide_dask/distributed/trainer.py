@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from distributed import Client
 
-from dslide_dask.checkpoint import CheckpointPolicy, CheckpointStore, open_checkpoint
+from dslide_dask.checkpoint import CheckpointPolicy, open_checkpoint
 from dslide_dask.checkpoint.model import check_shape
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
@@ -197,7 +197,7 @@ class DistributedTrainer:
             raise err
         t0 = time.perf_counter()
         at_step = self.step
-        ckpt = CheckpointStore(self.policy.url, self.policy.storage_options).latest()
+        ckpt = self.policy.store().latest()
         call_start = self.start_step + start_len
         if (ckpt is None and call_start > 0) or (ckpt is not None and ckpt.step < call_start):
             raise ShardLostError(
