@@ -196,3 +196,15 @@ def test_report_prints_a_run_and_draws_its_curves(tmp_path, capsys):
     assert (tmp_path / "c.png").read_bytes().startswith(PNG)
     assert main(["report", str(tmp_path / "nothing")]) == 2
     assert "not a run folder" in capsys.readouterr().err
+
+
+def test_an_existing_scheduler_is_used_and_its_workers_awaited(tmp_path, capsys):
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+        argv = ["train", "--preset", "tiny", "--scheduler-address", cluster.scheduler_address,
+                "--workers", "2", "--no-progress", "--opt", "hidden=[16]",
+                "--run-dir", str(tmp_path / "run")]  # fmt: skip
+        assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "waiting for 2 workers" in out and "shards          2:" in out

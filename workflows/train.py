@@ -43,6 +43,8 @@ RUN_DEFAULTS: dict[str, Any] = {
     "checkpoint_minutes": 0.0,
     "keep_checkpoints": 3,
 }
+#: How long --scheduler-address --workers N waits for the workers to join.
+WAIT_WORKERS_SECONDS = 1800
 #: Settings a resumed run may change (where and how it runs, and for how long).
 RESUMABLE = {"scheduler_address", "workers", "threads_per_worker", "in_process", "n_shards",
              "wire_dtype", "pipeline", "epochs", "eval_every", "eval_points", "threads",
@@ -72,7 +74,9 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                      metavar="K=V", help="fsspec storage option (repeatable)")  # fmt: skip
     c = p.add_argument_group("cluster")
     c.add_argument("--scheduler-address", metavar="ADDR", help="connect to this scheduler")
-    c.add_argument("--workers", type=int, metavar="N", help="LocalCluster workers (default: cores)")
+    c.add_argument("--workers", type=int, metavar="N",
+                   help="LocalCluster workers (default: cores); with a scheduler address, "
+                   "wait until N workers have joined")  # fmt: skip
     c.add_argument("--threads-per-worker", type=int, metavar="T", help="(default: 1)")
     c.add_argument("--in-process", action="store_true", default=None, help="no Dask at all")
     c.add_argument("--n-shards", type=int, metavar="S", help="(default: one per worker)")
@@ -324,6 +328,9 @@ def _cluster(run: dict):
     if run["scheduler_address"]:
         with Client(run["scheduler_address"]) as client:
             print(f"cluster: {run['scheduler_address']}, dashboard {client.dashboard_link}")
+            if run["workers"]:  # shards go to the workers there are when training starts
+                print(f"waiting for {run['workers']} workers...", flush=True)
+                client.wait_for_workers(run["workers"], timeout=WAIT_WORKERS_SECONDS)
             yield client
         return
     n = run["workers"] or os.cpu_count() or 1
