@@ -174,7 +174,8 @@ def load_network(ckpt: Checkpoint, n_shards: int | None = None) -> SlideNetwork:
     """The network of a checkpoint, in its own layout or split into ``n_shards``."""
     n_labels = int(ckpt.meta["n_labels"])
     layout = layout_of(ckpt) if n_shards is None else ShardLayout.strided(n_labels, n_shards)
-    net = SlideNetwork(config_of(ckpt), int(ckpt.meta["n_features"]), n_labels, layout=layout)
+    n_features = int(ckpt.meta["n_features"])
+    net = SlideNetwork(config_of(ckpt), n_features, n_labels, layout=layout, initialize=False)
     restore_hidden(ckpt, net.hidden)
     for shard in net.shards:
         restore_shard(ckpt, shard)

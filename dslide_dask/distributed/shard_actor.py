@@ -33,7 +33,8 @@ class ShardActor:
         self.n_threads = n_threads
         self.wire_dtype = wire_dtype
         numba.set_num_threads(n_threads)
-        self.shard = WideShard(SlideConfig.from_dict(cfg), dim_in, layout, shard_index)
+        cfg = SlideConfig.from_dict(cfg)
+        self.shard = WideShard(cfg, dim_in, layout, shard_index, initialize=restore is None)
         if restore is not None:
             restore_shard(open_checkpoint(restore, storage_options), self.shard)
         self.busy_seconds = 0.0

@@ -65,6 +65,7 @@ class SlideNetwork:
         n_labels: int,
         n_shards: int = 1,
         layout: ShardLayout | None = None,
+        initialize: bool = True,
     ) -> None:
         if n_features < 1:
             raise ValueError(f"n_features must be >= 1, got {n_features}")
@@ -76,7 +77,8 @@ class SlideNetwork:
         self.hidden = HiddenLayers(cfg, n_features, cfg.seed)
         self.layout = layout or ShardLayout.strided(n_labels, n_shards)
         self.shards = [
-            WideShard(cfg, cfg.hidden[-1], self.layout, s) for s in range(self.layout.n_shards)
+            WideShard(cfg, cfg.hidden[-1], self.layout, s, initialize)
+            for s in range(self.layout.n_shards)
         ]
 
     def train_step(self, X: CSR, Y: CSR) -> StepStats:

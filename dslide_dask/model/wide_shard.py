@@ -80,10 +80,16 @@ def label_weights(Y: CSR) -> np.ndarray:
 
 class WideShard:
     """The neurons of shard ``shard_index`` (under ``layout``) of a wide layer
-    ``dim_in -> layout.n_neurons``."""
+    ``dim_in -> layout.n_neurons``. ``initialize=False`` leaves the weights and tables
+    unset, for :meth:`set_state` to fill (a restore)."""
 
     def __init__(
-        self, cfg: SlideConfig, dim_in: int, layout: ShardLayout, shard_index: int = 0
+        self,
+        cfg: SlideConfig,
+        dim_in: int,
+        layout: ShardLayout,
+        shard_index: int = 0,
+        initialize: bool = True,
     ) -> None:
         if not 0 <= shard_index < layout.n_shards:
             raise ValueError(f"shard_index must be in [0, {layout.n_shards}), got {shard_index}")
@@ -95,7 +101,11 @@ class WideShard:
         self.n_local = layout.size(shard_index)
         seed = int(mix64(np.uint64(cfg.seed) * np.uint64(7919) + np.uint64(shard_index)) >> 2)
         self.seed = seed
-        self.W = init_rows(cfg.seed, self.global_ids(np.arange(self.n_local)), dim_in, cfg.init_std)
+        self.W = (
+            init_rows(cfg.seed, self.global_ids(np.arange(self.n_local)), dim_in, cfg.init_std)
+            if initialize
+            else np.empty((self.n_local, dim_in), np.float32)
+        )
         self.bias = np.zeros(self.n_local, np.float32)
         self.W_m = np.zeros_like(self.W)
         self.W_v = np.zeros_like(self.W)
@@ -103,7 +113,8 @@ class WideShard:
         self.bias_v = np.zeros_like(self.bias)
         self.step = 0
         self.index = LSHIndex(dim_in, cfg, seed, self.n_local)
-        self.index.rebuild(self.W)
+        if initialize:
+            self.index.rebuild(self.W)
         self.schedule = RebuildSchedule(cfg.rebuild_every, cfg.rebuild_growth, cfg.redraw_every)
         self._scratch = np.zeros((0, self.n_local), np.int32)
         self._pending: tuple | None = None
