@@ -306,7 +306,7 @@ def test_dense_baseline_matches_autograd(input_layer: str) -> None:
     )
     Y = CSR(np.array([0, 2, 3, 3, 6, 7, 8]), rng.integers(0, 40, 8), None, 40)  # row 2: none
     torch.manual_seed(0)
-    model = td._build_model(torch, 50, (16, 8), 40, input_layer)
+    model = td.build_model(torch, 50, (16, 8), 40, input_layer)
     for p in model.parameters():
         torch.nn.init.normal_(p, 0.0, 0.5)
     loss = model.loss(X, Y)

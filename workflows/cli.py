@@ -158,7 +158,7 @@ def _format_scores(scores: dict[str, float]) -> str:
 
 # -- bench -------------------------------------------------------------------------------------
 def _add_bench(sub: argparse._SubParsersAction) -> None:
-    from dslide_workflows.bench import distributed, engine, storage
+    from dslide_workflows.bench import cluster, distributed, engine, storage
 
     p = sub.add_parser("bench", help="benchmarks", description="Benchmarks.")
     bench = p.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
@@ -179,6 +179,14 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     distributed.add_arguments(q)
     q.set_defaults(func=distributed.run)
     storage.add_storage_bench_parser(bench)
+    q = bench.add_parser(
+        "cluster",
+        help=cluster.SUMMARY,
+        description=cluster.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cluster.add_arguments(q)
+    q.set_defaults(func=cluster.run)
 
 
 # -- demo --------------------------------------------------------------------------------------

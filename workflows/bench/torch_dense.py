@@ -11,7 +11,7 @@ Measured (roughly: a shared, busy 2-core machine) on Amazon-670K sizes, 135,909 
 - sparse input layer: ``EmbeddingBag(mode="sum", per_sample_weights=...)`` forward +
   backward ~22 ms a batch against ~47 ms for ``torch.sparse_csr_tensor @ W``
   (``input_layer="csr"``); both are noise next to the output layer.
-- output layer + loss: a custom autograd function (:func:`_build_model`) turns the
+- output layer + loss: a custom autograd function (:func:`build_model`) turns the
   logits into probabilities and then, in place, into the gradient ``(p - t)/B``.
   ``logsumexp - t.z`` through autograd took ~6 s a step, ``log_softmax`` + gather
   ~2.9 s, the fused one ~1.8 s (three GEMMs of 22 GFLOP are ~1.2 s of that).
@@ -64,7 +64,7 @@ def peak_rss_mb() -> float:
     return rss / (1024 * 1024 if sys.platform == "darwin" else 1024)
 
 
-def _build_model(torch, n_features: int, hidden: Sequence[int], n_labels: int, mode: str):
+def build_model(torch, n_features: int, hidden: Sequence[int], n_labels: int, mode: str):
     nn = torch.nn
 
     class SoftmaxXent(torch.autograd.Function):
@@ -190,7 +190,7 @@ def train_dense(
     torch.manual_seed(seed)
 
     start, cpu_start = time.perf_counter(), time.process_time()
-    model = _build_model(torch, train.n_features, hidden, train.n_labels, input_layer)
+    model = build_model(torch, train.n_features, hidden, train.n_labels, input_layer)
     opt = torch.optim.Adam(model.parameters(), lr=lr, fused=True)
     first_batch_seconds = None
     n_batches = samples = 0
