@@ -522,7 +522,8 @@ def test_malformed_corpus(name: str) -> None:
 def test_convert_command(s3, data: XCDataset, capsys) -> None:
     import argparse
 
-    from dslide_workflows.convert import add_convert_parser, storage_options
+    from dslide_workflows.args import storage_options
+    from dslide_workflows.convert import add_convert_parser
 
     assert storage_options([("a.b", 1), ("a.c", "x"), ("d", True)]) == {
         "a": {"b": 1, "c": "x"},

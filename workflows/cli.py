@@ -13,7 +13,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from dslide_workflows import convert, report, train
-from dslide_workflows.args import hidden_sizes, key_value, positive_int
+from dslide_workflows.args import (
+    add_storage_arguments,
+    hidden_sizes,
+    key_value,
+    positive_int,
+    storage_options,
+)
 
 PROG = "dslide"
 DEMO_PRESET = "tiny"
@@ -117,14 +123,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--threads", type=positive_int, default=None, help="generator threads (default: all)"
     )
-    p.add_argument(
-        "--storage-option",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="fsspec storage option (repeatable)",
-    )
+    add_storage_arguments(p)
     p.set_defaults(func=cmd_generate)
 
 
@@ -139,7 +138,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         spec,
         args.out,
         seed=args.seed,
-        storage_options=dict(args.storage_option) or None,
+        storage_options=storage_options(args.storage_option) or None,
         n_threads=args.threads,
     )
     print(

@@ -4,38 +4,8 @@ that later epochs read much faster (see :mod:`dslide_dask.data.binary`)."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
-from typing import Any
 
-from dslide_workflows.args import key_value, positive_int
-
-
-def storage_options(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
-    """fsspec storage options from ``--storage-option`` pairs; dotted keys nest
-    (``client_kwargs.endpoint_url=http://127.0.0.1:9000``)."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        *outer, leaf = key.split(".")
-        d = out
-        for k in outer:
-            d = d.setdefault(k, {})
-            if not isinstance(d, dict):
-                raise ValueError(f"storage option {key!r} nests under a non-mapping value")
-        d[leaf] = value
-    return out
-
-
-def add_storage_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--storage-option K=V`` (repeatable), shared with the storage benchmark."""
-    parser.add_argument(
-        "--storage-option",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="fsspec storage option, value parsed as YAML; dotted keys nest, e.g. "
-        "client_kwargs.endpoint_url=http://127.0.0.1:9000 (repeatable)",
-    )
+from dslide_workflows.args import add_storage_arguments, positive_int, storage_options
 
 
 def add_convert_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

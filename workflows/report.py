@@ -7,6 +7,7 @@ import io
 
 import numpy as np
 
+from dslide_workflows.args import add_storage_arguments, storage_options
 from dslide_workflows.run_folder import RunFolder
 
 
@@ -53,19 +54,12 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("run", metavar="RUN", help="run folder (path or URL)")
     p.add_argument("--plot", metavar="PNG", help="write the curves here (default: RUN/curves.png)")
-    p.add_argument("--storage-option", type=_key_value, action="append", default=[],
-                   metavar="K=V", help="fsspec storage option (repeatable)")  # fmt: skip
+    add_storage_arguments(p)
     p.set_defaults(func=cmd_report)
 
 
-def _key_value(text: str):
-    from dslide_workflows.args import key_value
-
-    return key_value(text)
-
-
 def cmd_report(args: argparse.Namespace) -> int:
-    folder = RunFolder(args.run, dict(args.storage_option))
+    folder = RunFolder(args.run, storage_options(args.storage_option))
     config = folder.read_config()
     records = folder.read_metrics()
     steps = [r for r in records if r.get("kind") == "step"]

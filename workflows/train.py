@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from dslide_workflows.args import storage_options
+
 #: Flags that may also come from the config file, with their defaults.
 RUN_DEFAULTS: dict[str, Any] = {
     "train": None,
@@ -53,7 +55,7 @@ RESUMABLE = {"scheduler_address", "workers", "threads_per_worker", "in_process",
 
 
 def add_train_parser(sub: argparse._SubParsersAction) -> None:
-    from dslide_workflows.args import hidden_sizes, key_value, positive_int
+    from dslide_workflows.args import add_storage_arguments, hidden_sizes, key_value, positive_int
 
     p = sub.add_parser(
         "train",
@@ -70,8 +72,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--preset", help="generate this synthetic preset in memory instead")
     src.add_argument("--skip-bad-lines", action="store_true", default=None,
                      help="drop malformed lines and count them, instead of stopping")  # fmt: skip
-    src.add_argument("--storage-option", type=key_value, action="append", default=[],
-                     metavar="K=V", help="fsspec storage option (repeatable)")  # fmt: skip
+    add_storage_arguments(src)
     c = p.add_argument_group("cluster")
     c.add_argument("--scheduler-address", metavar="ADDR", help="connect to this scheduler")
     c.add_argument("--workers", type=int, metavar="N",
@@ -139,7 +140,8 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
         if value is not None:
             run[key] = value
     if args.storage_option:
-        run["storage_options"] = {**run["storage_options"], **dict(args.storage_option)}
+        extra = storage_options(args.storage_option)
+        run["storage_options"] = {**run["storage_options"], **extra}
     if run["scheduler_address"] is None:
         run["scheduler_address"] = os.environ.get("DASK_SCHEDULER_ADDRESS")
     for flag in ("hidden", "lr", "hash_family", "K", "L"):
@@ -161,7 +163,7 @@ def _resumed(args: argparse.Namespace, run: dict) -> tuple[dict[str, Any], dict[
     """Settings of a resumed run: the run folder's, with the flags of RESUMABLE."""
     from dslide_workflows.run_folder import MASKED, RunFolder
 
-    options = dict(args.storage_option)
+    options = storage_options(args.storage_option)
     saved = RunFolder(args.resume, options).read_config()
     model = saved.pop("model", {})
     run.update({k: v for k, v in saved.items() if k in RUN_DEFAULTS})
