@@ -107,9 +107,3 @@ class RunFolder:
                         f"{self.url}/metrics.jsonl:{number}: not JSON ({err})"
                     ) from None
         return out
-
-    def read_summary(self) -> dict | None:
-        try:
-            return json.loads(self.fs.cat_file(self.path("summary.json")))
-        except FileNotFoundError:
-            return None

@@ -80,9 +80,6 @@ class Checkpoint:
             raise CheckpointError(f"{self.url}: no array {name!r} in {META}")
         return read_array(self.fs, posixpath.join(self.path, name + ".npy"), entry)
 
-    def names(self, prefix: str) -> list[str]:
-        return sorted(n for n in self.meta["arrays"] if n.startswith(prefix))
-
 
 class CheckpointStore:
     """Checkpoints under ``url``; keeps the newest ``keep`` (0: all)."""
