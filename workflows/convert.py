@@ -26,7 +26,7 @@ def add_convert_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
         type=positive_int,
         default=CHUNK_POINTS,
         metavar="N",
-        help=f"points per chunk (default: {CHUNK_POINTS})",
+        help=f"most points per chunk; chunks are made equal (default: {CHUNK_POINTS})",
     )
     add_storage_arguments(p)
     p.add_argument(

@@ -1,24 +1,36 @@
-"""The converted layout: XC data as chunks of raw CSR arrays, read much faster than text.
+"""The converted layout: XC data as chunks of compact arrays, read much faster than text.
 
 A converted data set is a folder (any fsspec URL) holding ``manifest.json`` and
 ``chunk-000000.npz``, ... Each chunk is an uncompressed ``.npz`` (``np.load`` opens it)
-of ``chunk_points`` rows: ``x_indptr`` (int64), ``x_indices`` (int32), ``x_data``
-(float32), ``y_indptr`` (int64), ``y_indices`` (int32). The manifest is written last::
+of ``chunk_points`` rows, coded without loss by :mod:`dslide_dask.kernels.chunk_codec`:
 
-    {"format": "dslide-xc-chunks", "version": 1, "n_points": ..., "n_features": ...,
+====================  =============  ==================================================
+``x_counts``          uint16/uint32  features of each row
+``x_deltas``          uint16         feature id minus the previous one of its row
+``x_id_escapes``      int32          whole ids where a difference did not fit
+``x_digits``          uint16         low 16 bits of the decimal significand of a value
+``x_scale``           uint8          its high 4 bits and power of ten (15: raw value)
+``x_raw_values``      float32        values with no short decimal form
+``y_counts``          uint16/uint32  labels of each row
+``y_indices``         int32          label ids
+====================  =============  ==================================================
+
+The manifest is written last::
+
+    {"format": "dslide-xc-chunks", "version": 2, "n_points": ..., "n_features": ...,
      "n_labels": ..., "chunks": [{"file": "chunk-000000.npz", "n_points": ...,
      "nnz": ..., "n_label_ids": ..., "bytes": ...}, ...], "source": ..., ...}
 
-Why stored npz chunks (amazon-670k train: 597 MB of text, 313 MB of arrays; one pass,
-one process, from the local S3 server): ``np.load`` of npz 0.95 s; one .npy per array
-(5 GETs a chunk) 0.52 s; a custom single-file layout 0.35 s; deflated npz 1.41 s (224
-MB, but 27 s to write); Parquet would need pyarrow (not a dependency) for two flat
-columns. Reading a stored npz through its zip directory (no CRC pass, one copy per
-array) costs ~0.1 s beyond the GETs, like the custom layout, with one GET a chunk and a
-file anyone can open. The text takes 3.4 s on two worker processes.
+Why (amazon-670k train: 597 MB of text; from the local S3 server, whose GETs bound the
+reading): version 1 stored raw CSR arrays (int64 indptr, int32 ids, float32 values), 313
+MB; these codes make it 197 MB, 63%, and decoding costs ~10 ms a chunk. zstd with a
+byte shuffle saves only 11-19% on the ids and values (their low bits are noise) and
+would add a dependency. Stored npz rather than one .npy per array: one GET a chunk, in
+a file anyone can open. Parquet would need pyarrow for a few flat columns. The text
+takes 3.4 s on two worker processes.
 
-Reading checks the manifest and every chunk (size, array names, dtypes, lengths,
-monotone indptr, ids within bounds, finite values): problems raise
+Reading checks the manifest and every chunk (size, array names, dtypes, lengths, counts,
+ids within bounds, escapes used exactly, finite values): problems raise
 :class:`XCFormatError` naming the chunk's URL.
 """
 
@@ -50,17 +62,22 @@ from dslide_dask.data.source import (
 )
 from dslide_dask.data.synthetic import _ordered_map
 from dslide_dask.data.xc_text import XCFormatError
+from dslide_dask.kernels import chunk_codec as codec
 
 FORMAT = "dslide-xc-chunks"
-VERSION = 1
+VERSION = 2
 CHUNK_POINTS = 65536
-#: array name -> dtype, in file order
-ARRAYS = {
-    "x_indptr": np.dtype(np.int64),
-    "x_indices": np.dtype(np.int32),
-    "x_data": np.dtype(np.float32),
-    "y_indptr": np.dtype(np.int64),
-    "y_indices": np.dtype(np.int32),
+_U16, _U32 = np.dtype(np.uint16), np.dtype(np.uint32)
+#: array name -> the dtypes it may have, in file order
+ARRAYS: dict[str, tuple[np.dtype, ...]] = {
+    "x_counts": (_U16, _U32),
+    "x_deltas": (_U16,),
+    "x_id_escapes": (np.dtype(np.int32),),
+    "x_digits": (_U16,),
+    "x_scale": (np.dtype(np.uint8),),
+    "x_raw_values": (np.dtype(np.float32),),
+    "y_counts": (_U16, _U32),
+    "y_indices": (np.dtype(np.int32),),
 }
 
 
@@ -88,8 +105,9 @@ def convert(
     dst_storage_options: dict | None = None,
 ) -> ConvertSummary:
     """Convert XC text at ``src_url`` (file, glob or folder) into the chunked layout in
-    the folder ``dst_url``. The text is fully validated; the manifest is written only
-    when everything was read (a failed conversion leaves no manifest).
+    the folder ``dst_url``, in equal chunks of at most ``chunk_points`` points. The text
+    is fully validated; the manifest is written only when everything was read (a failed
+    conversion leaves no manifest).
     """
     if chunk_points < 1:
         raise ValueError(f"chunk_points must be >= 1, got {chunk_points}")
@@ -97,6 +115,9 @@ def convert(
     src = open_source(src_url, storage_options, partition_bytes)
     if src.format != "text":
         raise ValueError(f"{src_url} is already converted")
+    # equal chunks (at most ``chunk_points``) balance the workers reading them
+    n_chunks = max(1, -(-src.n_points // chunk_points))
+    chunk_points = max(1, -(-src.n_points // n_chunks))
     dso = storage_options if dst_storage_options is None else dst_storage_options
     dso = _route_options(dst_url, dso or {})
     fs, root = fsspec.core.url_to_fs(dst_url, **dso)
@@ -180,7 +201,7 @@ def plan_chunks(manifest_url: str, storage_options: dict) -> DataSource:
 
 
 def read_chunk(part: Partition) -> XCDataset:
-    """One chunk of the converted layout, validated."""
+    """One chunk of the converted layout, decoded and validated."""
     fs, path = fsspec.core.url_to_fs(part.url, **part.storage_options)
     buf = fs.cat_file(path)
     if part.size is not None and len(buf) != part.size:
@@ -191,44 +212,87 @@ def read_chunk(part: Partition) -> XCDataset:
             "(truncated or replaced?)",
         )
     a = _npz_arrays(buf, part.url)
-    bad = lambda problem: XCFormatError(part.url, None, problem)  # noqa: E731
-    n = part.n_points
-    for p, idx, n_cols, what in (
-        ("x_indptr", "x_indices", part.n_features, "feature"),
-        ("y_indptr", "y_indices", part.n_labels, "label"),
-    ):
-        indptr, ids = a[p], a[idx]
-        if len(indptr) != n + 1 or indptr[0] != 0:
-            raise bad(f"{p} must have {n + 1} entries starting at 0 ({n} points)")
-        if n and (np.diff(indptr) < 0).any():
-            raise bad(f"{p} is not monotone")
-        if indptr[-1] != len(ids):
-            raise bad(f"{p} ends at {indptr[-1]} but {idx} has {len(ids)} entries")
-        if len(ids) and (ids.min() < 0 or ids.max() >= n_cols):
-            v = int(ids.min()) if ids.min() < 0 else int(ids.max())
-            raise bad(f"{what} id {v} out of range [0, {n_cols})")
-    if len(a["x_data"]) != len(a["x_indices"]):
-        raise bad(f"x_data has {len(a['x_data'])} entries, x_indices {len(a['x_indices'])}")
-    if not np.isfinite(a["x_data"]).all():
-        raise bad("x_data holds non-finite values")
-    X = CSR(a["x_indptr"], a["x_indices"], a["x_data"], part.n_features)
-    Y = CSR(a["y_indptr"], a["y_indices"], None, part.n_labels)
+
+    def bad(problem: str) -> XCFormatError:
+        return XCFormatError(part.url, None, problem)
+
+    def indptr(name: str, n_ids: int, what: str) -> np.ndarray:
+        counts = a[name]
+        if len(counts) != part.n_points:
+            raise bad(f"{name} has {len(counts)} entries for {part.n_points} points")
+        out = np.zeros(len(counts) + 1, np.int64)
+        np.cumsum(counts, out=out[1:])
+        if out[-1] != n_ids:
+            raise bad(f"{name} adds up to {out[-1]} {what} ids but there are {n_ids}")
+        return out
+
+    def check(status: tuple[int, int, int], codes: str, escapes: str, what: str) -> None:
+        code, pos, value = status
+        if code == codec.ERR_SHAPE:
+            raise bad(f"{codes} does not fit the other arrays")
+        if code == codec.ERR_ESCAPES_SHORT:
+            raise bad(f"{codes}[{pos}] is an escape but {escapes} is used up")
+        if code == codec.ERR_ESCAPES_LEFT:
+            raise bad(f"{escapes} has {value} entries that no code refers to")
+        if code == codec.ERR_ID_RANGE:
+            n = part.n_features if what == "feature" else part.n_labels
+            raise bad(f"{what} id {value} out of range [0, {n})")
+
+    x_indptr = indptr("x_counts", len(a["x_deltas"]), "feature")
+    ids = np.empty(len(a["x_deltas"]), np.int32)
+    status = codec.decode_ids(x_indptr, a["x_deltas"], a["x_id_escapes"], part.n_features, ids)
+    check(status, "x_deltas", "x_id_escapes", "feature")
+    if not len(a["x_digits"]) == len(a["x_scale"]) == len(ids):
+        raise bad(
+            f"x_digits has {len(a['x_digits'])} entries and x_scale {len(a['x_scale'])} "
+            f"for {len(ids)} feature ids"
+        )
+    values = np.empty(len(ids), np.float32)
+    status = codec.decode_values(a["x_digits"], a["x_scale"], a["x_raw_values"], values)
+    check(status, "x_scale", "x_raw_values", "value")
+    if not np.isfinite(a["x_raw_values"]).all():
+        raise bad("x_raw_values holds non-finite values")
+    labels = a["y_indices"].copy()  # the other arrays are views of ``buf``
+    if len(labels) and (labels.min() < 0 or labels.max() >= part.n_labels):
+        v = int(labels.min()) if labels.min() < 0 else int(labels.max())
+        raise bad(f"label id {v} out of range [0, {part.n_labels})")
+    y_indptr = indptr("y_counts", len(labels), "label")
+    X = CSR(x_indptr, ids, values, part.n_features)
+    Y = CSR(y_indptr, labels, None, part.n_labels)
     return XCDataset(X, Y)
+
+
+def _encode(data: XCDataset) -> dict[str, np.ndarray]:
+    """The arrays of a chunk holding ``data`` (see the module docstring)."""
+    X, Y = data.X, data.Y
+    x_deltas, x_id_escapes = codec.encode_ids(X.indptr, X.indices)
+    x_digits, x_scale, x_raw_values = codec.encode_values(X.data.astype(np.float32, copy=False))
+
+    def counts(indptr: np.ndarray) -> np.ndarray:
+        c = np.diff(indptr)
+        return c.astype(_U16 if len(c) == 0 or c.max() <= 0xFFFF else _U32)
+
+    return {
+        "x_counts": counts(X.indptr),
+        "x_deltas": x_deltas,
+        "x_id_escapes": x_id_escapes,
+        "x_digits": x_digits,
+        "x_scale": x_scale,
+        "x_raw_values": x_raw_values,
+        "y_counts": counts(Y.indptr),
+        "y_indices": Y.indices.astype(np.int32, copy=False),
+    }
 
 
 def _npz_bytes(data: XCDataset) -> bytes:
     out = io.BytesIO()
-    arrays = (data.X.indptr, data.X.indices, data.X.data, data.Y.indptr, data.Y.indices)
-    np.savez(
-        out,
-        **{k: v.astype(t, copy=False) for (k, t), v in zip(ARRAYS.items(), arrays, strict=True)},
-    )
+    np.savez(out, **_encode(data))
     return out.getvalue()
 
 
 def _npz_arrays(buf: bytes, url: str) -> dict[str, np.ndarray]:
-    """The arrays of a stored (uncompressed) npz, found through the zip directory and
-    copied straight out of ``buf`` (no CRC pass: the arrays are checked instead)."""
+    """Views of the arrays of a stored (uncompressed) npz in ``buf``, found through the
+    zip directory (no CRC pass: the arrays are checked instead)."""
     try:
         with zipfile.ZipFile(io.BytesIO(buf)) as z:
             infos = {i.filename: i for i in z.infolist()}
@@ -238,7 +302,7 @@ def _npz_arrays(buf: bytes, url: str) -> dict[str, np.ndarray]:
     if names != sorted(ARRAYS):
         raise XCFormatError(url, None, f"chunk holds arrays {names}, expected {sorted(ARRAYS)}")
     out = {}
-    for name, dtype in ARRAYS.items():
+    for name, dtypes in ARRAYS.items():
         info = infos[name + ".npy"]
         if info.compress_type != zipfile.ZIP_STORED:
             raise XCFormatError(url, None, f"{name} is compressed: chunks must be stored")
@@ -254,14 +318,15 @@ def _npz_arrays(buf: bytes, url: str) -> dict[str, np.ndarray]:
             )
         except (ValueError, struct.error) as err:
             raise XCFormatError(url, None, f"{name} is not a valid .npy array ({err})") from None
-        if got != dtype or len(shape) != 1:
+        if got not in dtypes or len(shape) != 1:
+            allowed = " or ".join(str(d) for d in dtypes)
             raise XCFormatError(
-                url, None, f"{name} is {got}{list(shape)}, expected a 1-D {dtype} array"
+                url, None, f"{name} is {got}{list(shape)}, expected a 1-D {allowed} array"
             )
         count = shape[0]
-        if f.tell() + count * dtype.itemsize != info.file_size:
+        if f.tell() + count * got.itemsize != info.file_size:
             raise XCFormatError(url, None, f"{name} has the wrong size")
-        out[name] = np.frombuffer(buf, dtype, count, pos + f.tell()).copy()
+        out[name] = np.frombuffer(buf, got, count, pos + f.tell())
     return out
 
 
@@ -276,7 +341,10 @@ def _check_manifest(raw: bytes, url: str) -> dict:
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise bad(f"not a {FORMAT} manifest")
     if m.get("version") != VERSION:
-        raise bad(f"format version {m.get('version')!r}, this reader knows {VERSION}")
+        raise bad(
+            f"format version {m.get('version')!r}, this reader knows {VERSION} "
+            "(convert the text again with `dslide convert`)"
+        )
 
     def count(d: dict, key: str, where: str, lo: int = 0) -> int:
         v = d.get(key)

@@ -9,6 +9,8 @@ with a ``LocalCluster`` of ``--workers`` single-threaded worker processes:
 - converted: the same for every chunk of the converted layout; the ratio is text time
   over converted time; "worker CPU s" is the CPU the worker processes spent meanwhile
   (the cost that competes with training), summed over the partitions of one run;
+- local disk: both again from the cached files on this machine's disk (page cache), as
+  later epochs read them through ``simplecache::``;
 - shuffled: one epoch of shuffled batches (:func:`iter_batches`) in this process, from
   each layout.
 
@@ -79,7 +81,9 @@ def bench_files(
         synthetic.generate(spec, str(tmp), seed=seed)
         os.replace(tmp / "train.txt", text)
         print(f"data: generated {text} in {time.perf_counter() - t0:.1f} s")
-    if refresh or not (conv / "manifest.json").exists():
+    manifest = conv / "manifest.json"
+    stale = not manifest.exists() or json.loads(manifest.read_text())["version"] != binary.VERSION
+    if refresh or stale:
         s = binary.convert(str(text), str(conv), chunk_points=chunk_points)
         print(f"data: converted in {s.seconds:.1f} s: {s.n_chunks} chunks")
     return text, conv
@@ -166,6 +170,10 @@ def run(args: argparse.Namespace) -> int:
             load = os.getloadavg()[0]
             t_text, sizes = _best(args.repeat, lambda: read_all(text_src))
             t_conv, sizes2 = _best(args.repeat, lambda: read_all(conv_src))
+            # the same files on local disk: what later epochs read through simplecache::
+            local_text = open_source(str(text), partition_bytes=args.partition_mb << 20)
+            t_text_local, _ = _best(args.repeat, lambda: read_all(local_text))
+            t_conv_local, _ = _best(args.repeat, lambda: read_all(open_source(str(conv))))
         totals = [tuple(sum(s[i] for s in out) for i in (0, 1)) for out in (sizes, sizes2)]
         if totals[0] != totals[1]:
             raise RuntimeError(f"text and converted layouts differ: (points, nnz) {totals}")
@@ -184,6 +192,9 @@ def run(args: argparse.Namespace) -> int:
             text_worker_cpu_seconds=cpu_text,
             converted_worker_cpu_seconds=cpu_conv,
             load_before=load,
+            local_text_seconds=t_text_local,
+            local_converted_seconds=t_conv_local,
+            local_speedup=t_text_local / t_conv_local,
         )
         print(f"\n{args.preset}: {n_points} points; load average {load:.2f} before the runs")
         print(f"{'':34}{'seconds':>9}{'MB/s':>9}{'worker CPU s':>14}")
@@ -194,6 +205,12 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
         for name, t, nbytes, cpu, note in rows:
             print(f"{name:34}{t:9.2f}{nbytes / 1e6 / t:9.1f}{cpu:14.2f}{note}")
+        for name, t, nbytes, note in (
+            ("text, local disk", t_text_local, text_bytes, ""),
+            ("converted, local disk", t_conv_local, conv_bytes,
+             f"{'':14}   {t_text_local / t_conv_local:.1f}x faster"),
+        ):  # fmt: skip
+            print(f"{name:34}{t:9.2f}{nbytes / 1e6 / t:9.1f}{note}")
         if not args.skip_shuffle:
             for name, src in (("text", text_src), ("converted", conv_src)):
 
