@@ -78,7 +78,7 @@ class SlideClassifier:
         rebuild_every: int = 50,
         rebuild_growth: float = 0.0,
         redraw_every: int = 1000,
-        init_std: float = 0.01,
+        init_std: float = 0.05,
         n_threads: int | None = None,
         seed: int = 0,
         client=None,

@@ -36,10 +36,10 @@ class Adam:
 class DenseNetwork:
     """sparse input -> ReLU layers -> full softmax; float64, plain numpy."""
 
-    def __init__(self, weights, biases, W_out, b_out, lr: float) -> None:
+    def __init__(self, weights, biases, W_out, b_out, lr: float, b1: float = 0.9) -> None:
         self.params = [np.array(p, np.float64) for p in [*weights, *biases, W_out, b_out]]
         self.n_hidden = len(weights)
-        self.opt = [Adam(p, lr) for p in self.params]
+        self.opt = [Adam(p, lr, b1) for p in self.params]
 
     def step(self, X_dense: np.ndarray, Y: list[np.ndarray]) -> np.ndarray:
         """One Adam step; returns ``d loss / d h_last``."""

@@ -5,7 +5,9 @@ its logit gradients times the hidden vectors; an input feature: its values times
 hidden-layer gradients). Entries are grouped by row with a counting sort, then rows are
 updated in parallel, each by one thread: lock-free like HOGWILD, but race-free, so no
 update is lost and the result does not depend on the number of threads. Lazy (sparse)
-Adam touches only rows with entries; ``dense=True`` is exact Adam over every row.
+Adam touches only rows with entries; ``dense=True`` is exact Adam over every row. With
+``beta1 = 0`` (see ``SlideConfig.beta1``) the first moments are not kept, so their memory
+is never touched.
 """
 
 import numba
@@ -78,6 +80,7 @@ def adam_rows(
     partial = np.zeros((n_chunks if backprop else 0, B, H), np.float32)
     b1 = np.float32(beta1)
     b2 = np.float32(beta2)
+    momentum = beta1 != 0.0
     one = np.float32(1.0)
     for c in numba.prange(n_chunks):
         grad = np.empty(H, np.float32)
@@ -96,16 +99,24 @@ def adam_rows(
                     out = partial[c, entry_vec[q]]
                     for k in range(H):
                         out[k] += coef * w[k]
-            m = W_m[r]
             v = W_v[r]
-            for k in range(H):
-                m[k] = b1 * m[k] + (one - b1) * grad[k]
-                v[k] = b2 * v[k] + (one - b2) * grad[k] * grad[k]
-                w[k] -= lr_t * m[k] / (np.sqrt(v[k]) + eps)
+            if momentum:
+                m = W_m[r]
+                for k in range(H):
+                    m[k] = b1 * m[k] + (one - b1) * grad[k]
+                    v[k] = b2 * v[k] + (one - b2) * grad[k] * grad[k]
+                    w[k] -= lr_t * m[k] / (np.sqrt(v[k]) + eps)
+            else:  # beta1 = 0: m would be the gradient itself; it is not kept
+                for k in range(H):
+                    v[k] = b2 * v[k] + (one - b2) * grad[k] * grad[k]
+                    w[k] -= lr_t * grad[k] / (np.sqrt(v[k]) + eps)
             if has_bias:
-                bias_m[r] = b1 * bias_m[r] + (one - b1) * gb
+                gm = gb
+                if momentum:
+                    bias_m[r] = b1 * bias_m[r] + (one - b1) * gb
+                    gm = bias_m[r]
                 bias_v[r] = b2 * bias_v[r] + (one - b2) * gb * gb
-                bias[r] -= lr_t * bias_m[r] / (np.sqrt(bias_v[r]) + eps)
+                bias[r] -= lr_t * gm / (np.sqrt(bias_v[r]) + eps)
     if backprop:
         for b in numba.prange(B):
             for c in range(n_chunks):
@@ -128,6 +139,9 @@ def adam_dense(
     """One Adam step on a small dense parameter (any shape, updated in place)."""
     p, g, mm, vv = param.ravel(), grad.ravel(), m.ravel(), v.ravel()
     for i in range(p.shape[0]):
-        mm[i] = beta1 * mm[i] + (1 - beta1) * g[i]
+        gm = g[i]
+        if beta1 != 0.0:  # else m would be the gradient itself; it is not kept
+            mm[i] = beta1 * mm[i] + (1 - beta1) * g[i]
+            gm = mm[i]
         vv[i] = beta2 * vv[i] + (1 - beta2) * g[i] * g[i]
-        p[i] -= lr_t * mm[i] / (np.sqrt(vv[i]) + eps)
+        p[i] -= lr_t * gm / (np.sqrt(vv[i]) + eps)

@@ -23,11 +23,15 @@ class HiddenLayers:
         rng = np.random.default_rng(seed)
         widths = (n_features, *cfg.hidden)
         self.weights = [
-            (rng.standard_normal((a, b), np.float32) * cfg.init_std).astype(np.float32)
+            rng.standard_normal((a, b), np.float32)
             for a, b in zip(widths[:-1], widths[1:], strict=True)
         ]
+        for w in self.weights:
+            w *= np.float32(cfg.init_std)
         self.biases = [np.zeros(b, np.float32) for b in cfg.hidden]
-        self.moments = [(np.zeros_like(p), np.zeros_like(p)) for p in self.params()]
+        self.moments = [
+            (np.zeros(p.shape, np.float32), np.zeros(p.shape, np.float32)) for p in self.params()
+        ]
         self.step = 0
 
     def params(self) -> list[np.ndarray]:

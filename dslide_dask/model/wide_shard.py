@@ -11,6 +11,8 @@ training step is two calls, because the softmax normaliser spans all shards:
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,15 +49,21 @@ _INIT_BLOCK = 1 << 16
 
 def init_rows(seed: int, rows: np.ndarray, dim: int, std: float) -> np.ndarray:
     """Initial weights ``N(0, std)`` of the given global rows of a layer, the same rows
-    whatever the sharding (each block of rows has its own random stream)."""
+    whatever the sharding (each block of rows has its own random stream; blocks are
+    drawn in parallel: numpy's generators release the GIL)."""
     out = np.empty((len(rows), dim), np.float32)
     blocks = rows // _INIT_BLOCK
-    for block in np.unique(blocks):
-        rng = np.random.default_rng([seed, int(block)])
-        values = rng.standard_normal((_INIT_BLOCK, dim), np.float32)
-        mine = blocks == block
+
+    def fill(block: int) -> None:
+        values = np.random.default_rng([seed, block]).standard_normal(
+            (_INIT_BLOCK, dim), np.float32
+        )
+        values *= np.float32(std)
+        mine = np.flatnonzero(blocks == block)
         out[mine] = values[rows[mine] - block * _INIT_BLOCK]
-    out *= np.float32(std)
+
+    with ThreadPoolExecutor(min(4, os.cpu_count() or 1)) as pool:
+        list(pool.map(fill, np.unique(blocks).tolist()))
     return out
 
 
@@ -107,10 +115,11 @@ class WideShard:
             else np.empty((self.n_local, dim_in), np.float32)
         )
         self.bias = np.zeros(self.n_local, np.float32)
-        self.W_m = np.zeros_like(self.W)
-        self.W_v = np.zeros_like(self.W)
-        self.bias_m = np.zeros_like(self.bias)
-        self.bias_v = np.zeros_like(self.bias)
+        # np.zeros, not zeros_like: the OS hands out zeroed pages as rows are first touched
+        self.W_m = np.zeros(self.W.shape, np.float32)
+        self.W_v = np.zeros(self.W.shape, np.float32)
+        self.bias_m = np.zeros(self.n_local, np.float32)
+        self.bias_v = np.zeros(self.n_local, np.float32)
         self.step = 0
         self.index = LSHIndex(dim_in, cfg, seed, self.n_local)
         if initialize:

@@ -3,7 +3,8 @@
 Same network as the engine: sparse input -> ReLU hidden layers -> one output neuron per
 label, softmax cross-entropy against ``1/|labels|`` on each true label (the gradient of a
 label neuron is ``(1/|labels| - p)/B``, of any other ``-p/B``), Adam over all weights
-every step, weights and biases ~ N(0, 0.01) as in the SLIDE reference code.
+every step with the engine's betas, weights and biases ~ N(0, init_std) with the engine's
+``init_std`` (0.01 by default, as in the SLIDE reference code).
 
 Measured (roughly: a shared, busy 2-core machine) on Amazon-670K sizes, 135,909 -> 128 ->
 670,091, batch 256, 2 threads:
@@ -64,7 +65,10 @@ def peak_rss_mb() -> float:
     return rss / (1024 * 1024 if sys.platform == "darwin" else 1024)
 
 
-def build_model(torch, n_features: int, hidden: Sequence[int], n_labels: int, mode: str):
+def build_model(
+    torch, n_features: int, hidden: Sequence[int], n_labels: int, mode: str, init_std: float = 0.01
+):
+    """The dense network; every parameter drawn from ``N(0, init_std)``."""
     nn = torch.nn
 
     class SoftmaxXent(torch.autograd.Function):
@@ -99,7 +103,7 @@ def build_model(torch, n_features: int, hidden: Sequence[int], n_labels: int, mo
             pairs = zip(sizes[:-1], sizes[1:], strict=True)
             self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in pairs)
             for p in self.parameters():
-                nn.init.normal_(p, 0.0, 0.01)
+                nn.init.normal_(p, 0.0, init_std)
 
         def hidden(self, indptr, indices, values):
             """Activations of the last hidden layer."""
@@ -167,6 +171,8 @@ def train_dense(
     hidden: Sequence[int] = (128,),
     batch_size: int = 256,
     lr: float = 1e-3,
+    betas: tuple[float, float] = (0.9, 0.999),
+    init_std: float = 0.01,
     threads: int = 2,
     epochs: int = 1,
     seed: int = 0,
@@ -190,8 +196,8 @@ def train_dense(
     torch.manual_seed(seed)
 
     start, cpu_start = time.perf_counter(), time.process_time()
-    model = build_model(torch, train.n_features, hidden, train.n_labels, input_layer)
-    opt = torch.optim.Adam(model.parameters(), lr=lr, fused=True)
+    model = build_model(torch, train.n_features, hidden, train.n_labels, input_layer, init_std)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=betas, fused=True)
     first_batch_seconds = None
     n_batches = samples = 0
     loss_sum = 0.0
