@@ -254,6 +254,7 @@ def test_bench_engine_skip_dense(capsys: pytest.CaptureFixture[str], tmp_path: P
     report = json.loads((tmp_path / "out.json").read_text())
     (engine,) = report["results"]
     assert engine["contender"] == "engine" and engine["params"]["L"] == 10
+    assert (engine["params"]["beta1"], engine["params"]["min_active"]) == (0.0, 1500)
     assert 0.0 <= engine["P@1"] <= 1.0 and engine["samples_per_s"] > 0
     assert engine["peak_rss_mb"] > 0 and engine["first_batch_seconds"] <= engine["train_seconds"]
     assert len(list((tmp_path / "bench").glob("*.npz"))) == 1

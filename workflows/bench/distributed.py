@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from dslide_workflows.args import key_value
-from dslide_workflows.bench.engine import bench_data, load_datasets
+from dslide_workflows.bench.engine import ENGINE_DEFAULTS, bench_data, load_datasets
 
 SUMMARY = "in-process engine vs LocalCluster of 1, 2, 4 workers: speed, bytes, P@k"
 
-#: Engine parameters of this benchmark unless overridden with --engine-opt.
-DEFAULTS: dict[str, Any] = {"hidden": (128,), "lr": 1e-2, "min_active": 1000}
+#: Engine parameters of this benchmark unless overridden with --engine-opt: those of
+#: ``dslide bench engine`` (one pass over very many labels).
+DEFAULTS: dict[str, Any] = {"hidden": (128,), "lr": 2e-2, **ENGINE_DEFAULTS}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
