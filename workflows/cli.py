@@ -38,7 +38,8 @@ class JobFailed(RuntimeError):
 def add_model_arguments(
     parser: argparse.ArgumentParser, *, threads: int | None, seed_help: str = "model seed"
 ) -> None:
-    """Hyperparameters common to ``train`` and ``bench engine``."""
+    """The model flags of ``bench engine`` (``train`` takes its own, defaulting to the
+    model's)."""
     g = parser.add_argument_group("model")
     g.add_argument(
         "--hidden",

@@ -28,6 +28,7 @@ _MAX_DIGITS = 1 << 20
 # value = m * 10**-k: a product (not a quotient) so decoding vectorises; 10**-k is not
 # exact, but encoding accepts a code only when this very product gives the value back
 _P10 = np.array([10.0**k for k in range(VALUE_ESCAPE)], np.float64)
+# (index VALUE_ESCAPE gives 0.0: escaped entries decode to 0, then get their raw value)
 _INV_P10 = np.array([10.0**-k for k in range(VALUE_ESCAPE)] + [0.0], np.float64)
 
 # codes returned by the decoders
