@@ -19,7 +19,7 @@ PARAMS = dict(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2, batch_size=128, see
 def client():
     with (
         LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
         ) as cluster,
         Client(cluster) as client,
     ):
@@ -88,7 +88,7 @@ def test_a_lost_worker_raises_a_clear_error_not_a_hang(tiny):
     cfg = SlideConfig(**{k: v for k, v in PARAMS.items() if k != "batch_size"})
     with (
         LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
         ) as cluster,
         Client(cluster) as client,
         DistributedTrainer(client, cfg, train.n_features, train.n_labels) as trainer,

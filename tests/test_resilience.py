@@ -25,7 +25,7 @@ def tiny():
 
 def cluster(n_workers: int) -> LocalCluster:
     return LocalCluster(
-        n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None
+        n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0"
     )
 
 

@@ -201,7 +201,7 @@ def test_report_prints_a_run_and_draws_its_curves(tmp_path, capsys):
 def test_an_existing_scheduler_is_used_and_its_workers_awaited(tmp_path, capsys):
     from distributed import LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster:
         argv = ["train", "--preset", "tiny", "--scheduler-address", cluster.scheduler_address,
                 "--workers", "2", "--no-progress", "--opt", "hidden=[16]",
                 "--run-dir", str(tmp_path / "run")]  # fmt: skip

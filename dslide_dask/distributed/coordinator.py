@@ -28,6 +28,7 @@ from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.distributed.errors import ShardLostError
 from dslide_dask.distributed.live_metrics import publish
+from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
 from dslide_dask.local_trainer import position_meta
 from dslide_dask.metrics import precision_at_k
 from dslide_dask.model.config import SlideConfig
@@ -50,6 +51,7 @@ class Coordinator:
         checkpoint: CheckpointPolicy | None = None, restore: str | None = None,
         storage_options: dict | None = None, run_name: str = "default",
     ) -> None:  # fmt: skip
+        raise_malloc_thresholds()
         self.cfg = SlideConfig.from_dict(cfg)
         self.n_threads = n_threads
         numba.set_num_threads(n_threads)

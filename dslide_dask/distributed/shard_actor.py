@@ -11,6 +11,7 @@ import numpy as np
 from dslide_dask.checkpoint import Folder, open_checkpoint
 from dslide_dask.checkpoint.model import restore_shard, write_shard
 from dslide_dask.data.csr import CSR
+from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.wide_shard import SoftmaxPartials, WideShard
@@ -30,6 +31,7 @@ class ShardActor:
         self, cfg: dict, dim_in: int, layout: ShardLayout, shard_index: int, n_threads: int,
         wire_dtype: str, restore: str | None = None, storage_options: dict | None = None,
     ) -> None:  # fmt: skip
+        raise_malloc_thresholds()
         self.n_threads = n_threads
         self.wire_dtype = wire_dtype
         numba.set_num_threads(n_threads)

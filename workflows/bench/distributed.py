@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         with (
             LocalCluster(
                 n_workers=n, threads_per_worker=args.threads_per_worker, processes=True,
-                dashboard_address=None,
+                dashboard_address=":0",
             ) as cluster,
             Client(cluster) as client,
         ):  # fmt: skip

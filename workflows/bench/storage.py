@@ -127,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dslide_dask.data.shuffle import iter_batches
     from dslide_dask.data.source import open_source
+    from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
 
     text, conv = bench_files(
         args.preset, args.seed, args.cache_dir, args.refresh_data, args.chunk_points
@@ -164,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
                 return client.gather(client.map(read_sizes, list(src.partitions), pure=False))
 
             client.run(warm_up)
+            client.run(raise_malloc_thresholds)  # as the training actors do on their workers
             client.gather(
                 client.map(read_sizes, [conv_src.partitions[0]] * args.workers, pure=False)
             )
