@@ -6,37 +6,66 @@ import subprocess
 import sys
 
 import pytest
+from distributed import Client, LocalCluster
 
+from dslide_dask import SlideConfig
+from dslide_dask.distributed import DistributedTrainer
 from dslide_dask.distributed.worker_malloc import MMAP_THRESHOLD, raise_malloc_thresholds
 
-#: Allocate, fill and free a 1 MiB array 200 times; print the minor page faults taken.
+glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="a glibc setting")
+
+#: Allocate, fill and free a 1 MiB array 200 times; the minor page faults that took.
 CHURN = """
-import resource, sys
+import resource
 import numpy as np
-from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
-if sys.argv[1] == "raise":
-    assert raise_malloc_thresholds()
-np.ones(1 << 18, np.float32)  # warm up numpy's own allocations
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(200):
-    np.ones(1 << 18, np.float32).sum()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+
+def churn_faults():
+    np.ones(1 << 18, np.float32)  # numpy's own first allocations
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(200):
+        np.ones(1 << 18, np.float32).sum()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 """
+FAULTS_UNTUNED = 200 * 200  # ~256 pages faulted in for every 1 MiB array
+FAULTS_TUNED = FAULTS_UNTUNED // 20
 
 
-def _faults(mode: str) -> int:
+def _faults_in_subprocess(tuned: bool) -> int:
+    code = CHURN + (
+        "from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds\n"
+        f"assert raise_malloc_thresholds() if {tuned} else True\n"
+        "print(churn_faults())\n"
+    )
     env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": "65536"}  # as Dask's nanny sets it
     out = subprocess.run(
-        [sys.executable, "-c", CHURN, mode], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     return int(out.stdout)
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="a glibc setting")
-def test_raised_threshold_reuses_pages_under_dasks_malloc_environment():
-    plain, raised = _faults("plain"), _faults("raise")
-    assert plain > 200 * 200  # ~256 pages faulted in for every 1 MiB array
-    assert raised < plain / 20
+@glibc_only
+def test_raised_thresholds_reuse_pages_under_dasks_malloc_environment():
+    assert _faults_in_subprocess(tuned=False) > FAULTS_UNTUNED
+    assert _faults_in_subprocess(tuned=True) < FAULTS_TUNED
+
+
+@glibc_only
+@pytest.mark.timeout(120)
+def test_actors_raise_the_thresholds_of_their_workers():
+    namespace: dict = {}
+    exec(CHURN, namespace)  # a function defined here travels to the workers by value
+    churn_faults = namespace["churn_faults"]
+    cfg = SlideConfig(hidden=(16,), K=2, L=4, range_pow=6, seed=0)
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0")
+        as cluster,
+        Client(cluster) as client,
+    ):  # fmt: skip
+        (before,) = client.run(churn_faults).values()
+        with DistributedTrainer(client, cfg, n_features=50, n_labels=100):
+            (after,) = client.run(churn_faults).values()
+    assert before > FAULTS_UNTUNED  # the nanny's MALLOC_TRIM_THRESHOLD_ at work
+    assert after < FAULTS_TUNED
 
 
 @pytest.mark.parametrize("nbytes", [0, -1, MMAP_THRESHOLD + 1])
