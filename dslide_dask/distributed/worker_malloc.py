@@ -1,4 +1,4 @@
-"""glibc's mmap threshold on worker processes: large temporaries reuse heap pages.
+"""glibc's malloc thresholds on worker processes: large temporaries reuse heap pages.
 
 Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``
 (``distributed.nanny.pre-spawn-environ``) so that freed memory goes back to the OS.
@@ -7,7 +7,7 @@ allocation is then a fresh ``mmap`` whose pages fault in one by one, unmapped ag
 freed: each 256 KiB socket read of an HTTP body, each converted chunk, each step's
 gathered activations and gradients. On this project's 2-core test machine that made a
 25 MB GET from S3 cost 2.4 ms of CPU per MB instead of 0.8, and a sharded training step
-97 ms instead of 86.
+97 ms instead of 82.
 
 :func:`raise_malloc_thresholds` sets what glibc itself would reach without that
 variable, at its ceiling: allocations under 32 MiB come from the heap, and up to twice
@@ -41,6 +41,6 @@ def raise_malloc_thresholds(nbytes: int = MMAP_THRESHOLD) -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, nbytes)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, 2 * nbytes)
-    )
+    took_mmap = mallopt(_M_MMAP_THRESHOLD, nbytes)
+    took_trim = mallopt(_M_TRIM_THRESHOLD, 2 * nbytes)
+    return bool(took_mmap and took_trim)
