@@ -2,7 +2,8 @@
 
 Generates (once; cached) a synthetic preset's training text and its converted layout,
 uploads both to an S3 server on 127.0.0.1 (moto's server mode, in this process), then
-with a ``LocalCluster`` of ``--workers`` single-threaded worker processes:
+with a ``LocalCluster`` of ``--workers`` single-threaded worker processes (their malloc
+thresholds raised, as the training actors raise them on their workers):
 
 - text: every byte-range partition of the single text file read and parsed into CSR on
   the workers (the arrays stay there, as in training); MB/s is text bytes over wall time;
