@@ -162,31 +162,18 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("bench", help="benchmarks", description="Benchmarks.")
     bench = p.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
-    q = bench.add_parser(
-        "engine",
-        help=engine.SUMMARY,
-        description=engine.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    engine.add_arguments(q)
-    q.set_defaults(func=engine.run)
-    q = bench.add_parser(
-        "distributed",
-        help=distributed.SUMMARY,
-        description=distributed.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    distributed.add_arguments(q)
-    q.set_defaults(func=distributed.run)
-    storage.add_storage_bench_parser(bench)
-    q = bench.add_parser(
-        "cluster",
-        help=cluster.SUMMARY,
-        description=cluster.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    cluster.add_arguments(q)
-    q.set_defaults(func=cluster.run)
+    for name, module in (
+        ("engine", engine), ("distributed", distributed), ("storage", storage),
+        ("cluster", cluster),
+    ):  # fmt: skip
+        q = bench.add_parser(
+            name,
+            help=module.SUMMARY,
+            description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(q)
+        q.set_defaults(func=module.run)
 
 
 # -- demo --------------------------------------------------------------------------------------

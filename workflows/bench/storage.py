@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -40,14 +41,7 @@ SUMMARY = "read training data from a local S3 server with Dask workers: MB/s, te
 BUCKET = "dslide-bench"
 
 
-def add_storage_bench_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``dslide bench storage`` on the ``bench`` sub-command's subparsers."""
-    p = subparsers.add_parser(
-        "storage",
-        help=SUMMARY,
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="amazon-670k", help="(default: amazon-670k)")
     p.add_argument("--seed", type=int, default=0, help="data seed (default: 0)")
     p.add_argument("--workers", type=positive_int, default=2, help="(default: 2)")
@@ -61,8 +55,6 @@ def add_storage_bench_parser(subparsers: argparse._SubParsersAction) -> argparse
     p.add_argument("--cache-dir", type=Path, default=None, help="where data are kept")
     p.add_argument("--refresh-data", action="store_true", help="regenerate even if cached")
     p.add_argument("--json", type=Path, default=None, metavar="OUT", help="write results")
-    p.set_defaults(func=run)
-    return p
 
 
 def bench_files(
@@ -231,14 +223,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dslide_workflows.bench.storage [flags]``, without the ``dslide`` CLI."""
-    parser = argparse.ArgumentParser(prog="dslide bench")
-    add_storage_bench_parser(parser.add_subparsers(required=True))
-    args = parser.parse_args(["storage", *(argv or [])])
-    return args.func(args)
+    """``python -m dslide_workflows.bench.storage [flags]``."""
+    from dslide_workflows.cli import main as cli_main
+
+    return cli_main(["bench", "storage", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main(sys.argv[1:]))
