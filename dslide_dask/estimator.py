@@ -17,7 +17,7 @@ from dslide_dask.data.dataset import XCDataset
 from dslide_dask.distributed.trainer import DistributedTrainer
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.metrics import precision_at_k
-from dslide_dask.model.config import SlideConfig, check_int
+from dslide_dask.model.config import SlideConfig, check_float, check_int
 
 #: Called after every step with its statistics (step, samples, loss, active, seconds...).
 StepCallback = Callable[[dict], None]
@@ -25,6 +25,10 @@ StepCallback = Callable[[dict], None]
 ENGINE_PARAMS = (
     "batch_size",
     "epochs",
+    "early_stopping",
+    "validation_fraction",
+    "n_iter_no_change",
+    "tol",
     "n_threads",
     "client",
     "n_shards",
@@ -58,6 +62,10 @@ class SlideClassifier:
         batch_size: int = 256,
         epochs: int = 1,
         lr: float = 1e-2,
+        lr_schedule: str = "cosine",
+        warmup_steps: int = 0,
+        decay_steps: int = 0,
+        lr_floor: float = 0.0,
         beta1: float = 0.9,
         beta2: float = 0.999,
         eps: float = 1e-8,
@@ -79,6 +87,10 @@ class SlideClassifier:
         rebuild_growth: float = 0.0,
         redraw_every: int = 1000,
         init_std: float = 0.05,
+        early_stopping: bool = False,
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 2,
+        tol: float = 0.0,
         n_threads: int | None = None,
         seed: int = 0,
         client=None,
@@ -92,6 +104,10 @@ class SlideClassifier:
         self.batch_size = batch_size
         self.epochs = epochs
         self.lr = lr
+        self.lr_schedule = lr_schedule
+        self.warmup_steps = warmup_steps
+        self.decay_steps = decay_steps
+        self.lr_floor = lr_floor
         self.beta1 = beta1
         self.beta2 = beta2
         self.eps = eps
@@ -113,6 +129,10 @@ class SlideClassifier:
         self.rebuild_growth = rebuild_growth
         self.redraw_every = redraw_every
         self.init_std = init_std
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.tol = tol
         self.n_threads = n_threads
         self.seed = seed
         self.client = client
@@ -165,12 +185,70 @@ class SlideClassifier:
 
         ``eval_set=(X_test, Y_test)`` records P@1/3/5 in :attr:`evals_` every
         ``eval_every`` steps (default: after each epoch's worth of steps) and at the end.
+
+        With ``early_stopping``, ``validation_fraction`` of the rows (of a URL: the
+        ``eval_set``) are held out and scored (P@1) after each epoch; training stops once
+        ``n_iter_no_change`` epochs in a row gained no more than ``tol``, and the weights
+        of the best epoch are put back (:attr:`validation_scores_`,
+        :attr:`best_validation_score_`, :attr:`n_iter_`).
         """
         data = self._check_xy(X, Y, storage_options)
         check_int("epochs", self.epochs, 1, 1 << 20)
-        self._start(data)
-        self._train(data, self.epochs, True, callback, eval_set, eval_every)
+        check_int("batch_size", self.batch_size, 1, 1 << 20)
+        validation = None
+        if self.early_stopping:
+            data, validation = self._validation_split(data, eval_set)
+        self._start(data, self.epochs * -(-data.n_points // self.batch_size))
+        if validation is None:
+            self._train(data, self.epochs, True, callback, eval_set, eval_every)
+        else:
+            self._train_early_stopping(data, validation, callback, eval_set, eval_every)
         return self
+
+    def _validation_split(self, data: Source, eval_set) -> tuple[Source, XCDataset]:
+        """``(training rows, validation rows)`` for early stopping."""
+        check_int("n_iter_no_change", self.n_iter_no_change, 1, 1 << 20)
+        check_float("tol", self.tol, 0.0, 1.0)
+        if not isinstance(data, XCDataset):
+            if eval_set is None:
+                raise ValueError(
+                    "early_stopping with training data from a URL needs eval_set=(X, Y) "
+                    "to validate on: its rows cannot be split off while streaming"
+                )
+            return data, _as_dataset(*eval_set)
+        check_float("validation_fraction", self.validation_fraction, 0.0, 1.0, True, True)
+        n_valid = round(data.n_points * self.validation_fraction)
+        if not 1 <= n_valid < data.n_points:
+            raise ValueError(
+                f"validation_fraction={self.validation_fraction} of {data.n_points} rows "
+                f"leaves {n_valid} to validate on and {data.n_points - n_valid} to train on; "
+                "both must be at least 1"
+            )
+        order = np.random.default_rng([self.seed, 0x5EED]).permutation(data.n_points)
+        return data.take(np.sort(order[n_valid:])), data.take(np.sort(order[:n_valid]))
+
+    def _train_early_stopping(
+        self, data: Source, validation: XCDataset, callback, eval_set, eval_every
+    ) -> None:
+        """Epoch by epoch, keeping the weights of the best validation P@1."""
+        self.validation_scores_: list[float] = []
+        self.best_validation_score_ = -np.inf
+        stale = 0
+        for _ in range(self.epochs):
+            self._train(data, 1, True, callback, eval_set, eval_every)
+            score = self.trainer_.evaluate(validation, ks=(1,))["P@1"]
+            self.validation_scores_.append(score)
+            if score > self.best_validation_score_ + self.tol:
+                self.best_validation_score_ = score
+                self.trainer_.remember()
+                stale = 0
+            else:
+                stale += 1
+                if stale >= self.n_iter_no_change:
+                    break
+        self.n_iter_ = len(self.validation_scores_)
+        if np.argmax(self.validation_scores_) != self.n_iter_ - 1:
+            self.trainer_.recall()
 
     def _check_xy(self, X, Y, storage_options: dict | None = None) -> Source:
         if isinstance(X, str):
@@ -198,10 +276,12 @@ class SlideClassifier:
         self._train(data, 1, False, callback)
         return self
 
-    def _start(self, data: Source) -> None:
+    def _start(self, data: Source, steps: int = 0) -> None:
+        """A fresh model for ``data``; a fit of ``steps`` steps sets the lr schedule's
+        length (0: unknown, as for ``partial_fit``)."""
         if hasattr(self, "trainer_"):
             self.trainer_.close()
-        cfg = self.config()
+        cfg = self.config().for_steps(steps) if steps else self.config()
         policy = None
         if self.checkpoint_url is not None:
             check_int("checkpoint_every", self.checkpoint_every, 1, 1 << 40)
@@ -221,7 +301,7 @@ class SlideClassifier:
     ) -> None:
         check_int("batch_size", self.batch_size, 1, 1 << 20)
         if eval_set is not None:
-            held_out = XCDataset(as_csr(eval_set[0]), as_csr(eval_set[1], pattern=True))
+            held_out = _as_dataset(*eval_set)
             self._check_shapes(held_out.n_features, held_out.n_labels)
             every = eval_every or max(1, -(-data.n_points // self.batch_size))
             check_int("eval_every", every, 1, 1 << 40)
@@ -287,7 +367,8 @@ class SlideClassifier:
         saved = dict(ckpt.meta.get("estimator", {}))
         epochs_done, evals = saved.pop("epochs_done", 0), saved.pop("evals", [])
         params = {k: v for k, v in saved.items() if k in cls._param_names()}
-        clf = cls(**{**params, **config_of(ckpt).to_dict()}).set_params(
+        # what the user set wins over what a fit derived from it (the schedule's length)
+        clf = cls(**{**config_of(ckpt).to_dict(), **params}).set_params(
             hidden=tuple(ckpt.meta["config"]["hidden"]), client=client, n_shards=n_shards
         )
         n_features, n_labels = ckpt.meta["n_features"], ckpt.meta["n_labels"]
@@ -357,3 +438,7 @@ class SlideClassifier:
             yield
         finally:
             numba.set_num_threads(before)
+
+
+def _as_dataset(X, Y) -> XCDataset:
+    return XCDataset(as_csr(X), as_csr(Y, pattern=True))

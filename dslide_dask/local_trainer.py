@@ -17,6 +17,7 @@ from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.metrics import precision_at_k
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.network import SlideNetwork, check_finite
+from dslide_dask.model.optimizer import scheduled_lr
 
 
 def position_meta(epoch: int, batch: int, batch_size: int, seed: int, shuffle: bool) -> dict:
@@ -92,6 +93,7 @@ class LocalTrainer:
                     "samples": batch.n_points,
                     "loss": stats.loss,
                     "active": stats.active_per_example,
+                    "lr": scheduled_lr(self.network.cfg, self.step),
                     "seconds": time.perf_counter() - t0,
                     "skipped_lines": reads.n_skipped,
                 }
@@ -113,6 +115,14 @@ class LocalTrainer:
         checkpoint's URL."""
         store = CheckpointStore(url, storage_options, keep=1)
         return save_network(store, self.network, extra).url
+
+    def remember(self) -> None:
+        """Keep a copy of the weights, to :meth:`recall` later (early stopping)."""
+        self.network.remember()
+
+    def recall(self) -> bool:
+        """Put back the weights :meth:`remember` kept; False if none were."""
+        return self.network.recall()
 
     def topk(self, X: CSR, k: int, exact: bool = True, batch_size: int = 4096) -> np.ndarray:
         out = np.empty((X.n_rows, k), np.int64)

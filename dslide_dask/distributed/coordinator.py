@@ -35,6 +35,7 @@ from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.hidden import HiddenLayers
 from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.network import check_finite, step_stats
+from dslide_dask.model.optimizer import scheduled_lr
 from dslide_dask.model.wide_shard import combine_partials, merge_topk
 from dslide_dask.model.wire import pack, payload_bytes, sum_unpacked
 
@@ -238,6 +239,7 @@ class Coordinator:
             "samples": batch.n_points,
             "loss": stats.loss,
             "active": stats.active_per_example,
+            "lr": scheduled_lr(self.cfg, self.step),
             "bytes_sent": int(sent),
             "bytes_received": int(received),
             "seconds": time.perf_counter() - t0,
@@ -267,6 +269,17 @@ class Coordinator:
             parts = await self._all([s.topk(h_wire, k, exact) for s in self.shards], "topk")
             out.append(merge_topk(parts, k))
         return np.concatenate(out) if out else np.zeros((0, k), np.int64)
+
+    # -- early stopping ----------------------------------------------------------------------
+    async def remember(self) -> None:
+        """Every shard and the hidden layers keep a copy of their weights, where they are."""
+        await self._all([s.remember() for s in self.shards], "remember")
+        await self._compute(self.hidden.remember)
+
+    async def recall(self) -> bool:
+        """Put back the weights :meth:`remember` kept; False if none were."""
+        recalled = await self._all([s.recall() for s in self.shards], "recall")
+        return all([*recalled, await self._compute(self.hidden.recall)])
 
     # -- checkpoints -------------------------------------------------------------------------
     async def save_checkpoint(self, store: CheckpointStore, extra: dict | None = None) -> str:

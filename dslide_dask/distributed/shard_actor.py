@@ -54,6 +54,14 @@ class ShardActor:
         with self._busy():
             return self.shard.topk(unpack(h), k, exact)
 
+    def remember(self) -> None:
+        with self._busy():
+            self.shard.remember()
+
+    def recall(self) -> bool:
+        with self._busy():
+            return self.shard.recall()
+
     def info(self) -> dict:
         shard = self.shard
         return {

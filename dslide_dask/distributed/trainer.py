@@ -241,6 +241,14 @@ class DistributedTrainer:
     def topk(self, X: CSR, k: int, exact: bool = True) -> np.ndarray:
         return self._wait(self.coordinator.topk(X, k, exact))
 
+    def remember(self) -> None:
+        """Every worker keeps a copy of its part of the weights (early stopping)."""
+        self._wait(self.coordinator.remember())
+
+    def recall(self) -> bool:
+        """Put back the weights :meth:`remember` kept; False if none were."""
+        return self._wait(self.coordinator.recall())
+
     def evaluate(
         self,
         data: XCDataset | str,

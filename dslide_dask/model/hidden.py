@@ -56,6 +56,18 @@ class HiddenLayers:
                 _copy_into(target, arrays[key], key)
         self.step = step
 
+    def remember(self) -> None:
+        """Keep a copy of the parameters (early stopping's best model so far)."""
+        self._best = [p.copy() for p in self.params()]
+
+    def recall(self) -> bool:
+        """Put back the parameters :meth:`remember` kept; False if none."""
+        if getattr(self, "_best", None) is None:
+            return False
+        for p, kept in zip(self.params(), self._best, strict=True):
+            p[...] = kept
+        return True
+
     def forward(self, X: CSR) -> tuple[np.ndarray, list[np.ndarray]]:
         """Last hidden activations ``[B, hidden[-1]]`` and the activations of each layer."""
         z = sparse_input.forward(X.indptr, X.indices, X.values(), self.weights[0], self.biases[0])

@@ -92,6 +92,16 @@ class SlideNetwork:
         self.hidden.backward(X, acts, grad_h)
         return step_stats(lse, label_term, parts, Y)
 
+    def remember(self) -> None:
+        """Keep a copy of every weight, to :meth:`recall` later (early stopping)."""
+        self.hidden.remember()
+        for shard in self.shards:
+            shard.remember()
+
+    def recall(self) -> bool:
+        """Put back the weights :meth:`remember` kept; False if none were."""
+        return all([self.hidden.recall(), *(shard.recall() for shard in self.shards)])
+
     def topk(self, X: CSR, k: int, exact: bool = True) -> np.ndarray:
         """Top-k label ids per row (``exact``: over all labels; else LSH-retrieved only)."""
         h, _ = self.hidden.forward(X)

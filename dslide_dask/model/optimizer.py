@@ -1,4 +1,4 @@
-"""Adam bookkeeping shared by every layer."""
+"""Adam bookkeeping shared by every layer: the step size at each update."""
 
 from __future__ import annotations
 
@@ -7,6 +7,29 @@ import math
 from dslide_dask.model.config import SlideConfig
 
 
+def lr_factor(cfg: SlideConfig, step: int) -> float:
+    """The schedule's multiple of ``cfg.lr`` at update number ``step`` (1-based).
+
+    A pure function of the step: every shard computes it from its own step count, so a
+    schedule costs no message between workers.
+    """
+    if step <= cfg.warmup_steps:
+        return step / cfg.warmup_steps
+    if cfg.lr_schedule == "constant" or cfg.decay_steps == 0:
+        return 1.0
+    span = max(1, cfg.decay_steps - cfg.warmup_steps)
+    x = min(1.0, (step - cfg.warmup_steps) / span)
+    shape = 0.5 * (1.0 + math.cos(math.pi * x)) if cfg.lr_schedule == "cosine" else 1.0 - x
+    return cfg.lr_floor + (1.0 - cfg.lr_floor) * shape
+
+
+def scheduled_lr(cfg: SlideConfig, step: int) -> float:
+    """The learning rate of update number ``step`` before Adam's bias correction (what
+    the per-step statistics report)."""
+    return cfg.lr * lr_factor(cfg, step)
+
+
 def adam_lr(cfg: SlideConfig, step: int) -> float:
-    """Bias-corrected Adam step size for update number ``step`` (1-based)."""
-    return cfg.lr * math.sqrt(1.0 - cfg.beta2**step) / (1.0 - cfg.beta1**step)
+    """Bias-corrected Adam step size for update number ``step`` (1-based), scheduled."""
+    bias_correction = math.sqrt(1.0 - cfg.beta2**step) / (1.0 - cfg.beta1**step)
+    return scheduled_lr(cfg, step) * bias_correction

@@ -256,6 +256,19 @@ class WideShard:
         self.index.n_draws = n_draws
         self.index.rebuild(self.W)
 
+    def remember(self) -> None:
+        """Keep a copy of the weights and biases (early stopping's best model so far)."""
+        self._best = (self.W.copy(), self.bias.copy())
+
+    def recall(self) -> bool:
+        """Put back the weights :meth:`remember` kept and rehash them; False if none.
+        The optimiser's moments are not rewound: they only matter if training goes on."""
+        if getattr(self, "_best", None) is None:
+            return False
+        self.W[...], self.bias[...] = self._best
+        self.index.rebuild(self.W)
+        return True
+
     # -- inference -----------------------------------------------------------------------
     def topk(self, h: np.ndarray, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Best k neurons of this shard per example: ``(global ids, scores)``, descending.

@@ -1,0 +1,129 @@
+"""The training recipe: learning-rate schedule and early stopping with the best weights."""
+
+import math
+
+import numpy as np
+import pytest
+
+from dslide_dask import SlideClassifier
+from dslide_dask.data.synthetic import make_synthetic
+from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.optimizer import lr_factor, scheduled_lr
+
+PARAMS = dict(hidden=(32,), K=3, L=10, range_pow=8, batch_size=128, seed=0, n_threads=2)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return make_synthetic("tiny", seed=0)
+
+
+def test_cosine_warms_up_then_decays_to_the_floor():
+    cfg = SlideConfig(lr=0.1, warmup_steps=10, decay_steps=110, lr_floor=0.1)
+    assert lr_factor(cfg, 1) == pytest.approx(0.1)
+    assert lr_factor(cfg, 10) == pytest.approx(1.0)
+    assert lr_factor(cfg, 60) == pytest.approx(0.1 + 0.9 * 0.5)  # half way down
+    assert lr_factor(cfg, 110) == pytest.approx(0.1)
+    assert lr_factor(cfg, 500) == pytest.approx(0.1)  # past the end: stays at the floor
+    assert scheduled_lr(cfg, 10) == pytest.approx(0.1)
+    factors = [lr_factor(cfg, t) for t in range(10, 111)]
+    assert all(a >= b for a, b in zip(factors, factors[1:], strict=False))
+
+
+def test_linear_and_constant_schedules():
+    linear = SlideConfig(lr_schedule="linear", decay_steps=100)
+    assert lr_factor(linear, 25) == pytest.approx(0.75)
+    assert lr_factor(linear, 100) == pytest.approx(0.0)
+    constant = SlideConfig(lr_schedule="constant", decay_steps=100)
+    assert {lr_factor(constant, t) for t in (1, 50, 100, 1000)} == {1.0}
+
+
+def test_unknown_length_means_no_decay_until_a_fit_sets_it():
+    cfg = SlideConfig()
+    assert cfg.decay_steps == 0 and lr_factor(cfg, 10_000) == 1.0
+    assert cfg.for_steps(400).decay_steps == 400
+    assert SlideConfig(decay_steps=7).for_steps(400).decay_steps == 7  # given: kept
+    assert SlideConfig(lr_schedule="constant").for_steps(400).decay_steps == 0
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"lr_schedule": "step"}, r"lr_schedule must be one of \['cosine', 'linear', 'constant'\]"),
+        ({"warmup_steps": -1}, r"warmup_steps must be an integer in \[0, "),
+        ({"lr_floor": 1.5}, r"lr_floor must be a number in \[0\.0, 1\.0\], got 1\.5"),
+    ],
+)
+def test_schedule_parameters_are_checked(params, message):
+    with pytest.raises(ValueError, match=message):
+        SlideConfig(**params)
+
+
+def test_fit_decays_lr_over_its_own_length(tiny):
+    train, _ = tiny
+    clf = SlideClassifier(lr=0.02, epochs=2, warmup_steps=3, **PARAMS).fit(train.X, train.Y)
+    lrs = [h["lr"] for h in clf.history_]
+    steps = 2 * math.ceil(train.n_points / PARAMS["batch_size"])
+    assert len(lrs) == steps
+    assert lrs[0] == pytest.approx(0.02 / 3)
+    assert max(lrs) == pytest.approx(0.02)
+    assert lrs[-1] == pytest.approx(0.0, abs=1e-12)
+    assert clf.trainer_.network.cfg.decay_steps == steps
+
+
+def test_partial_fit_keeps_lr_constant(tiny):
+    train, _ = tiny
+    clf = SlideClassifier(lr=0.02, **PARAMS).partial_fit(train.X, train.Y)
+    assert {h["lr"] for h in clf.history_} == {0.02}
+
+
+def test_early_stopping_restores_the_best_epoch(tiny):
+    """A constant, too high lr makes validation P@1 wander; the model fit() leaves must be
+    the best epoch's, not the last one's."""
+    train, _ = tiny
+    clf = SlideClassifier(
+        lr=0.2, lr_schedule="constant", epochs=6, early_stopping=True, n_iter_no_change=6,
+        validation_fraction=0.2, **PARAMS,
+    ).fit(train.X, train.Y)  # fmt: skip
+    scores = clf.validation_scores_
+    assert len(scores) == clf.n_iter_ == 6
+    assert int(np.argmax(scores)) < 5, f"the last epoch was the best, nothing to test: {scores}"
+    assert clf.best_validation_score_ == max(scores)
+    order = np.random.default_rng([PARAMS["seed"], 0x5EED]).permutation(train.n_points)
+    held_out = train.take(np.sort(order[: round(0.2 * train.n_points)]))
+    assert clf.score(held_out.X, held_out.Y) == pytest.approx(max(scores))
+
+
+def test_early_stopping_stops_after_n_iter_no_change(tiny):
+    train, _ = tiny
+    clf = SlideClassifier(
+        lr=0.2, lr_schedule="constant", epochs=30, early_stopping=True, n_iter_no_change=1,
+        tol=0.5, **PARAMS,
+    ).fit(train.X, train.Y)  # fmt: skip
+    assert clf.n_iter_ == 2  # the first epoch improves on nothing; the second not by 0.5
+    assert clf.epochs_done_ == 2
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"validation_fraction": 1.0}, r"validation_fraction must be a number in \(0\.0, 1\.0\)"),
+        ({"validation_fraction": 1e-9}, r"leaves 0 to validate on"),
+        ({"n_iter_no_change": 0}, r"n_iter_no_change must be an integer in \[1, "),
+        ({"tol": -1}, r"tol must be a number in \[0\.0, 1\.0\], got -1"),
+    ],
+)
+def test_early_stopping_parameters_are_checked(tiny, params, message):
+    train, _ = tiny
+    with pytest.raises(ValueError, match=message):
+        SlideClassifier(early_stopping=True, **{**PARAMS, **params}).fit(train.X, train.Y)
+
+
+def test_early_stopping_from_a_url_needs_an_eval_set(tmp_path, tiny):
+    from dslide_dask.data.xc_text import write_xc
+
+    train, _ = tiny
+    url = str(tmp_path / "train.txt")
+    write_xc(url, train.slice(0, 200))
+    with pytest.raises(ValueError, match="early_stopping with training data from a URL needs"):
+        SlideClassifier(early_stopping=True, **PARAMS).fit(url)
