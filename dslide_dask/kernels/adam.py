@@ -18,7 +18,64 @@ import numpy as np
 N_CHUNKS = 32
 
 
-@numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
+@numba.njit(cache=True, nogil=True)
+def group_rows(
+    starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, n_rows: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Entries grouped by the row they touch (a counting sort): ``(offsets, entry_pos,
+    entry_vec, touched)``. Row r's entries are ``offsets[r]:offsets[r+1]`` of
+    ``entry_pos`` (their positions in the flat ``rows``) and ``entry_vec`` (their
+    examples, in example order); ``touched`` lists the rows with entries, ascending."""
+    B = starts.shape[0]
+    offsets = np.zeros(n_rows + 1, np.int64)
+    for b in range(B):
+        for p in range(starts[b], ends[b]):
+            offsets[rows[p] + 1] += 1
+    n_touched = 0
+    for r in range(n_rows):
+        if offsets[r + 1] > 0:
+            n_touched += 1
+        offsets[r + 1] += offsets[r]
+    entry_pos = np.empty(offsets[n_rows], np.int64)
+    entry_vec = np.empty(offsets[n_rows], np.int32)
+    cursor = offsets[:-1].copy()
+    for b in range(B):
+        for p in range(starts[b], ends[b]):
+            q = cursor[rows[p]]
+            entry_pos[q] = p
+            entry_vec[q] = b
+            cursor[rows[p]] = q + 1
+    touched = np.empty(n_touched, np.int64)
+    i = 0
+    for r in range(n_rows):
+        if offsets[r + 1] > offsets[r]:
+            touched[i] = r
+            i += 1
+    return offsets, entry_pos, entry_vec, touched
+
+
+@numba.njit(cache=True, nogil=True)
+def chunk_bounds(offsets: np.ndarray, rows: np.ndarray, n_chunks: int) -> np.ndarray:
+    """Split ``rows`` into ``n_chunks`` runs of about equal entries (plus one per row):
+    ``bounds[c]:bounds[c+1]`` is chunk c. Frequent labels have many entries; splitting
+    by row count alone would leave one thread with most of the work."""
+    n = rows.shape[0]
+    work = np.empty(n + 1, np.int64)
+    work[0] = 0
+    for i in range(n):
+        work[i + 1] = work[i] + offsets[rows[i] + 1] - offsets[rows[i]] + 1
+    bounds = np.empty(n_chunks + 1, np.int64)
+    i = 0
+    for c in range(n_chunks + 1):
+        target = work[n] * c // n_chunks
+        while i < n and work[i] < target:
+            i += 1
+        bounds[c] = i
+    bounds[n_chunks] = n
+    return bounds
+
+
+@numba.njit(cache=True, nogil=True)
 def adam_rows(
     starts: np.ndarray,
     ends: np.ndarray,
@@ -39,43 +96,48 @@ def adam_rows(
     grad_vectors: np.ndarray,
 ) -> int:
     """Apply one Adam step; entries of example b are ``starts[b]:ends[b]`` in the flat
-    ``rows``/``coefs``. ``bias`` may be empty (no per-row bias).
+    ``rows``/``coefs``. ``bias`` may be empty (no per-row bias). ``dense``: every row
+    takes a step, with or without entries (exact Adam); else only rows with entries.
 
     If ``grad_vectors`` is ``[B, H]`` (not empty) it receives ``sum coef * W_old[row]``
     per example: the back-propagated gradient, computed from each row just before it
     is updated, so the rows are read from memory once. Returns the rows touched.
     """
-    n_rows, H = W.shape
-    B = starts.shape[0]
+    offsets, entry_pos, entry_vec, touched = group_rows(starts, ends, rows, W.shape[0])
+    todo = np.arange(W.shape[0]) if dense else touched
+    adam_grouped(
+        offsets, entry_pos, entry_vec, todo, coefs, vectors, W, W_m, W_v, bias, bias_m,
+        bias_v, lr_t, beta1, beta2, eps, grad_vectors,
+    )  # fmt: skip
+    return touched.shape[0]
+
+
+@numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
+def adam_grouped(
+    offsets: np.ndarray,
+    entry_pos: np.ndarray,
+    entry_vec: np.ndarray,
+    todo: np.ndarray,
+    coefs: np.ndarray,
+    vectors: np.ndarray,
+    W: np.ndarray,
+    W_m: np.ndarray,
+    W_v: np.ndarray,
+    bias: np.ndarray,
+    bias_m: np.ndarray,
+    bias_v: np.ndarray,
+    lr_t: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    grad_vectors: np.ndarray,
+) -> None:
+    """:func:`adam_rows` on entries already grouped by :func:`group_rows`, for the rows
+    ``todo``: row r's gradient is ``sum coefs[entry_pos[q]] * vectors[entry_vec[q]]``."""
+    H = W.shape[1]
+    B = vectors.shape[0]
     has_bias = bias.shape[0] > 0
     backprop = grad_vectors.shape[0] > 0
-    offsets = np.zeros(n_rows + 1, np.int64)
-    for b in range(B):
-        for p in range(starts[b], ends[b]):
-            offsets[rows[p] + 1] += 1
-    n_touched = 0
-    for r in range(n_rows):
-        if offsets[r + 1] > 0:
-            n_touched += 1
-        offsets[r + 1] += offsets[r]
-    entry_vec = np.empty(offsets[n_rows], np.int32)
-    entry_coef = np.empty(offsets[n_rows], np.float32)
-    cursor = offsets[:-1].copy()
-    for b in range(B):
-        for p in range(starts[b], ends[b]):
-            q = cursor[rows[p]]
-            entry_vec[q] = b
-            entry_coef[q] = coefs[p]
-            cursor[rows[p]] = q + 1
-    if dense:
-        todo = np.arange(n_rows)
-    else:
-        todo = np.empty(n_touched, np.int64)
-        i = 0
-        for r in range(n_rows):
-            if offsets[r + 1] > offsets[r]:
-                todo[i] = r
-                i += 1
     n_chunks = min(todo.shape[0], N_CHUNKS)
     partial = np.zeros((n_chunks if backprop else 0, B, H), np.float32)
     b1 = np.float32(beta1)
@@ -90,7 +152,7 @@ def adam_rows(
             grad[:] = 0
             gb = np.float32(0.0)
             for q in range(offsets[r], offsets[r + 1]):
-                coef = entry_coef[q]
+                coef = coefs[entry_pos[q]]
                 vec = vectors[entry_vec[q]]
                 gb += coef
                 for k in range(H):
@@ -122,7 +184,6 @@ def adam_rows(
             for c in range(n_chunks):
                 for k in range(H):
                     grad_vectors[b, k] += partial[c, b, k]
-    return n_touched
 
 
 @numba.njit(cache=True, nogil=True)

@@ -184,30 +184,36 @@ class WideShard:
         label_ptr, label_ids = self.local_labels(Y)
         active, n_active, n_label, n_found = self._active(h, label_ptr, label_ids, train=True)
         n_active[weight == 0] = 0  # an example with no label trains nothing
-        logits, row_max, row_sumexp, label_part = wide_layer.forward(
-            h, self.W, self.bias, active, n_active, n_label, weight,
-            n_found, self._pad_shift(n_active, n_found),
+        width = active.shape[1]
+        starts = np.arange(len(h), dtype=np.int64) * width
+        groups = adam.group_rows(starts, starts + n_active, active.ravel(), self.n_local)
+        offsets, entry_pos, entry_vec, touched = groups
+        bounds = adam.chunk_bounds(offsets, touched, adam.N_CHUNKS)
+        logits, row_max, row_sumexp, label_part = wide_layer.forward_grouped(
+            h, self.W, self.bias, n_active, n_label, weight, n_found,
+            self._pad_shift(n_active, n_found), width, offsets, entry_pos, entry_vec,
+            touched, bounds,
         )  # fmt: skip
-        self._pending = (h, active, n_active, n_label, weight, logits)
+        self._pending = (h, n_label, n_active, weight, logits, groups)
         return SoftmaxPartials(row_max, row_sumexp, label_part, n_active)
 
     def backward(self, lse: np.ndarray) -> np.ndarray:
         """Update this shard's neurons and return its share of ``d loss / d h``."""
         if self._pending is None:
             raise RuntimeError("backward() called without a preceding forward()")
-        h, active, n_active, n_label, weight, logits = self._pending
+        h, n_label, n_active, weight, logits, groups = self._pending
         self._pending = None
         n_examples = max(1, int((weight > 0).sum()))
         wide_layer.logit_gradients(n_active, n_label, weight, logits, lse, 1.0 / n_examples)
         self.step += 1
         cfg = self.cfg
-        starts = np.arange(len(h), dtype=np.int64) * active.shape[1]
+        offsets, entry_pos, entry_vec, touched = groups
+        todo = np.arange(self.n_local) if cfg.optimizer == "dense-adam" else touched
         grad_h = np.zeros_like(h)
-        adam.adam_rows(
-            starts, starts + n_active, active.ravel(), logits.ravel(), h,
+        adam.adam_grouped(
+            offsets, entry_pos, entry_vec, todo, logits.ravel(), h,
             self.W, self.W_m, self.W_v, self.bias, self.bias_m, self.bias_v,
-            adam_lr(cfg, self.step), cfg.beta1, cfg.beta2, cfg.eps,
-            cfg.optimizer == "dense-adam", grad_h,
+            adam_lr(cfg, self.step), cfg.beta1, cfg.beta2, cfg.eps, grad_h,
         )  # fmt: skip
         rebuild, redraw = self.schedule.due(self.step)
         if redraw:
