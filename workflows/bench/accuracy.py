@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from dslide_workflows.args import add_storage_arguments, key_value, positive_int, storage_options
+from dslide_workflows.args import add_storage_arguments, positive_int, storage_options
 from dslide_workflows.bench import engine as engine_bench
 from dslide_workflows.cli import make_classifier
 
@@ -84,13 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--epochs", type=positive_int, default=5, help="engine and dense (default: 5)")
     c.add_argument("--threads", type=positive_int, default=2, help="per contender (default: 2)")
     c.add_argument("--seed", type=int, default=0, help="model seed (default: 0)")
-    c.add_argument(
-        "--engine-opt",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="SlideClassifier parameter, value parsed as YAML (repeatable), e.g. --engine-opt "
+    engine_bench.add_engine_opt(
+        c,
         "hidden=[512] --engine-opt lr=0.02 (default: the classifier's defaults); the dense "
         "baseline takes the same hidden, batch_size, lr, betas and init_std",
     )

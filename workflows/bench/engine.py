@@ -92,15 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d.add_argument("--refresh-data", action="store_true", help="regenerate even if cached")
     add_model_arguments(parser, threads=2)
     c = parser.add_argument_group("contenders")
-    c.add_argument(
-        "--engine-opt",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="SlideClassifier parameter, value parsed as YAML (repeatable), e.g. --engine-opt "
-        f"K=8 --engine-opt hash_family=simhash (defaults: {_defaults_text()})",
-    )
+    add_engine_opt(c, f"K=8 --engine-opt hash_family=simhash (defaults: {_defaults_text()})")
     c.add_argument(
         "--dense-input",
         choices=("embedding_bag", "csr"),
@@ -122,6 +114,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="OUT",
         help="also write config and results as JSON",
+    )
+
+
+def add_engine_opt(group: argparse._ArgumentGroup, example: str) -> None:
+    """``--engine-opt K=V`` (repeatable): any SlideClassifier parameter; ``example``
+    ends its help (an example, then the defaults)."""
+    group.add_argument(
+        "--engine-opt",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="SlideClassifier parameter, value parsed as YAML (repeatable), e.g. --engine-opt "
+        f"{example}",
     )
 
 
