@@ -180,6 +180,8 @@ def run_engine(train, test, config: dict[str, Any], client=None) -> dict[str, An
     seen, paused = [0], [0.0]
 
     def evaluate(step: int) -> None:
+        if curve and curve[-1]["step"] == step:
+            return
         t = time.perf_counter()
         topk = clf.predict_topk(test.X, max(KS))
         point = {"epoch": step / steps_per_epoch, "step": step, "samples": seen[0]}
@@ -190,12 +192,13 @@ def run_engine(train, test, config: dict[str, Any], client=None) -> dict[str, An
         seen[0] += stats["samples"]
         report(stats["step"], seen[0])
         if stats["step"] % steps_per_epoch == 0:
-            evaluate(clf.n_steps_)  # on a cluster: steps arrive in chunks
+            # on a cluster, statistics come in chunks of a few steps after they ran: the
+            # model scored may be those few steps further on
+            evaluate(stats["step"])
 
     t0 = time.perf_counter()
     clf.fit(train.X, train.Y, callback=callback)
-    if not curve or curve[-1]["step"] != clf.n_steps_:
-        evaluate(clf.n_steps_)
+    evaluate(clf.n_steps_)
     rss = peak_rss_mb()
     if client is not None:  # the model lives in the workers
         rss += sum(client.run(peak_rss_mb).values())
