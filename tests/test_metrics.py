@@ -159,3 +159,24 @@ def test_bad_inputs_are_refused():
         psp_at_k(np.array([[0]]), Y, np.ones(2), (1,))
     with pytest.raises(ValueError, match=r"\(0, 1\]"):
         psp_at_k(np.array([[0]]), Y, np.zeros(3), (1,))
+
+
+def test_metrics_equal_napkinxc_implementation():
+    """An independent implementation (napkinXC's, when installed) gives the same values."""
+    nm = pytest.importorskip("napkinxc.metrics")
+    scipy_sparse = pytest.importorskip("scipy.sparse")
+    rows, _ = random_case(11, n=400, n_labels=50)
+    topk = np.argsort(np.random.default_rng(11).random((400, 50)), axis=1)[:, :5]  # no -1
+    Y, pred, ks = csr_of(rows, 50), topk.tolist(), (1, 2, 3, 4, 5)
+    Ys = scipy_sparse.csr_matrix((np.ones(Y.nnz), Y.indices, Y.indptr), shape=(400, 50))
+    inv_p = nm.Jain_et_al_inverse_propensity(Ys)
+    np.testing.assert_allclose(1 / propensity(label_counts(Y), 400), inv_p, rtol=1e-12)
+    p = 1 / inv_p
+    pairs = [
+        (nm.precision_at_k(rows, pred, 5), precision_at_k(topk, Y, ks)),
+        (nm.ndcg_at_k(rows, pred, 5), ndcg_at_k(topk, Y, ks)),
+        (nm.psprecision_at_k(rows, pred, inv_p, 5), psp_at_k(topk, Y, p, ks)),
+        (nm.psndcg_at_k(rows, pred, inv_p, 5), psndcg_at_k(topk, Y, p, ks)),
+    ]
+    for want, got in pairs:
+        np.testing.assert_allclose(list(got.values()), want, rtol=1e-9)
