@@ -1,4 +1,12 @@
-"""Ranking metrics for extreme classification."""
+"""Ranking metrics for extreme classification, as the Extreme Classification Repository
+reports them: P@k, nDCG@k, and propensity-scored PSP@k and PSnDCG@k (Jain, Prabhu and
+Varma, KDD 2016).
+
+Everything works from the predicted top-k label ids and the CSR label matrix; nothing is
+densified (label counts reach millions). A point without labels scores 0 in every metric
+and still counts in the mean, as in the repository's own evaluation code (pyxclib). Each
+predicted position is scored on its own, so predictions should be distinct within a row.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +16,10 @@ import numba
 import numpy as np
 
 from dslide_dask.data.csr import CSR
+
+#: The XC Repository's default propensity parameters (Amazon sets use 0.6/2.6,
+#: Wikipedia sets 0.5/0.4).
+PROPENSITY_A, PROPENSITY_B = 0.55, 1.5
 
 
 @numba.njit(cache=True, nogil=True)
@@ -25,25 +37,173 @@ def _hits(topk: np.ndarray, y_indptr: np.ndarray, y_indices: np.ndarray) -> np.n
     return hits
 
 
-def precision_at_k(topk: np.ndarray, Y: CSR, ks: Iterable[int] = (1, 3, 5)) -> dict[str, float]:
-    """P@k for each k in ``ks``: the mean fraction of the top k predictions that are true.
+@numba.njit(cache=True, nogil=True)
+def _best_gains(
+    y_indptr: np.ndarray, y_indices: np.ndarray, gain: np.ndarray, k: int
+) -> np.ndarray:
+    """best[i, :] = the k largest gains among row i's labels, largest first (0-padded):
+    the gains of the best possible top-k prediction for row i."""
+    n = len(y_indptr) - 1
+    best = np.zeros((n, k), np.float64)
+    for i in range(n):
+        for p in range(y_indptr[i], y_indptr[i + 1]):
+            g = gain[y_indices[p]]
+            j = k  # insertion into the sorted row, dropping the smallest
+            while j > 0 and best[i, j - 1] < g:
+                if j < k:
+                    best[i, j] = best[i, j - 1]
+                j -= 1
+            if j < k:
+                best[i, j] = g
+    return best
 
-    ``topk[i]`` holds row i's predicted label ids, best first (at least max(ks) columns).
-    """
+
+def _check(topk: np.ndarray, Y: CSR, ks: Iterable[int]) -> tuple[np.ndarray, list[int]]:
     topk = np.ascontiguousarray(topk, dtype=np.int64)
     ks = sorted(set(int(k) for k in ks))
     if topk.ndim != 2 or topk.shape[0] != Y.n_rows:
         raise ValueError(f"topk must be ({Y.n_rows}, k), got {topk.shape}")
     if ks and (ks[0] < 1 or ks[-1] > topk.shape[1]):
         raise ValueError(f"k must be in [1, {topk.shape[1]}], got {ks}")
+    return topk[:, : ks[-1]] if ks else topk, ks
+
+
+def _discount(k: int) -> np.ndarray:
+    """1 / log2(rank + 1) for ranks 1..k."""
+    return 1.0 / np.log2(np.arange(2, k + 2))
+
+
+def _ideal_dcg(Y: CSR, k: int) -> np.ndarray:
+    """Each row's best DCG@1..k with unit gains: the sum of the first min(k, |labels|)
+    discounts (rows without labels get 1, so their DCG of 0 divides safely)."""
+    ideal = np.cumsum(_discount(k))
+    n_labels = np.diff(Y.indptr)
+    cols = np.minimum.outer(np.maximum(n_labels, 1), np.arange(1, k + 1)) - 1
+    return ideal[cols]
+
+
+def _inverse(propensities: np.ndarray, Y: CSR) -> np.ndarray:
+    p = np.asarray(propensities, np.float64)
+    if p.shape != (Y.n_cols,):
+        raise ValueError(f"propensities must have one value per label ({Y.n_cols}), got {p.shape}")
+    if not np.all((p > 0) & (p <= 1)):
+        raise ValueError("propensities must be in (0, 1]")
+    return 1.0 / p
+
+
+def _ps_gains(topk: np.ndarray, Y: CSR, inv_p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(gains of the prediction, gains of the best prediction): 1/p_l where label l is
+    right, for the predicted and the best possible top-k."""
+    hits = _hits(topk, Y.indptr, Y.indices)
+    gains = hits * inv_p[np.maximum(topk, 0)]  # -1 (no prediction) is never a hit
+    return gains, _best_gains(Y.indptr, Y.indices, inv_p, topk.shape[1])
+
+
+def precision_at_k(topk: np.ndarray, Y: CSR, ks: Iterable[int] = (1, 3, 5)) -> dict[str, float]:
+    """P@k for each k in ``ks``: the mean fraction of the top k predictions that are true.
+
+    ``topk[i]`` holds row i's predicted label ids, best first (at least max(ks) columns).
+    """
+    topk, ks = _check(topk, Y, ks)
     if Y.n_rows == 0:
         return {f"P@{k}": float("nan") for k in ks}
     cum = np.cumsum(_hits(topk, Y.indptr, Y.indices), axis=1)
     return {f"P@{k}": float(cum[:, k - 1].mean() / k) for k in ks}
 
 
+def ndcg_at_k(topk: np.ndarray, Y: CSR, ks: Iterable[int] = (1, 3, 5)) -> dict[str, float]:
+    """nDCG@k: DCG@k = sum over ranks r <= k of [label right] / log2(r + 1), divided by
+    the best DCG@k the row's labels allow, averaged over rows."""
+    topk, ks = _check(topk, Y, ks)
+    if Y.n_rows == 0:
+        return {f"nDCG@{k}": float("nan") for k in ks}
+    dcg = np.cumsum(_hits(topk, Y.indptr, Y.indices) * _discount(topk.shape[1]), axis=1)
+    ndcg = dcg / _ideal_dcg(Y, topk.shape[1])
+    return {f"nDCG@{k}": float(ndcg[:, k - 1].mean()) for k in ks}
+
+
+def psp_at_k(
+    topk: np.ndarray, Y: CSR, propensities: np.ndarray, ks: Iterable[int] = (1, 3, 5)
+) -> dict[str, float]:
+    """Propensity-scored P@k, normalised: each right label counts 1/p_l (rare labels
+    weigh more), and the sum over all rows is divided by the same sum for the best
+    possible top-k (each row's own labels, highest 1/p_l first), as the XC Repository
+    reports it. 1.0 is the best achievable; it is not comparable with unnormalised PSP.
+
+    ``propensities``: p_l for every label, from :func:`propensity` on training counts.
+    """
+    topk, ks = _check(topk, Y, ks)
+    if Y.n_rows == 0:
+        return {f"PSP@{k}": float("nan") for k in ks}
+    gains, best = _ps_gains(topk, Y, _inverse(propensities, Y))
+    got, top = gains.sum(axis=0).cumsum(), best.sum(axis=0).cumsum()
+    return {f"PSP@{k}": _ratio(got[k - 1], top[k - 1]) for k in ks}
+
+
+def psndcg_at_k(
+    topk: np.ndarray, Y: CSR, propensities: np.ndarray, ks: Iterable[int] = (1, 3, 5)
+) -> dict[str, float]:
+    """Propensity-scored nDCG@k, normalised like :func:`psp_at_k`: each row's DCG with
+    gains 1/p_l over its unit-gain ideal DCG, averaged, divided by the same for the best
+    possible top-k (as pyxclib's ``psndcg``)."""
+    topk, ks = _check(topk, Y, ks)
+    if Y.n_rows == 0:
+        return {f"PSnDCG@{k}": float("nan") for k in ks}
+    k_max = topk.shape[1]
+    gains, best = _ps_gains(topk, Y, _inverse(propensities, Y))
+    discount, ideal = _discount(k_max), _ideal_dcg(Y, k_max)
+    got = (np.cumsum(gains * discount, axis=1) / ideal).sum(axis=0)
+    top = (np.cumsum(best * discount, axis=1) / ideal).sum(axis=0)
+    return {f"PSnDCG@{k}": _ratio(got[k - 1], top[k - 1]) for k in ks}
+
+
+def _ratio(a: float, b: float) -> float:
+    return float(a / b) if b > 0 else float("nan")  # no test row has a label
+
+
+def label_counts(Y: CSR) -> np.ndarray:
+    """How many rows of ``Y`` carry each label (N_l of the propensity model)."""
+    return np.bincount(Y.indices, minlength=Y.n_cols)
+
+
+def propensity(
+    label_counts: np.ndarray, n_points: int, A: float = PROPENSITY_A, B: float = PROPENSITY_B
+) -> np.ndarray:
+    """Jain et al.'s label propensities p_l = 1 / (1 + C (N_l + B)^-A), with
+    C = (ln N - 1)(B + 1)^A: the chance that a relevant label is observed, lower for rare
+    labels. ``label_counts`` are the N_l of the training set, ``n_points`` its N."""
+    if n_points < 1:
+        raise ValueError(f"n_points must be >= 1, got {n_points}")
+    counts = np.asarray(label_counts, np.float64)
+    C = (np.log(n_points) - 1.0) * (B + 1.0) ** A
+    return 1.0 / (1.0 + C * (counts + B) ** -A)
+
+
+def xc_metrics(
+    topk: np.ndarray,
+    Y: CSR,
+    ks: Iterable[int] = (1, 3, 5),
+    label_counts: np.ndarray | None = None,
+    n_train: int | None = None,
+    A: float = PROPENSITY_A,
+    B: float = PROPENSITY_B,
+) -> dict[str, float]:
+    """The metrics the CLI and benchmarks print: ``P@k`` and ``nDCG@k`` for each k, and,
+    when the training set's ``label_counts`` (:func:`label_counts`) and size ``n_train``
+    are given, ``PSP@k`` and ``PSnDCG@k`` with propensities of parameters A, B."""
+    ks = list(ks)
+    out = {**precision_at_k(topk, Y, ks), **ndcg_at_k(topk, Y, ks)}
+    if label_counts is not None:
+        if n_train is None:
+            raise ValueError("PSP@k needs n_train (training points) with label_counts")
+        p = propensity(label_counts, n_train, A, B)
+        out.update(psp_at_k(topk, Y, p, ks))
+        out.update(psndcg_at_k(topk, Y, p, ks))
+    return out
+
+
 def most_frequent_topk(Y: CSR, n_rows: int, k: int) -> np.ndarray:
     """The baseline prediction: the k most frequent labels of ``Y`` for each of ``n_rows``
     rows."""
-    top = np.argsort(-np.bincount(Y.indices, minlength=Y.n_cols), kind="stable")[:k]
+    top = np.argsort(-label_counts(Y), kind="stable")[:k]
     return np.broadcast_to(top, (n_rows, k))

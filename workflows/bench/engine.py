@@ -92,15 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d.add_argument("--refresh-data", action="store_true", help="regenerate even if cached")
     add_model_arguments(parser, threads=2)
     c = parser.add_argument_group("contenders")
-    c.add_argument(
-        "--engine-opt",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="SlideClassifier parameter, value parsed as YAML (repeatable), e.g. --engine-opt "
-        f"K=8 --engine-opt hash_family=simhash (defaults: {_defaults_text()})",
-    )
+    add_engine_opt(c, f"K=8 --engine-opt hash_family=simhash (defaults: {_defaults_text()})")
     c.add_argument(
         "--dense-input",
         choices=("embedding_bag", "csr"),
@@ -122,6 +114,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="OUT",
         help="also write config and results as JSON",
+    )
+
+
+def add_engine_opt(group: argparse._ArgumentGroup, example: str) -> None:
+    """``--engine-opt K=V`` (repeatable): any SlideClassifier parameter; ``example``
+    ends its help (an example, then the defaults)."""
+    group.add_argument(
+        "--engine-opt",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="SlideClassifier parameter, value parsed as YAML (repeatable), e.g. --engine-opt "
+        f"{example}",
     )
 
 
@@ -261,8 +267,8 @@ def run_engine(train, test, config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_dense(train, test, config: dict[str, Any]) -> dict[str, Any]:
-    """Train and score the PyTorch dense baseline."""
+def run_dense(train, test, config: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """Train and score the PyTorch dense baseline (``extra``: more ``train_dense`` keywords)."""
     from dslide_workflows.bench.torch_dense import train_dense
 
     c = config["classifier"]
@@ -280,25 +286,35 @@ def run_dense(train, test, config: dict[str, Any]) -> dict[str, Any]:
         seed=c["seed"],
         input_layer=config["dense_input"],
         progress=_progress("dense", train.n_points * c["epochs"], config["log_every"]),
+        **extra,
     )
 
 
 RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {"engine": run_engine, "dense": run_dense}
 
 
-def worker(name: str, data: Path, config: dict[str, Any], result: Path) -> None:
+def worker(
+    name: str,
+    data: Path,
+    config: dict[str, Any],
+    result: Path,
+    runners: dict[str, Callable[..., dict[str, Any]]] = RUNNERS,
+) -> None:
     """Child process body: load the data, run one contender, write its result as JSON."""
     from dslide_workflows.bench.torch_dense import peak_rss_mb
 
     train, test = load_datasets(data)
     data_rss = peak_rss_mb()
-    out = RUNNERS[name](train, test, config)
+    out = runners[name](train, test, config)
     out["data_rss_mb"] = data_rss
     result.write_text(json.dumps(out, default=str))
 
 
-def run_contender(name: str, data: Path, config: dict[str, Any]) -> dict[str, Any]:
-    """Run one contender in a fresh interpreter limited to ``threads`` threads."""
+def run_contender(
+    name: str, data: Path, config: dict[str, Any], module: str = "dslide_workflows.bench.engine"
+) -> dict[str, Any]:
+    """Run one contender in a fresh interpreter limited to ``threads`` threads: ``python -m
+    module --worker name ...`` (the benchmark's own ``main``)."""
     threads = str(config["classifier"]["n_threads"])
     env = dict(
         os.environ,
@@ -312,7 +328,7 @@ def run_contender(name: str, data: Path, config: dict[str, Any]) -> dict[str, An
         cmd = [
             sys.executable,
             "-m",
-            "dslide_workflows.bench.engine",
+            module,
             "--worker",
             name,
             "--data",
@@ -375,12 +391,13 @@ def comparison(results: list[dict[str, Any]]) -> dict[str, float]:
     return {"speedup": e["samples_per_s"] / d["samples_per_s"], "p1_diff": e["P@1"] - d["P@1"]}
 
 
-def format_table(results: list[dict[str, Any]]) -> str:
-    """One fixed-width table of the results, plus ratio and warnings lines."""
-    rows = [[h for h, _, _ in COLUMNS]]
+def format_table(results: list[dict[str, Any]], columns=COLUMNS) -> str:
+    """One fixed-width table of the results (``columns``: header, key, format), plus
+    ratio and warnings lines."""
+    rows = [[h for h, _, _ in columns]]
     for r in results:
-        rows.append(["-" if r.get(k) is None else f.format(r[k]) for _, k, f in COLUMNS])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+        rows.append(["-" if r.get(k) is None else f.format(r[k]) for _, k, f in columns])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     lines = [
         "  ".join(
             c.ljust(w) if i == 0 else c.rjust(w)
@@ -394,13 +411,18 @@ def format_table(results: list[dict[str, Any]]) -> str:
         lines.append(
             f"engine/dense speed: {cmp['speedup']:.2f}x   P@1 engine - dense: {cmp['p1_diff']:+.4f}"
         )
-    for r in results:
-        if (r.get("other_cpu_cores") or 0.0) > BUSY_CORES:
-            lines.append(
-                f"warning: other processes used {r['other_cpu_cores']:.1f} cores while "
-                f"{r['contender']} ran: its timings are inflated"
-            )
+    lines.extend(busy_warnings(results))
     return "\n".join(lines)
+
+
+def busy_warnings(results: list[dict[str, Any]]) -> list[str]:
+    """A warning for each contender during whose run other processes used the CPU."""
+    return [
+        f"warning: other processes used {r['other_cpu_cores']:.1f} cores while "
+        f"{r['contender']} ran: its timings are inflated"
+        for r in results
+        if (r.get("other_cpu_cores") or 0.0) > BUSY_CORES
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -474,21 +496,29 @@ def _host() -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m dslide_workflows.bench.engine``: the benchmark, or one worker."""
+def bench_main(
+    bench: str, runners: dict[str, Callable[..., dict[str, Any]]], argv: list[str] | None = None
+) -> int:
+    """``python -m dslide_workflows.bench.BENCH``: ``dslide bench BENCH``, or with
+    ``--worker NAME`` one of its contenders (the body of :func:`run_contender`'s child)."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
-        p = argparse.ArgumentParser(prog="dslide bench engine --worker")
-        p.add_argument("--worker", choices=CONTENDERS, required=True)
+        p = argparse.ArgumentParser(prog=f"dslide bench {bench} --worker")
+        p.add_argument("--worker", choices=tuple(runners), required=True)
         p.add_argument("--data", type=Path, required=True)
         p.add_argument("--config", type=json.loads, required=True)
         p.add_argument("--result", type=Path, required=True)
         a = p.parse_args(argv)
-        worker(a.worker, a.data, a.config, a.result)
+        worker(a.worker, a.data, a.config, a.result, runners)
         return 0
     from dslide_workflows.cli import main as cli_main
 
-    return cli_main(["bench", "engine", *argv])
+    return cli_main(["bench", bench, *argv])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dslide_workflows.bench.engine``: the benchmark, or one worker."""
+    return bench_main("engine", RUNNERS, argv)
 
 
 if __name__ == "__main__":

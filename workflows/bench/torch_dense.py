@@ -178,13 +178,16 @@ def train_dense(
     seed: int = 0,
     input_layer: str = "embedding_bag",
     progress: Callable[[int, int], None] | None = None,
+    on_epoch: Callable[[int, float, Callable[[CSR], np.ndarray]], None] | None = None,
 ) -> dict[str, Any]:
     """Train the dense baseline on ``train`` and evaluate P@1/3/5 on ``test``.
 
     Epoch 0 visits ``train`` in the given order (shuffle it first), later epochs a
     reshuffle. ``train_seconds`` covers model construction and all epochs, not evaluation;
     ``first_batch_seconds`` is construction plus the first batch. ``progress(step,
-    samples)`` is called after every batch.
+    samples)`` is called after every batch; ``on_epoch(epoch, train_seconds, topk)``
+    after every epoch, with ``topk(X)`` the top-5 labels of rows ``X``; its time is not
+    counted as training time.
     """
     torch = _import_torch()
     if input_layer not in INPUT_LAYERS:
@@ -215,6 +218,11 @@ def train_dense(
                 first_batch_seconds = time.perf_counter() - start
             if progress is not None:
                 progress(n_batches, samples)
+        if on_epoch is not None:
+            paused, cpu_paused = time.perf_counter(), time.process_time()
+            on_epoch(epoch + 1, paused - start, lambda X: predict_topk(model, X, 5))
+            start += time.perf_counter() - paused  # evaluating is not training
+            cpu_start += time.process_time() - cpu_paused
     train_seconds = time.perf_counter() - start
     train_cpu_seconds = time.process_time() - cpu_start
 

@@ -1,0 +1,115 @@
+"""``dslide bench accuracy``: a fast end-to-end run on tiny data, skipping, data, errors."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dslide_dask.data.synthetic import make_synthetic
+from dslide_dask.data.xc_text import write_xc
+from dslide_dask.metrics import most_frequent_topk, precision_at_k
+from dslide_workflows.bench import accuracy
+
+from .test_cli import assert_usage_error, run
+
+
+@pytest.fixture(scope="module")
+def tiny_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, float]:
+    """The tiny preset as XC text files, and the most-frequent-labels baseline's P@1."""
+    folder = tmp_path_factory.mktemp("tiny")
+    train, test = make_synthetic("tiny", seed=0)
+    write_xc(str(folder / "train.txt"), train)
+    write_xc(str(folder / "test.txt"), test)
+    popular = most_frequent_topk(train.Y, test.n_points, 1)
+    return folder / "train.txt", folder / "test.txt", precision_at_k(popular, test.Y, (1,))["P@1"]
+
+
+def test_bench_accuracy_end_to_end(capsys, tmp_path: Path, tiny_files) -> None:
+    train, test, popular = tiny_files
+    names = ["engine"] + [
+        name for name, module in (("omikuji", "omikuji"), ("dense", "torch"))
+        if importlib.util.find_spec(module)
+    ]  # fmt: skip
+    out_json, out_png = tmp_path / "acc.json", tmp_path / "acc.png"
+    code, out, _ = run(
+        capsys, "bench", "accuracy", "--train", str(train), "--test", str(test),
+        "--contenders", ",".join(names), "--epochs", "3", "--threads", "1",
+        "--json", str(out_json), "--plot", str(out_png),
+    )  # fmt: skip
+    assert code == 0
+    lines = out.splitlines()
+    header = next(line for line in lines if line.startswith("contender"))
+    assert header.split()[:3] == ["contender", "train", "s"]
+    assert {"P@1", "PSP@1", "PSP@5", "nDCG@5"} <= set(header.split())
+    for name in names:
+        assert any(line.startswith(f"{name} ") for line in lines), name
+    assert "engine P@1 by epoch:" in out
+    results = {r["contender"]: r for r in json.loads(out_json.read_text())["results"]}
+    assert list(results) == names
+    engine = results["engine"]
+    assert [p["epoch"] for p in engine["curve"]] == [1, 2, 3]
+    seconds = [p["seconds"] for p in engine["curve"]]
+    assert seconds == sorted(seconds) and engine["train_seconds"] == seconds[-1]
+    assert engine["P@1"] > max(3 * popular, popular + 0.2), (engine["P@1"], popular)
+    for r in results.values():
+        assert 0 < r["PSP@1"] <= 1 and 0 < r["nDCG@5"] <= 1 and r["peak_rss_mb"] > 0
+    if "omikuji" in results:
+        assert results["omikuji"]["P@1"] > popular + 0.2 and "curve" not in results["omikuji"]
+    if "dense" in results:
+        assert len(results["dense"]["curve"]) == 3
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_missing_library_is_skipped_with_its_pip_command(
+    capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(accuracy.REQUIRES, "napkinxc", ("no_such_module_here", "pip install x"))
+    out_json = tmp_path / "acc.json"
+    code, out, _ = run(
+        capsys, "bench", "accuracy", "--preset", "tiny", "--cache-dir", str(tmp_path),
+        "--contenders", "napkinxc", "--json", str(out_json),
+    )  # fmt: skip
+    assert code == 0
+    assert "napkinxc: skipped, pip install x" in out and "running" not in out
+    (result,) = json.loads(out_json.read_text())["results"]
+    assert result == {"contender": "napkinxc", "skipped": "pip install x"}
+
+
+def test_url_data_are_shuffled_before_the_prefix_is_taken(tmp_path: Path, tiny_files) -> None:
+    from dslide_workflows.bench.engine import load_datasets
+
+    train, test, _ = tiny_files
+    args = argparse.Namespace(
+        preset=None, train=str(train), test=str(test), train_points=100, test_points=50,
+        data_seed=0, storage_option=[],
+    )  # fmt: skip
+    path, info = accuracy.prepare_data(args, tmp_path)
+    got, _ = load_datasets(path)
+    first = make_synthetic("tiny", seed=0)[0].slice(0, 100)
+    assert (info["train_points"], got.n_points) == (100, 100)
+    assert not np.array_equal(got.Y.indptr, first.Y.indptr)  # not the file's first rows
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--train", "a.txt"], ["--train and --test"]),
+        ([], ["--preset"]),
+        (["--preset", "tiny", "--train", "a", "--test", "b"], ["--preset"]),
+        (["--preset", "tiny", "--contenders", "engine,bogus"], ["bogus"]),
+        (["--preset", "tiny", "--engine-opt", "K=0"], ["K"]),
+    ],
+)
+def test_bench_accuracy_bad_parameter(capsys, flags: list[str], words: list[str]) -> None:
+    assert_usage_error(capsys, ["bench", "accuracy", *flags], *words)
+
+
+def test_module_main_is_the_command(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        accuracy.main(["--help"])
+    assert exit_.value.code == 0 and "time to accuracy" in capsys.readouterr().out

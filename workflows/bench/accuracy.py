@@ -1,0 +1,421 @@
+"""``dslide bench accuracy``: time to accuracy against the tools a user would pick instead.
+
+Every contender trains on the same shuffled rows of any XC data (``--train``/``--test``
+URLs, or a synthetic ``--preset``) in its own fresh Python process with the same number
+of threads, and is scored on the same test rows by P@k, nDCG@k and PSP@k (propensities
+from the training labels; PSP normalised by the best achievable, as the XC Repository
+reports it):
+
+- ``engine``: ``SlideClassifier`` in-process, scored after every epoch;
+- ``engine-cluster``: the same on a LocalCluster of ``--threads`` one-thread worker
+  processes (started before the clock, closed at the end);
+- ``dense``: the PyTorch full-softmax baseline of ``bench engine``, with the engine's
+  network and optimiser settings, scored after every epoch;
+- ``omikuji`` (Parabel-style label trees) and ``napkinxc`` (probabilistic label trees),
+  from PyPI with their default settings (``pip install 'dslide-dask[bench-trees]'``):
+  one point each. omikuji trains only from a file, so its time includes parsing it.
+
+"train s" is the wall-clock time from constructing the model to the end of training
+(JIT compilation included; scoring after each epoch excluded), so each per-epoch point
+is P@1 against the time a user would have waited for that model. The first run after
+installing (or changing) the engine includes compiling its kernels, which numba then
+caches on disk; run twice to see the steady state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dslide_workflows.args import add_storage_arguments, positive_int, storage_options
+from dslide_workflows.bench import engine as engine_bench
+from dslide_workflows.cli import make_classifier
+
+SUMMARY = "time to accuracy: SLIDE engine vs dense PyTorch and label-tree libraries"
+CONTENDERS = ("engine", "engine-cluster", "dense", "omikuji", "napkinxc")
+#: The module each contender needs, and how to get it when it is missing.
+REQUIRES = {
+    "dense": ("torch", "pip install 'dslide-dask[bench]'"),
+    "omikuji": ("omikuji", "pip install 'dslide-dask[bench-trees]'"),
+    "napkinxc": ("napkinxc", "pip install 'dslide-dask[bench-trees]'"),
+}
+KS = (1, 3, 5)
+#: Synthetic presets: rows taken unless --train-points/--test-points say otherwise.
+PRESET_POINTS = (50_000, 5_000)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``dslide bench accuracy``."""
+    d = parser.add_argument_group("data (XC text URLs, or a synthetic preset)")
+    d.add_argument("--train", metavar="URL", help="training data: XC text, any fsspec URL")
+    d.add_argument("--test", metavar="URL", help="test data (with --train)")
+    d.add_argument(
+        "--preset", default=None, help="synthetic preset instead of --train/--test (e.g. small)"
+    )
+    for split, n in zip(("train", "test"), PRESET_POINTS, strict=True):
+        d.add_argument(
+            f"--{split}-points",
+            type=positive_int,
+            default=None,
+            metavar="N",
+            help=f"use the first N points of the shuffled {split} split (default: all of "
+            f"a URL's, {n} of a preset's)",
+        )
+    d.add_argument("--data-seed", type=int, default=0, help="shuffle/generator seed (default: 0)")
+    d.add_argument("--cache-dir", type=Path, default=None, help="cache of generated presets")
+    d.add_argument("--refresh-data", action="store_true", help="regenerate a preset if cached")
+    add_storage_arguments(d)
+    c = parser.add_argument_group("contenders")
+    c.add_argument(
+        "--contenders",
+        type=_contender_list,
+        default=CONTENDERS,
+        metavar="A,B,...",
+        help=f"which to run, in order (default: {','.join(CONTENDERS)})",
+    )
+    c.add_argument("--epochs", type=positive_int, default=5, help="engine and dense (default: 5)")
+    c.add_argument("--threads", type=positive_int, default=2, help="per contender (default: 2)")
+    c.add_argument("--seed", type=int, default=0, help="model seed (default: 0)")
+    engine_bench.add_engine_opt(
+        c,
+        "hidden=[512] --engine-opt lr=0.02 (default: the classifier's defaults); the dense "
+        "baseline takes the same hidden, batch_size, lr, betas and init_std",
+    )
+    c.add_argument(
+        "--log-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="engine and dense print progress every N batches (default: 0, never)",
+    )
+    m = parser.add_argument_group("metrics and output")
+    m.add_argument("--propensity-a", type=float, default=0.55, help="PSP's A (default: 0.55)")
+    m.add_argument("--propensity-b", type=float, default=1.5, help="PSP's B (default: 1.5)")
+    m.add_argument("--json", type=Path, default=None, metavar="OUT", help="write results as JSON")
+    m.add_argument(
+        "--plot", type=Path, default=None, metavar="PNG", help="draw P@1 against training seconds"
+    )
+
+
+def _contender_list(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in CONTENDERS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown contender(s) {','.join(unknown) or '(none)'}; choose from "
+            f"{','.join(CONTENDERS)}"
+        )
+    return tuple(dict.fromkeys(names))
+
+
+# -- data --------------------------------------------------------------------------------------
+def prepare_data(args: argparse.Namespace, folder: Path) -> tuple[Path, dict[str, Any]]:
+    """The .npz the contenders load (shuffled prefixes of train and test) and a
+    description; URL data are read once here, presets come from bench engine's cache."""
+    if args.preset is not None:
+        spec = engine_bench.check_data_args(args.preset, 1, 1)
+        n_train = args.train_points or min(PRESET_POINTS[0], spec.n_train)
+        n_test = args.test_points or min(PRESET_POINTS[1], spec.n_test)
+        return engine_bench.bench_data(
+            args.preset, n_train, n_test, args.data_seed, args.cache_dir, args.refresh_data
+        )
+    from dslide_dask.data.batches import load
+
+    t0 = time.perf_counter()
+    so = storage_options(args.storage_option) or None
+    train, test = load(args.train, so), load(args.test, so)
+    if (train.n_features, train.n_labels) != (test.n_features, test.n_labels):
+        raise ValueError(
+            f"--train has {train.n_features} features and {train.n_labels} labels but --test "
+            f"has {test.n_features} and {test.n_labels}"
+        )
+    # real XC files are often sorted by label: shuffle before taking prefixes
+    train = train.shuffled(args.data_seed).slice(0, args.train_points or train.n_points)
+    test = test.shuffled(args.data_seed + 1).slice(0, args.test_points or test.n_points)
+    path = folder / "data.npz"
+    engine_bench.save_datasets(path, train, test)
+    print(f"data: read {args.train} and {args.test} in {time.perf_counter() - t0:.1f} s")
+    info = {"train": args.train, "test": args.test, "seed": args.data_seed}
+    info.update(train_points=train.n_points, test_points=test.n_points)
+    return path, info
+
+
+def _describe(info: dict[str, Any], train, test) -> str:
+    name = info.get("preset") or f"{info['train']} / {info['test']}"
+    return (
+        f"{name}: {train.n_points} train / {test.n_points} test points, {train.n_features} "
+        f"features, {train.n_labels} labels, {train.Y.nnz / max(train.n_points, 1):.1f} "
+        "labels a point"
+    )
+
+
+# -- contenders (each runs in its own process) -------------------------------------------------
+def scorer(train, test, config: dict[str, Any]) -> Callable[[np.ndarray], dict[str, float]]:
+    """Top-k predictions on ``test`` -> metrics, with propensities from ``train``."""
+    from dslide_dask.metrics import label_counts, xc_metrics
+
+    counts, (A, B) = label_counts(train.Y), config["propensity"]
+    return lambda topk: xc_metrics(topk, test.Y, KS, counts, train.n_points, A, B)
+
+
+def run_engine(train, test, config: dict[str, Any], client=None) -> dict[str, Any]:
+    """Fit a SlideClassifier for ``epochs``, scoring it on ``test`` after each epoch
+    (and at the end, should training stop between epochs) off the clock."""
+    from dslide_workflows.bench.torch_dense import peak_rss_mb
+
+    score = scorer(train, test, config)
+    clf = make_classifier(config["classifier"]).set_params(client=client)
+    steps_per_epoch = -(-train.n_points // clf.batch_size)
+    name = "engine" if client is None else "engine-cluster"
+    report = engine_bench._progress(name, train.n_points * clf.epochs, config["log_every"])
+    curve: list[dict[str, Any]] = []
+    seen, paused = [0], [0.0]
+
+    def evaluate(step: int) -> None:
+        if curve and curve[-1]["step"] == step:
+            return
+        t = time.perf_counter()
+        topk = clf.predict_topk(test.X, max(KS))
+        point = {"epoch": step / steps_per_epoch, "step": step, "samples": seen[0]}
+        curve.append({**point, "seconds": t - t0 - paused[0], **score(topk)})
+        paused[0] += time.perf_counter() - t
+
+    def callback(stats: dict) -> None:
+        seen[0] += stats["samples"]
+        report(stats["step"], seen[0])
+        if stats["step"] % steps_per_epoch == 0:
+            # on a cluster, statistics come in chunks of a few steps after they ran: the
+            # model scored may be those few steps further on
+            evaluate(stats["step"])
+
+    t0 = time.perf_counter()
+    clf.fit(train.X, train.Y, callback=callback)
+    evaluate(clf.n_steps_)
+    rss = peak_rss_mb()
+    if client is not None:  # the model lives in the workers
+        rss += sum(client.run(peak_rss_mb).values())
+    clf.close()
+    last = curve[-1]
+    return {
+        **last,
+        "contender": name,
+        "train_seconds": last["seconds"],
+        "samples_per_s": last["samples"] / last["seconds"],
+        "curve": curve,
+        "params": {k: v for k, v in clf.get_params().items() if k != "client"},
+        "peak_rss_mb": rss,
+    }
+
+
+def run_engine_cluster(train, test, config: dict[str, Any]) -> dict[str, Any]:
+    """:func:`run_engine` on a LocalCluster of ``n_threads`` one-thread worker processes."""
+    from distributed import Client, LocalCluster
+
+    n = config["classifier"]["n_threads"]
+    t0 = time.perf_counter()
+    with (
+        LocalCluster(
+            n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        start = time.perf_counter() - t0
+        out = run_engine(train, test, config, client)
+    return {**out, "cluster_start_seconds": start, "workers": n}
+
+
+def run_dense(train, test, config: dict[str, Any]) -> dict[str, Any]:
+    """bench engine's dense baseline, scored after each epoch off the clock."""
+    score = scorer(train, test, config)
+    curve: list[dict[str, Any]] = []
+
+    def on_epoch(epoch: int, seconds: float, topk: Callable) -> None:
+        curve.append({"epoch": epoch, "seconds": seconds, **score(topk(test.X))})
+
+    out = engine_bench.run_dense(train, test, config, on_epoch=on_epoch)
+    return {**out, **curve[-1], "contender": "dense", "curve": curve}
+
+
+def run_omikuji(train, test, config: dict[str, Any]) -> dict[str, Any]:
+    """omikuji with its default hyper-parameters, trained from the XC text file."""
+    import omikuji
+
+    threads = config["classifier"]["n_threads"]
+    t0 = time.perf_counter()
+    model = omikuji.Model.train_on_data(
+        config["train_text"], omikuji.Model.default_hyper_param(), n_threads=threads
+    )
+    seconds = time.perf_counter() - t0
+    model.init_prediction_thread_pool(threads)
+    X, values = test.X, test.X.values().tolist()
+    indices = X.indices.tolist()
+    topk = np.full((test.n_points, max(KS)), -1, np.int64)
+    for i in range(test.n_points):
+        lo, hi = X.indptr[i], X.indptr[i + 1]
+        pred = model.predict(list(zip(indices[lo:hi], values[lo:hi], strict=True)), top_k=max(KS))
+        topk[i, : len(pred)] = [label for label, _ in pred]
+    return _tree_result("omikuji", seconds, scorer(train, test, config)(topk))
+
+
+def run_napkinxc(train, test, config: dict[str, Any]) -> dict[str, Any]:
+    """napkinXC's PLT with its default settings, from scipy CSR features."""
+    from napkinxc.models import PLT
+    from scipy.sparse import csr_matrix
+
+    def scipy_x(X):
+        return csr_matrix((X.values(), X.indices, X.indptr), shape=X.shape)
+
+    c = config["classifier"]
+    X, Y = scipy_x(train.X), [train.Y.row(i).tolist() for i in range(train.n_points)]
+    with tempfile.TemporaryDirectory(prefix="dslide-napkinxc-") as out:
+        model = PLT(out, threads=c["n_threads"], seed=c["seed"])
+        t0 = time.perf_counter()
+        model.fit(X, Y)
+        seconds = time.perf_counter() - t0
+        pred = model.predict(scipy_x(test.X), top_k=max(KS))
+    topk = np.full((test.n_points, max(KS)), -1, np.int64)
+    for i, labels in enumerate(pred):
+        topk[i, : len(labels)] = labels
+    return _tree_result("napkinxc", seconds, scorer(train, test, config)(topk))
+
+
+def _tree_result(name: str, seconds: float, scores: dict[str, float]) -> dict[str, Any]:
+    from dslide_workflows.bench.torch_dense import peak_rss_mb
+
+    return {"contender": name, "train_seconds": seconds, **scores, "peak_rss_mb": peak_rss_mb()}
+
+
+RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
+    "engine": run_engine,
+    "engine-cluster": run_engine_cluster,
+    "dense": run_dense,
+    "omikuji": run_omikuji,
+    "napkinxc": run_napkinxc,
+}
+
+
+# -- report ------------------------------------------------------------------------------------
+COLUMNS = (
+    ("contender", "contender", "{}"),
+    ("train s", "train_seconds", "{:.1f}"),
+    ("epochs", "epoch", "{:.3g}"),
+    ("P@1", "P@1", "{:.4f}"),
+    ("P@3", "P@3", "{:.4f}"),
+    ("P@5", "P@5", "{:.4f}"),
+    ("PSP@1", "PSP@1", "{:.4f}"),
+    ("PSP@3", "PSP@3", "{:.4f}"),
+    ("PSP@5", "PSP@5", "{:.4f}"),
+    ("nDCG@5", "nDCG@5", "{:.4f}"),
+    ("peak RSS MB", "peak_rss_mb", "{:,.0f}"),
+)
+
+
+def format_report(results: list[dict[str, Any]]) -> str:
+    """The table (last epoch of each contender), each curve's P@1 by epoch, skipped ones."""
+    ran = [r for r in results if "skipped" not in r]
+    lines = [engine_bench.format_table(ran, COLUMNS)] if ran else []
+    for r in ran:
+        if r.get("curve"):
+            points = "  ".join(f"{p['P@1']:.4f} ({p['seconds']:.1f} s)" for p in r["curve"])
+            lines.append(f"{r['contender']} P@1 by epoch: {points}")
+    lines += [f"{r['contender']}: skipped, {r['skipped']}" for r in results if "skipped" in r]
+    return "\n".join(lines)
+
+
+def plot_p1(results: list[dict[str, Any]], title: str = "") -> bytes:
+    """PNG of test P@1 against training wall-clock seconds: a curve per per-epoch
+    contender, a point per label-tree library."""
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 5), dpi=100, layout="constrained")
+    ax = fig.subplots()
+    for r in results:
+        if "skipped" in r:
+            continue
+        if r.get("curve"):
+            xs, ys = zip(*((p["seconds"], p["P@1"]) for p in r["curve"]), strict=True)
+            ax.plot(xs, ys, marker="o", label=r["contender"])
+        else:
+            ax.plot(r["train_seconds"], r["P@1"], marker="*", markersize=14, linestyle="",
+                    label=r["contender"])  # fmt: skip
+    ax.set(xlabel="training wall-clock seconds", ylabel="test P@1", title=title)
+    ax.set_xlim(left=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best")
+    out = io.BytesIO()
+    FigureCanvasAgg(fig).print_png(out)
+    return out.getvalue()
+
+
+# -- the command -------------------------------------------------------------------------------
+def run(args: argparse.Namespace) -> int:
+    """``dslide bench accuracy``: data, each contender in its own process, table and plot."""
+    if (args.train is None) != (args.test is None):
+        raise ValueError("--train and --test go together")
+    if (args.train is None) == (args.preset is None):
+        raise ValueError("give either --train URL --test URL or --preset NAME")
+    params = {"epochs": args.epochs, "n_threads": args.threads, "seed": args.seed}
+    params.update(args.engine_opt)
+    clf = make_classifier(params)  # bad parameters fail now, not after reading the data
+    config = {
+        "classifier": {k: v for k, v in clf.get_params().items() if k != "client"},
+        "dense_input": "embedding_bag",
+        "log_every": args.log_every,
+        "propensity": [args.propensity_a, args.propensity_b],
+    }
+    missing = {n: REQUIRES[n] for n in args.contenders if n in REQUIRES}
+    missing = {n: pip for n, (mod, pip) in missing.items() if importlib.util.find_spec(mod) is None}
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="dslide-bench-accuracy-") as tmp:
+        data, info = prepare_data(args, Path(tmp))
+        train, test = engine_bench.load_datasets(data)
+        description = _describe(info, train, test)
+        if "omikuji" in args.contenders and "omikuji" not in missing:
+            from dslide_dask.data.xc_text import write_xc
+
+            config["train_text"] = str(Path(tmp) / "train.txt")
+            write_xc(config["train_text"], train)
+        del train, test
+        for name in args.contenders:
+            if name in missing:
+                results.append({"contender": name, "skipped": missing[name]})
+                continue
+            print(f"running {name} ...", flush=True)
+            module = "dslide_workflows.bench.accuracy"
+            results.append(engine_bench.run_contender(name, data, config, module))
+    print()
+    print(f"{description}; {args.epochs} epoch(s), {args.threads} thread(s)")
+    print(format_report(results))
+    if args.plot:
+        args.plot.parent.mkdir(parents=True, exist_ok=True)
+        args.plot.write_bytes(plot_p1(results, description.split(":")[0]))
+        print(f"wrote {args.plot}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        report = {"data": info, "config": config, "results": results,
+                  "host": engine_bench._host()}  # fmt: skip
+        args.json.write_text(json.dumps(report, indent=2, default=str))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dslide_workflows.bench.accuracy``: the benchmark, or one contender."""
+    return engine_bench.bench_main("accuracy", RUNNERS, argv)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
