@@ -57,6 +57,12 @@ def read_array(fs, path: str, entry: dict) -> np.ndarray:
     """Read the ``.npy`` file at ``path`` and check it against its ``entry``: a writable
     array, or :class:`CheckpointError` naming the file and what is wrong."""
     size = int(entry["bytes"])
+    try:
+        real = fs.size(path)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: file missing from the checkpoint") from None
+    if real is not None and real != size:  # before allocating: the entry is untrusted
+        raise CheckpointError(f"{path}: expected {size} bytes, found {real} bytes (truncated?)")
     buf = bytearray(size)
     view = memoryview(buf)
     crc, got = 0, 0
