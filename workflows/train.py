@@ -176,6 +176,8 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
         raise ValueError("give exactly one of --train URL or --preset NAME")
     if run["preset"] and run["test"]:
         raise ValueError("--test goes with --train, not with --preset")
+    if run["performance_report"] and run["in_process"]:
+        raise ValueError("--performance-report needs a Dask cluster (not --in-process)")
     return run, model
 
 
@@ -208,8 +210,10 @@ def _resumed(args: argparse.Namespace, run: dict) -> tuple[dict[str, Any], dict[
         raise ValueError(f"--resume keeps the run's data and batches: {flags} cannot change")
     for key in asked:
         run[key] = getattr(args, key)
-    kept = saved.get("storage_options")
-    kept = unmasked(kept) if isinstance(kept, dict) else {}
+    kept = saved.get("storage_options") or {}
+    if not isinstance(kept, dict):
+        raise ValueError(f"{where}: storage_options must be a mapping, got {kept!r}")
+    kept = unmasked(kept)
     run["storage_options"] = merge(kept, options)  # secrets were never written: pass them again
     run["run_dir"] = args.resume
     if "scheduler_address" not in asked:  # the old run's cluster is likely gone
@@ -243,12 +247,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         .strip()
         .replace("\n", "\n  "),
     )
-    folder.write_config(settings)
-    print(f"run folder: {folder.url}" + (f" (resuming at step {restore.step})" if restore else ""))
     with _cluster(run) as client:
         t0 = time.perf_counter()
         trainer = _trainer(run, cfg, shape, client, folder, restore)
         setup = time.perf_counter() - t0
+        folder.write_config(settings)  # once the checkpoint to resume from has loaded
+        print(f"run folder: {folder.url}"
+              + (f" (resuming at step {restore.step})" if restore else ""))  # fmt: skip
         report = _report(run, client)
         with trainer, report:
             progress = Progress(run, trainer, test, args.no_progress or args.log_every > 0,
