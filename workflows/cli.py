@@ -229,8 +229,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # -- main --------------------------------------------------------------------------------------
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's errors as every other error: one line ``dslide: error: ...``, exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{PROG}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=PROG,
         description="Distributed SLIDE on Dask: LSH-sparse training of extreme classifiers.",
     )

@@ -25,7 +25,7 @@ from typing import Any
 import fsspec
 import yaml
 
-from dslide_dask.checkpoint.paths import inside
+from dslide_dask.paths import inside
 from dslide_workflows.secrets import mask
 from dslide_workflows.settings import parse_yaml
 

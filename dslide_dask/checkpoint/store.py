@@ -28,8 +28,8 @@ import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from dslide_dask.checkpoint.arrays import CheckpointError, read_array, write_array
-from dslide_dask.checkpoint.paths import inside
 from dslide_dask.checkpoint.schema import check_meta
+from dslide_dask.paths import inside
 
 FORMAT = "dslide-checkpoint"
 VERSION = 1
