@@ -14,6 +14,7 @@ from dslide_dask.checkpoint.model import config_of
 from dslide_dask.data.batches import Source, plan
 from dslide_dask.data.csr import as_csr
 from dslide_dask.data.dataset import XCDataset
+from dslide_dask.data.inputs import labelled_data
 from dslide_dask.distributed.trainer import DistributedTrainer
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.metrics import precision_at_k
@@ -257,11 +258,7 @@ class SlideClassifier:
             return plan(X, storage_options)
         if Y is None:
             raise ValueError("Y (the labels) is required when X is a matrix")
-        X = as_csr(X)
-        Y = as_csr(Y, pattern=True)
-        if X.n_rows != Y.n_rows:
-            raise ValueError(f"X has {X.n_rows} rows but Y has {Y.n_rows}")
-        return XCDataset(X, Y)
+        return labelled_data(X, Y)
 
     def partial_fit(
         self, X, Y=None, callback: StepCallback | None = None, storage_options: dict | None = None

@@ -140,7 +140,7 @@ class LocalTrainer:
         storage_options: dict | None = None,
     ) -> dict[str, float]:
         """P@k on (the first ``max_points`` rows of) a data set or URL."""
-        data = load(data, storage_options, max_points)
+        data = load(data, storage_options, max_points, fits=(self.n_features, self.n_labels))
         return precision_at_k(self.topk(data.X, max(ks), exact), data.Y, ks)
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ things and prints. Bad parameters end with one line ``dslide: error: ...`` and e
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from dslide_workflows.args import (
     positive_int,
     storage_options,
 )
+from dslide_workflows.secrets import scrub
 
 PROG = "dslide"
 DEMO_PRESET = "tiny"
@@ -227,10 +229,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # -- main --------------------------------------------------------------------------------------
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's errors as every other error: one line ``dslide: error: ...``, exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{PROG}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=PROG,
         description="Distributed SLIDE on Dask: LSH-sparse training of extreme classifiers.",
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error (a bug report)"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_demo(sub)
@@ -243,19 +255,69 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``dslide``; returns the exit status (0; 2: bad parameters; 1: a job failed)."""
-    args = build_parser().parse_args(argv)
+    """Run ``dslide``; returns the exit status (0; 2: bad input or parameters, or the
+    system refused (a file, the disk, the network); 1: a job failed or an internal error).
+
+    This is the one error boundary: every failure ends as one line ``dslide: error: ...``
+    with secrets scrubbed, a traceback only with ``--debug`` (or DSLIDE_DEBUG=1).
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, FloatingPointError, ImportError) as err:
-        print(f"{PROG}: error: {_one_line(err)}", file=sys.stderr)
-        return 2
-    except JobFailed as err:
-        print(f"{PROG}: error: {_one_line(err)}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:
+        if args.debug or os.environ.get("DSLIDE_DEBUG"):
+            raise
+        text, code = describe(err)
+        print(f"{PROG}: error: {scrub(text, _secrets(args))}", file=sys.stderr)
+        return code
+
+
+def describe(err: BaseException) -> tuple[str, int]:
+    """One line for ``err`` and the exit status: 2 for bad input and what the system
+    refused, 1 for a failed job, 1 and "internal error" for anything else (a bug)."""
+    import yaml
+
+    if isinstance(err, JobFailed):
+        return _one_line(err), 1
+    if isinstance(err, ValueError | FloatingPointError | ImportError | yaml.YAMLError):
+        return _one_line(err), 2  # the project's errors (XCFormatError, CheckpointError...)
+    if isinstance(err, MemoryError):
+        return "out of memory (a size in the input is larger than this machine can hold)", 2
+    if isinstance(err, TimeoutError):
+        return f"timed out: {_one_line(err)}", 2
+    if isinstance(err, OSError):
+        return _os_error(err), 2
+    if type(err).__module__.split(".")[0] in _STORAGE_MODULES:  # botocore, aiohttp...
+        return f"storage: {_one_line(err)}", 2
+    return (
+        f"internal error ({type(err).__name__}: {_one_line(err)}); run again with "
+        f"--debug for the traceback, and please report it"
+    ), 1
+
+
+#: Libraries whose errors mean storage or the network refused (not a bug here).
+_STORAGE_MODULES = frozenset({"botocore", "aiohttp", "s3fs", "gcsfs", "adlfs", "fsspec"})
+
+
+def _os_error(err: OSError) -> str:
+    """``file: reason`` for an OSError (``[Errno 30] Read-only file system: 'x'`` ->
+    ``x: read-only file system``)."""
+    if err.strerror and err.filename is not None:
+        return f"{err.filename}: {err.strerror[0].lower()}{err.strerror[1:]}"
+    if err.strerror:
+        return err.strerror[0].lower() + err.strerror[1:]
+    return _one_line(err)
+
+
+def _secrets(args: argparse.Namespace) -> dict:
+    """The storage options of this command (flags, and the resolved ones of ``train``),
+    for scrubbing their secret values from an error line."""
+    flags = {key: value for key, value in getattr(args, "storage_option", None) or []}
+    return {"flags": flags, "resolved": getattr(args, "secret_options", None) or {}}
 
 
 def _one_line(err: BaseException) -> str:

@@ -15,7 +15,9 @@ rewritten now and then (at most every ``FLUSH_SECONDS``, at evaluations, at the 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import posixpath
 import time
 from typing import Any
@@ -23,17 +25,11 @@ from typing import Any
 import fsspec
 import yaml
 
+from dslide_dask.paths import inside
+from dslide_workflows.secrets import mask
+from dslide_workflows.settings import parse_yaml
+
 FLUSH_SECONDS = 30.0
-#: storage_options keys whose values are not written down.
-SECRET_WORDS = ("key", "secret", "token", "password", "credential")
-MASKED = "***"
-
-
-def mask_secrets(options: dict) -> dict:
-    """``options`` with the values of secret-looking keys replaced by ``"***"``."""
-    return {
-        k: MASKED if any(w in k.lower() for w in SECRET_WORDS) else v for k, v in options.items()
-    }
 
 
 class RunFolder:
@@ -56,11 +52,29 @@ class RunFolder:
     def exists(self) -> bool:
         return self.fs.exists(self.path("config.yaml"))
 
+    def resumable(self) -> bool:
+        """Whether the run has something to carry on from (a checkpoint or final model)."""
+        return any(self.fs.exists(self.path(f"{d}/LATEST")) for d in ("checkpoints", "model"))
+
+    def own_file(self, ref: str, where: str) -> str:
+        """``ref`` (a local path read from the run's own files) if it is inside this
+        folder, symbolic links followed; else a ValueError: a resumed run writes nowhere
+        else."""
+        if "file" in self.fs.protocol and isinstance(ref, str) and "://" not in ref:
+            real = os.path.realpath(ref)
+            rel = os.path.relpath(real, os.path.realpath(self.root))
+            with contextlib.suppress(ValueError):
+                inside(self.root, rel, where)
+                return real
+        raise ValueError(
+            f"{where}: performance_report {ref!r} is outside the run folder {self.url}: "
+            "give --performance-report to say where the resumed run's report goes"
+        )
+
     # -- writing -------------------------------------------------------------------------
     def write_config(self, settings: dict[str, Any]) -> None:
         self.fs.makedirs(self.root, exist_ok=True)
-        settings = {**settings, "storage_options": mask_secrets(settings["storage_options"])}
-        self._write_text("config.yaml", yaml.safe_dump(settings, sort_keys=False))
+        self._write_text("config.yaml", yaml.safe_dump(mask(settings), sort_keys=False))
 
     def add(self, kind: str, record: dict) -> None:
         """Keep a metrics record (``kind`` "step" or "eval"); flush now and then."""
@@ -74,7 +88,7 @@ class RunFolder:
         self._flushed = time.monotonic()
 
     def write_summary(self, summary: dict, text: str) -> None:
-        self._write_text("summary.json", json.dumps(summary, indent=2, default=float))
+        self._write_text("summary.json", json.dumps(mask(summary), indent=2, default=float))
         self._write_text("summary.txt", text + "\n")
 
     def write_plot(self, png: bytes) -> None:
@@ -86,10 +100,15 @@ class RunFolder:
 
     # -- reading -------------------------------------------------------------------------
     def read_config(self) -> dict[str, Any]:
+        where = self.child_url("config.yaml")
         try:
-            return yaml.safe_load(self.fs.cat_file(self.path("config.yaml"))) or {}
-        except FileNotFoundError:
+            raw = self.fs.cat_file(self.path("config.yaml"))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise FileNotFoundError(f"{self.url}: not a run folder (no config.yaml)") from None
+        saved = parse_yaml(raw, where) or {}
+        if not isinstance(saved, dict):
+            raise ValueError(f"{where}: expected a mapping of settings")
+        return saved
 
     def read_metrics(self) -> list[dict]:
         """The metrics records written so far (a line that is not JSON is named)."""

@@ -120,34 +120,55 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def resolve(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Run settings and model parameters from defaults < config file < flags."""
+    """Run settings and model parameters from defaults < config file < flags, all checked
+    (:mod:`dslide_workflows.settings`) before anything starts."""
+    from dslide_workflows.secrets import merge
+    from dslide_workflows.settings import check_model, check_run, parse_yaml
+
     run = dict(RUN_DEFAULTS)
     model: dict[str, Any] = {}
+    origin: dict[str, str] = {}
     if getattr(args, "resume", None):
         return _resumed(args, run)
+    model_where = "--opt"
     if args.config:
-        loaded = yaml.safe_load(Path(args.config).read_text()) or {}
+        loaded = parse_yaml(Path(args.config).read_bytes(), str(args.config))
         if not isinstance(loaded, dict):
             raise ValueError(f"{args.config}: expected a mapping of settings")
-        model.update(loaded.pop("model", None) or {})
-        unknown = sorted(set(loaded) - set(RUN_DEFAULTS))
+        model.update(check_model(loaded.pop("model", None) or {}, f"{args.config}: model"))
+        model_where = f"{args.config} model / --opt"
+        unknown = sorted(set(loaded) - set(RUN_DEFAULTS), key=str)
         if unknown:
             raise ValueError(f"{args.config}: unknown setting(s) {unknown}; "
                              f"known: {sorted(RUN_DEFAULTS)} and 'model'")  # fmt: skip
         run.update(loaded)
+        origin.update({k: str(args.config) for k in loaded})
     for key in RUN_DEFAULTS:
         value = getattr(args, key, None)
         if value is not None:
             run[key] = value
+            origin.pop(key, None)
+    if run["storage_options"] is None:
+        run["storage_options"] = {}
     if args.storage_option:
-        extra = storage_options(args.storage_option)
-        run["storage_options"] = {**run["storage_options"], **extra}
+        if not isinstance(run["storage_options"], dict):
+            raise ValueError(f"{args.config}: storage_options must be a mapping")
+        run["storage_options"] = merge(run["storage_options"], storage_options(args.storage_option))
+    args.secret_options = run["storage_options"]  # for the CLI to scrub from error lines
     if run["scheduler_address"] is None:
         run["scheduler_address"] = os.environ.get("DASK_SCHEDULER_ADDRESS")
     for flag in ("hidden", "lr", "hash_family", "K", "L"):
         if getattr(args, flag, None) is not None:
             model[flag] = getattr(args, flag)
     model.update(dict(args.opt))
+    check_model(model, model_where)
+    check_run(run, origin)
+    if "seed" in model:  # one seed drives the model and the data order
+        if (args.seed is not None or "seed" in origin) and model["seed"] != run["seed"]:
+            raise ValueError(f"the seed is given twice ({model_where} seed={model['seed']!r}, "
+                             f"--seed {run['seed']}): give it once")  # fmt: skip
+        run["seed"] = model["seed"]
+        check_run(run, origin)
     model["seed"] = run["seed"]
     if args.log_every < 0:
         raise ValueError(f"--log-every must be >= 0, got {args.log_every}")
@@ -155,17 +176,23 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
         raise ValueError("give exactly one of --train URL or --preset NAME")
     if run["preset"] and run["test"]:
         raise ValueError("--test goes with --train, not with --preset")
-    _check_checkpoints(run)
+    if run["performance_report"] and run["in_process"]:
+        raise ValueError("--performance-report needs a Dask cluster (not --in-process)")
     return run, model
 
 
 def _resumed(args: argparse.Namespace, run: dict) -> tuple[dict[str, Any], dict[str, Any]]:
     """Settings of a resumed run: the run folder's, with the flags of RESUMABLE."""
-    from dslide_workflows.run_folder import MASKED, RunFolder
+    from dslide_workflows.run_folder import RunFolder
+    from dslide_workflows.secrets import merge, unmasked
+    from dslide_workflows.settings import check_model, check_run
 
     options = storage_options(args.storage_option)
-    saved = RunFolder(args.resume, options).read_config()
-    model = saved.pop("model", {})
+    args.secret_options = options
+    folder = RunFolder(args.resume, options)
+    saved = folder.read_config()
+    where = folder.child_url("config.yaml")
+    model = check_model(saved.pop("model", {}), f"{where}: model")
     run.update({k: v for k, v in saved.items() if k in RUN_DEFAULTS})
     asked = {k for k in RUN_DEFAULTS if getattr(args, k, None) is not None}
     if (
@@ -183,46 +210,50 @@ def _resumed(args: argparse.Namespace, run: dict) -> tuple[dict[str, Any], dict[
         raise ValueError(f"--resume keeps the run's data and batches: {flags} cannot change")
     for key in asked:
         run[key] = getattr(args, key)
-    kept = {k: v for k, v in saved.get("storage_options", {}).items() if v != MASKED}
-    run["storage_options"] = {**kept, **options}  # secrets were never written: pass them again
+    kept = saved.get("storage_options") or {}
+    if not isinstance(kept, dict):
+        raise ValueError(f"{where}: storage_options must be a mapping, got {kept!r}")
+    kept = unmasked(kept)
+    run["storage_options"] = merge(kept, options)  # secrets were never written: pass them again
     run["run_dir"] = args.resume
     if "scheduler_address" not in asked:  # the old run's cluster is likely gone
         run["scheduler_address"] = os.environ.get("DASK_SCHEDULER_ADDRESS")
-    _check_checkpoints(run)
+    check_run(run, {k: where for k in saved if k not in asked})
+    if "performance_report" not in asked and run["performance_report"]:
+        run["performance_report"] = folder.own_file(run["performance_report"], where)
     return run, model
-
-
-def _check_checkpoints(run: dict) -> None:
-    for key in ("checkpoint_every", "checkpoint_minutes", "keep_checkpoints"):
-        if run[key] < 0:
-            raise ValueError(f"--{key.replace('_', '-')} must be >= 0, got {run[key]}")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from dslide_dask import SlideConfig
     from dslide_dask.local_trainer import position_meta
+    from dslide_workflows.secrets import mask
 
     run, model = resolve(args)
     cfg = SlideConfig.from_dict({k: tuple(v) if k == "hidden" else v for k, v in model.items()})
+    # everything is read and checked before the run folder is written or a cluster started
     folder = _run_folder(run, resume=bool(args.resume))
     restore = _restore_point(folder, run) if args.resume else None
-    print(
-        "settings:",
-        yaml.safe_dump({**run, "model": cfg.to_dict()}, sort_keys=False, default_flow_style=None)
-        .strip()
-        .replace("\n", "\n  "),
-    )
-    folder.write_config({**run, "model": cfg.to_dict()})
-    print(f"run folder: {folder.url}" + (f" (resuming at step {restore.step})" if restore else ""))
     train, test, shape = _data(run)
+    _check_memory(run, cfg, shape)
     epoch, batch = _position(restore)
     if epoch >= run["epochs"]:
         raise ValueError(f"{folder.url} already trained {epoch} of --epochs {run['epochs']}: "
                          "ask for more --epochs to carry on")  # fmt: skip
+    settings = {**run, "model": cfg.to_dict()}
+    print(
+        "settings:",
+        yaml.safe_dump(mask(settings), sort_keys=False, default_flow_style=None)
+        .strip()
+        .replace("\n", "\n  "),
+    )
     with _cluster(run) as client:
         t0 = time.perf_counter()
         trainer = _trainer(run, cfg, shape, client, folder, restore)
         setup = time.perf_counter() - t0
+        folder.write_config(settings)  # once the checkpoint to resume from has loaded
+        print(f"run folder: {folder.url}"
+              + (f" (resuming at step {restore.step})" if restore else ""))  # fmt: skip
         report = _report(run, client)
         with trainer, report:
             progress = Progress(run, trainer, test, args.no_progress or args.log_every > 0,
@@ -238,13 +269,13 @@ def cmd_train(args: argparse.Namespace) -> int:
                 progress.close()
                 folder.flush()
             seconds = time.perf_counter() - t1
+            done = position_meta(run["epochs"], 0, run["batch_size"], run["seed"], True)
+            model_url = trainer.save(folder.child_url("model"), run["storage_options"], done)
             scores = None
             if test is not None:
                 scores = trainer.evaluate(test, max_points=run["eval_points"],
                                           storage_options=run["storage_options"])  # fmt: skip
             shards = trainer.shard_info() if client is not None else []
-            done = position_meta(run["epochs"], 0, run["batch_size"], run["seed"], True)
-            model_url = trainer.save(folder.child_url("model"), run["storage_options"], done)
         recoveries = getattr(trainer, "recoveries", [])
         text, numbers = summary(trainer.history, seconds, setup, shape, cfg, shards, scores,
                                 progress.evaluations, recoveries)  # fmt: skip
@@ -256,7 +287,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _run_folder(run: dict, resume: bool):
-    """The run's folder: given, or a new one under runs/; never someone else's run."""
+    """The run's folder: given, or a new one under runs/; never someone else's run (a
+    folder that a failed run left without a checkpoint or model may be used again)."""
     from dslide_workflows.run_folder import RunFolder
 
     if run["run_dir"] is None:
@@ -267,10 +299,20 @@ def _run_folder(run: dict, resume: bool):
             taken += 1
         run["run_dir"] = name + (f"-{taken}" if taken > 1 else "")
     folder = RunFolder(run["run_dir"], run["storage_options"])
-    if not resume and folder.exists():
+    if not resume and folder.exists() and folder.resumable():
         raise ValueError(f"{folder.url} already holds a run: --resume {folder.url} to carry "
                          "it on, or choose another --run-dir")  # fmt: skip
     return folder
+
+
+def _check_memory(run: dict, cfg, shape: tuple[int, int]) -> None:
+    """A model sized by the data's header must fit this machine when it is built here (in
+    process or on a LocalCluster), before anything is allocated."""
+    from dslide_dask.memory import check_memory, model_bytes
+
+    if run["in_process"] or not run["scheduler_address"]:
+        what = f"a model of {shape[0]:,} features and {shape[1]:,} labels (hidden {cfg.hidden})"
+        check_memory(model_bytes(cfg.hidden, *shape), what)
 
 
 def _restore_point(folder, run: dict):
@@ -308,15 +350,31 @@ def _finish(folder, text: str, numbers: dict, model_url: str) -> None:
 
 
 def _data(run: dict):
-    """Training and test sources, and (n_features, n_labels)."""
+    """Training source, test data (read and checked now, cut to --eval-points) and
+    (n_features, n_labels)."""
     from dslide_dask.data import synthetic
     from dslide_dask.data.batches import plan, shape
+    from dslide_dask.data.inputs import check_fits
+    from dslide_dask.data.source import open_source, read_dataset
 
     if run["preset"]:
         train, test = synthetic.make_synthetic(run["preset"], seed=run["seed"])
-        return train, test, shape(train)
+        return train, test.slice(0, run["eval_points"]), shape(train)
     # headers only: the training data itself is read by the workers
-    return run["train"], run["test"], shape(plan(run["train"], run["storage_options"]))
+    train = plan(run["train"], run["storage_options"])
+    test = None
+    if run["test"]:
+        so = run["storage_options"]
+        check_fits(open_source(run["test"], so), *shape(train), what=run["test"])
+        test, skipped = read_dataset(run["test"], so, skip_bad_lines=run["skip_bad_lines"])
+        if skipped:
+            print(f"test data: {skipped} bad line(s) skipped in {run['test']}")
+        if len(test) == 0:
+            raise ValueError(f"{run['test']}: no points to evaluate on")
+        test = test.slice(0, run["eval_points"])
+    if train.n_points == 0:
+        raise ValueError(f"{run['train']}: no points to train on (the header says 0)")
+    return train, test, shape(train)
 
 
 @contextlib.contextmanager

@@ -57,6 +57,12 @@ def read_array(fs, path: str, entry: dict) -> np.ndarray:
     """Read the ``.npy`` file at ``path`` and check it against its ``entry``: a writable
     array, or :class:`CheckpointError` naming the file and what is wrong."""
     size = int(entry["bytes"])
+    try:
+        real = fs.size(path)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: file missing from the checkpoint") from None
+    if real is not None and real != size:  # before allocating: the entry is untrusted
+        raise CheckpointError(f"{path}: expected {size} bytes, found {real} bytes (truncated?)")
     buf = bytearray(size)
     view = memoryview(buf)
     crc, got = 0, 0
@@ -88,8 +94,10 @@ def _parse_npy(buf: bytearray, path: str, entry: dict) -> np.ndarray:
             (2, 0): np.lib.format.read_array_header_2_0,
         }[version]
         shape, fortran, dtype = read_header(header)
-    except (ValueError, KeyError) as err:
-        raise CheckpointError(f"{path}: not a .npy array file ({err})") from None
+    except MemoryError:
+        raise
+    except Exception as err:  # numpy parses the header as Python: TokenError, SyntaxError...
+        raise CheckpointError(f"{path}: not a .npy array file ({type(err).__name__})") from None
     if dtype.hasobject or fortran:
         raise CheckpointError(f"{path}: unsupported array layout (object or Fortran order)")
     if dtype.str != entry["dtype"] or list(shape) != list(entry["shape"]):

@@ -28,11 +28,15 @@ import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from dslide_dask.checkpoint.arrays import CheckpointError, read_array, write_array
+from dslide_dask.checkpoint.schema import check_meta
+from dslide_dask.paths import inside
 
 FORMAT = "dslide-checkpoint"
 VERSION = 1
 LATEST = "LATEST"
 META = "meta.json"
+#: Largest meta.json read (a big model's is a few kB: one entry per array).
+META_MAX_BYTES = 16 << 20
 
 
 @dataclass
@@ -119,12 +123,11 @@ class CheckpointStore:
 
     def latest(self) -> Checkpoint | None:
         """The newest committed checkpoint, or None when there is none yet."""
-        try:
-            name = self.fs.cat_file(posixpath.join(self.root, LATEST)).decode().strip()
-        except FileNotFoundError:
+        latest = posixpath.join(self.root, LATEST)
+        if not self.fs.exists(latest):
             return None
-        return open_checkpoint(self.fs.unstrip_protocol(posixpath.join(self.root, name)),
-                               self.storage_options)  # fmt: skip
+        path = _follow_latest(self.fs, self.root)
+        return open_checkpoint(self.fs.unstrip_protocol(path), self.storage_options)
 
     def list(self) -> list[str]:
         """Names of the checkpoint folders present, oldest first (committed or not)."""
@@ -151,27 +154,54 @@ def open_checkpoint(url: str, storage_options: dict | None = None) -> Checkpoint
     latest checkpoint is taken. Errors say what is missing or wrong."""
     fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
     for candidate in (path, posixpath.join(path, "checkpoints")):
-        latest = posixpath.join(candidate, LATEST)
-        if fs.exists(latest):
-            name = fs.cat_file(latest).decode().strip()
-            path = posixpath.join(candidate, name)
+        if fs.exists(posixpath.join(candidate, LATEST)):
+            path = _follow_latest(fs, candidate)
             break
     meta_path = posixpath.join(path, META)
+    where = fs.unstrip_protocol(meta_path)
     try:
-        with fs.open(meta_path, "r") as f:
-            meta = json.load(f)
+        size = fs.size(meta_path)
+        if size is not None and size > META_MAX_BYTES:
+            raise CheckpointError(f"{where}: {size} bytes, too big for checkpoint metadata")
+        meta = json.loads(fs.cat_file(meta_path))
     except FileNotFoundError:
         raise CheckpointError(f"{url}: no checkpoint here ({META} or {LATEST} not found)") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"{where}: a folder, not a file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{fs.unstrip_protocol(meta_path)}: not valid JSON ({err})") from None
-    _check_meta(meta, fs.unstrip_protocol(meta_path))
+        raise CheckpointError(f"{where}: not valid JSON ({err})") from None
+    except RecursionError:
+        raise CheckpointError(f"{where}: not valid checkpoint JSON (nested too deeply)") from None
+    _check_format(meta, where)
+    check_meta(meta, where, _array_sizes(fs, path))
     return Checkpoint(fs, path, meta)
 
 
-_REQUIRED = ("step", "config", "n_features", "n_labels", "layout", "shards", "arrays", "hidden")
+def _follow_latest(fs, root: str) -> str:
+    """The checkpoint folder ``root/LATEST`` names: a folder inside ``root``, nowhere else."""
+    where = fs.unstrip_protocol(posixpath.join(root, LATEST))
+    raw = fs.cat_file(posixpath.join(root, LATEST))
+    try:
+        name = raw.decode().strip()
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{where}: not a checkpoint name") from None
+    path = inside(root, name, where)
+    if posixpath.dirname(path) != root.rstrip("/"):
+        raise CheckpointError(f"{where}: {name!r} is not a checkpoint folder of {root}")
+    return path
 
 
-def _check_meta(meta: dict, where: str) -> None:
+def _array_sizes(fs, path: str) -> dict[str, int]:
+    """Array name -> bytes of the ``.npy`` files under a checkpoint folder."""
+    out = {}
+    for name, info in fs.find(path, detail=True).items():
+        rel = name[len(path.rstrip("/")) + 1 :] if name.startswith(path.rstrip("/")) else name
+        if rel.endswith(".npy"):
+            out[rel[: -len(".npy")]] = int(info.get("size") or 0)
+    return out
+
+
+def _check_format(meta, where: str) -> None:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{where}: not a dslide-dask checkpoint")
     if meta.get("version") != VERSION:
@@ -179,6 +209,3 @@ def _check_meta(meta: dict, where: str) -> None:
             f"{where}: checkpoint format version {meta.get('version')}, this dslide-dask "
             f"reads version {VERSION}"
         )
-    missing = [k for k in _REQUIRED if k not in meta]
-    if missing:
-        raise CheckpointError(f"{where}: metadata lacks {', '.join(missing)}")

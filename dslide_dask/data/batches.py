@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from dslide_dask.data.dataset import XCDataset
+from dslide_dask.data.inputs import check_fits
 from dslide_dask.data.shuffle import ReadStats, iter_batches
 from dslide_dask.data.source import DataSource, open_source, read_dataset
 
@@ -27,10 +28,18 @@ def plan(source: Source | str, storage_options: dict | None = None) -> Source:
 
 
 def load(
-    source: XCDataset | str, storage_options: dict | None = None, max_points: int | None = None
+    source: XCDataset | str,
+    storage_options: dict | None = None,
+    max_points: int | None = None,
+    fits: tuple[int, int] | None = None,
 ) -> XCDataset:
-    """A data set in memory (the first ``max_points`` rows), e.g. for evaluation."""
+    """A data set in memory (the first ``max_points`` rows), e.g. for evaluation; with
+    ``fits=(n_features, n_labels)`` checked against a model (headers first)."""
+    if fits is not None and not isinstance(source, XCDataset):
+        check_fits(open_source(source, storage_options), *fits, what=source)
     data = source if isinstance(source, XCDataset) else read_dataset(source, storage_options)[0]
+    if fits is not None:
+        check_fits(data, *fits, what="the evaluation data")
     return data if max_points is None else data.slice(0, max_points)
 
 

@@ -63,6 +63,7 @@ from dslide_dask.data.source import (
 from dslide_dask.data.synthetic import _ordered_map
 from dslide_dask.data.xc_text import XCFormatError
 from dslide_dask.kernels import chunk_codec as codec
+from dslide_dask.paths import inside
 
 FORMAT = "dslide-xc-chunks"
 VERSION = 2
@@ -185,6 +186,8 @@ def plan_chunks(manifest_url: str, storage_options: dict) -> DataSource:
         raw = f.read()
     m = _check_manifest(raw, manifest_url)
     base = manifest_url[: -len(MANIFEST)]
+    for c in m["chunks"]:  # a chunk is a file of this folder, never one elsewhere
+        inside(base, c["file"], manifest_url)
     parts = tuple(
         Partition(
             url=base + c["file"],
@@ -203,6 +206,15 @@ def plan_chunks(manifest_url: str, storage_options: dict) -> DataSource:
 def read_chunk(part: Partition) -> XCDataset:
     """One chunk of the converted layout, decoded and validated."""
     fs, path = fsspec.core.url_to_fs(part.url, **part.storage_options)
+    try:
+        size = fs.size(path)
+    except FileNotFoundError:
+        raise XCFormatError(part.url, None, "chunk file missing (the manifest names it)") from None
+    if part.size is not None and size != part.size:  # before reading it all
+        raise XCFormatError(
+            part.url, None, f"chunk has {size} bytes but the manifest says {part.size} "
+            "(truncated or replaced?)",
+        )  # fmt: skip
     buf = fs.cat_file(path)
     if part.size is not None and len(buf) != part.size:
         raise XCFormatError(
@@ -296,7 +308,7 @@ def _npz_arrays(buf: bytes, url: str) -> dict[str, np.ndarray]:
     try:
         with zipfile.ZipFile(io.BytesIO(buf)) as z:
             infos = {i.filename: i for i in z.infolist()}
-    except zipfile.BadZipFile as err:
+    except (zipfile.BadZipFile, NotImplementedError, ValueError) as err:
         raise XCFormatError(url, None, f"not a valid npz chunk ({err})") from None
     names = sorted(n.removesuffix(".npy") for n in infos)
     if names != sorted(ARRAYS):
@@ -316,8 +328,11 @@ def _npz_arrays(buf: bytes, url: str) -> dict[str, np.ndarray]:
                 if version == (1, 0)
                 else np.lib.format.read_array_header_2_0(f)
             )
-        except (ValueError, struct.error) as err:
-            raise XCFormatError(url, None, f"{name} is not a valid .npy array ({err})") from None
+        except MemoryError:
+            raise
+        except Exception as err:  # numpy parses the header as Python: TokenError, SyntaxError
+            detail = str(err) or type(err).__name__
+            raise XCFormatError(url, None, f"{name} is not a valid .npy array ({detail})") from None
         if got not in dtypes or len(shape) != 1:
             allowed = " or ".join(str(d) for d in dtypes)
             raise XCFormatError(

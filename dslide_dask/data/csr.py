@@ -116,22 +116,88 @@ def check_ids(ids: np.ndarray, n_cols: int, what: str) -> None:
         raise ValueError(f"{what} id {int(bad)} out of range [0, {n_cols})")
 
 
-def as_csr(matrix, n_cols: int | None = None, *, pattern: bool = False) -> CSR:
+def as_csr(
+    matrix, n_cols: int | None = None, *, pattern: bool = False, name: str = "matrix"
+) -> CSR:
     """Convert what users pass (CSR, ``sparse`` arrays, scipy matrices, numpy arrays, lists
     of id arrays) to :class:`CSR`. ``pattern=True`` drops values (label indicator matrices).
+
+    Careless input is refused or read as meant, with ``name`` in the message: a list of
+    rows is a dense matrix of values for features (``pattern=False``) and a list of
+    label-id arrays for labels, unless its rows are equal-length 0/1 indicators that
+    repeat an id (then an indicator matrix); object arrays are converted to numbers or
+    refused; NaN or infinite values and ids out of range are named with their row.
     """
     if isinstance(matrix, CSR):
         out = matrix
+        check_ids(out.indices, out.n_cols, f"{name} column")
     elif isinstance(matrix, list | tuple):
-        if n_cols is None:
-            n_cols = 1 + max((int(np.max(r)) for r in matrix if len(r)), default=-1)
-        return CSR.from_lists(matrix, n_cols)
+        if not pattern or _indicator_rows(matrix):
+            out = _csr_from_array_like(_numeric(matrix, name))
+        else:
+            rows = _label_rows(matrix, name)
+            if n_cols is None:
+                n_cols = 1 + max((int(r.max()) for r in rows if len(r)), default=-1)
+            return CSR.from_lists(rows, n_cols)
     else:
+        if isinstance(matrix, np.ndarray) and matrix.dtype.hasobject:
+            matrix = _numeric(matrix, name)
         out = _csr_from_array_like(matrix)
     if pattern and out.data is not None:
         out = CSR(out.indptr, out.indices, None, out.n_cols)
+    if out.data is not None and not np.isfinite(out.data).all():
+        at = int(np.flatnonzero(~np.isfinite(out.data))[0])
+        row = int(np.searchsorted(out.indptr, at, side="right")) - 1
+        raise ValueError(
+            f"{name} holds {out.data[at]} at row {row}, column {int(out.indices[at])}: "
+            "values must be finite numbers"
+        )
     if n_cols is not None and out.n_cols != n_cols:
-        raise ValueError(f"matrix has {out.n_cols} columns, expected {n_cols}")
+        raise ValueError(f"{name} has {out.n_cols} columns, expected {n_cols}")
+    return out
+
+
+def _numeric(rows, name: str) -> np.ndarray:
+    """A list of rows (or an object array) as a 2-D float matrix, or a ValueError."""
+    try:
+        dense = np.asarray(rows, dtype=np.float64)
+    except (ValueError, TypeError):
+        raise ValueError(
+            f"{name} is not a numeric matrix (rows of different lengths or non-numbers): "
+            "pass a 2-D numeric array or a sparse matrix"
+        ) from None
+    if dense.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-D matrix, got shape {dense.shape}")
+    return dense
+
+
+def _indicator_rows(rows) -> bool:
+    """Whether label rows are a 0/1 indicator matrix rather than label-id lists: equal
+    lengths, only 0 and 1, and some row repeating an id (no id list can)."""
+    try:
+        arr = np.asarray(rows)
+    except ValueError:
+        return False
+    if arr.ndim != 2 or arr.shape[1] < 2 or arr.dtype.kind not in "biuf":
+        return False
+    if arr.dtype.kind == "b":
+        return True
+    zero_one = ((arr == 0) | (arr == 1)).all()
+    return bool(zero_one and ((arr == 0).sum(1) > 1).any() | ((arr == 1).sum(1) > 1).any())
+
+
+def _label_rows(rows, name: str) -> list[np.ndarray]:
+    """Label-id rows as int64 arrays; non-integers and repeated ids refused."""
+    out = []
+    for i, r in enumerate(rows):
+        a = np.asarray(r).ravel()
+        whole = a.dtype.kind in "iu" or (a.dtype.kind == "f" and np.array_equal(a, np.round(a)))
+        if a.size and not whole:
+            raise ValueError(f"{name} row {i}: label ids must be integers, got {a[:5]}")
+        a = a.astype(np.int64)
+        if len(np.unique(a)) != len(a):
+            raise ValueError(f"{name} row {i} repeats a label id: {a[:10].tolist()}")
+        out.append(a)
     return out
 
 

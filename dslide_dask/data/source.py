@@ -42,7 +42,6 @@ local copy of every file it touches: whole files, even for a byte range) or
 from __future__ import annotations
 
 import dataclasses
-import io
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -54,7 +53,14 @@ import numpy as np
 
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
-from dslide_dask.data.xc_text import XCFormatError, parse_header, parse_lines
+from dslide_dask.data.xc_text import (
+    UNKNOWN_SIZE,
+    XCFormatError,
+    compression_of,
+    decompress,
+    parse_header,
+    parse_lines,
+)
 from dslide_dask.kernels import xc_text as K
 
 log = logging.getLogger(__name__)
@@ -66,7 +72,6 @@ MANIFEST = "manifest.json"
 _HEAD = 1 << 16  # bytes (raw) read for a header
 _LOOKAHEAD = 1 << 16  # bytes read past a range's end to finish its last line
 _SCAN = 16 << 20  # bytes a read when counting lines before a range
-_ZSTD_EXTENSIONS = ("zst", "zstd")
 
 
 @dataclass(frozen=True)
@@ -299,22 +304,10 @@ def _list_files(fs, url: str, path: str, so: dict) -> list[tuple[str, str, int]]
     return files
 
 
-def _compression(url: str) -> str | None:
-    ext = url.rsplit(".", 1)[-1].lower() if "." in url.rsplit("/", 1)[-1] else ""
-    if ext in _ZSTD_EXTENSIONS:
-        if "zstd" not in fsspec.compression.compr:
-            raise ImportError(
-                f"{url} is zstd-compressed: reading it needs the zstandard package "
-                "(pip install zstandard)"
-            )
-        return "zstd"
-    return fsspec.utils.infer_compression(url)
-
-
 def _plan_text(
     fs, url: str, files: list[tuple[str, str, int]], so: dict, partition_bytes: int
 ) -> DataSource:
-    comps = [_compression(f[0]) for f in files]
+    comps = [compression_of(f[0]) for f in files]
     with ThreadPoolExecutor(min(16, len(files))) as pool:
         heads = list(pool.map(lambda f, c: _read_head(fs, *f, c), files, comps))
     parts: list[Partition] = []
@@ -364,34 +357,22 @@ def _read_head(fs, url: str, path: str, size: int, comp: str | None) -> tuple[in
         if comp is None:
             return parse_header(raw, url, size)[:3]
         try:
-            head = _decompress(raw, url, comp, limit=_HEAD)
+            head = decompress(raw, url, comp, limit=_HEAD)
         except XCFormatError:
             if n < min(size, _SCAN):
                 n *= 8  # the prefix was too short (a bzip2 block is up to 900 kB)
                 continue
             raise
-        return parse_header(head, url)[:3]
+        # N_points is bounded by the decompressed size, known only if the head is all of it;
+        # reading the whole file (_read_whole) checks it against the real size
+        whole = len(head) < _HEAD
+        return parse_header(head, url, len(head) if whole else UNKNOWN_SIZE)[:3]
 
 
 # -- reading text ------------------------------------------------------------------------------
-def _decompress(raw: bytes, url: str, comp: str, limit: int = -1) -> bytes:
-    """``raw`` decompressed (its first ``limit`` bytes if >= 0); corrupt streams raise
-    :class:`XCFormatError`."""
-    try:
-        with fsspec.compression.compr[comp](io.BytesIO(raw), mode="rb") as f:
-            return f.read(limit)
-    except EOFError as err:
-        raise XCFormatError(url, None, f"truncated {comp} stream ({err})") from None
-    except MemoryError:
-        raise
-    except Exception as err:  # zlib.error, lzma.LZMAError, OSError, ZstdError, ...
-        detail = str(err) or type(err).__name__
-        raise XCFormatError(url, None, f"not a valid {comp} file ({detail})") from None
-
-
 def _read_whole(fs, path: str, part: Partition, skip: bool) -> tuple[XCDataset, int]:
     raw = fs.cat_file(path)
-    buf = _decompress(raw, part.url, part.compression) if part.compression else raw
+    buf = decompress(raw, part.url, part.compression) if part.compression else raw
     header = parse_header(buf, part.url)
     _check_header(part, header[:3])
     parsed = parse_lines(

@@ -11,6 +11,7 @@ bad lines.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from collections.abc import Callable
@@ -25,6 +26,10 @@ from dslide_dask.kernels import xc_text as K
 _INT32_MAX = np.iinfo(np.int32).max
 _WRITE_ROWS = 16384  # rows formatted per kernel call when writing
 _MAX_HEADER = 1024  # bytes of line 1 looked at
+_ZSTD_EXTENSIONS = ("zst", "zstd")
+#: ``parse_header(size=UNKNOWN_SIZE)``: the file's size is not known (the head of a
+#: compressed stream), so N_points cannot be bounded yet.
+UNKNOWN_SIZE = -1
 
 
 class XCFormatError(ValueError):
@@ -45,9 +50,42 @@ def read_xc(url: str, storage_options: dict | None = None) -> XCDataset:
     """Read an XC text file from a local path or fsspec URL (compression inferred)."""
     import fsspec
 
-    with fsspec.open(url, "rb", compression="infer", **(storage_options or {})) as f:
+    with fsspec.open(url, "rb", **(storage_options or {})) as f:
         buf = f.read()
-    return parse_xc(buf, source=url)
+    comp = compression_of(url)
+    return parse_xc(decompress(buf, url, comp) if comp else buf, source=url)
+
+
+def compression_of(url: str) -> str | None:
+    """fsspec's compression name for ``url``'s extension (None: not compressed)."""
+    import fsspec
+
+    ext = url.rsplit(".", 1)[-1].lower() if "." in url.rsplit("/", 1)[-1] else ""
+    if ext in _ZSTD_EXTENSIONS:
+        if "zstd" not in fsspec.compression.compr:
+            raise ImportError(
+                f"{url} is zstd-compressed: reading it needs the zstandard package "
+                "(pip install zstandard)"
+            )
+        return "zstd"
+    return fsspec.utils.infer_compression(url)
+
+
+def decompress(raw: bytes, url: str, comp: str, limit: int = -1) -> bytes:
+    """``raw`` decompressed (its first ``limit`` bytes if >= 0); corrupt streams raise
+    :class:`XCFormatError`."""
+    import fsspec
+
+    try:
+        with fsspec.compression.compr[comp](io.BytesIO(raw), mode="rb") as f:
+            return f.read(limit)
+    except EOFError as err:
+        raise XCFormatError(url, None, f"truncated {comp} stream ({err})") from None
+    except MemoryError:
+        raise
+    except Exception as err:  # zlib.error, lzma.LZMAError, OSError, ZstdError, ...
+        detail = str(err) or type(err).__name__
+        raise XCFormatError(url, None, f"not a valid {comp} file ({detail})") from None
 
 
 def parse_xc(buf: bytes, source: str = "<bytes>") -> XCDataset:
@@ -104,6 +142,13 @@ def parse_lines(
     )  # fmt: skip
     locate = locate or (lambda line: line)
     shape = (n_points if header_points is None else header_points, n_features, n_labels)
+    if err[0] == K.ERR_EXTRA and err[4] > 0:  # a blank line mid-file made the extra point
+        raise XCFormatError(
+            source, locate(int(err[4])),
+            f"blank line in the middle of the file: it is read as a point without labels or "
+            f"features, so the file has more points than the header's N_points = {shape[0]} "
+            f"(the first extra one on line {locate(int(err[1]))})",
+        )  # fmt: skip
     if err[0] != K.OK:
         raise XCFormatError(source, locate(int(err[1])), _problem(buf[:stop], err, *shape))
     first_bad = None
@@ -151,12 +196,22 @@ MAGIC = {
 }
 
 
+_BOMS = {b"\xef\xbb\xbf": "UTF-8", b"\xff\xfe": "UTF-16", b"\xfe\xff": "UTF-16"}
+
+
 def parse_header(buf: bytes, source: str, size: int | None = None) -> tuple[int, int, int, int]:
     """(n_points, n_features, n_labels, byte offset of line 2) from the start of a file.
 
     ``buf`` may be just the file's first bytes if ``size`` (the whole file's, when known)
-    is given: it bounds N_points (a point takes at least one byte).
+    is given: it bounds N_points (a point takes at least one byte). ``UNKNOWN_SIZE``: no
+    bound yet (the first bytes of a compressed stream).
     """
+    for bom, what in _BOMS.items():
+        if buf.startswith(bom):
+            raise XCFormatError(
+                source, 1, f"the file starts with a {what} byte-order mark (BOM): "
+                "save it as plain ASCII/UTF-8 text without a BOM",
+            )  # fmt: skip
     if re.match(rb"\s*\Z", buf):  # stops at the first non-blank byte: no copy
         raise XCFormatError(
             source, 1, "empty file (expected header 'N_points N_features N_labels')"
@@ -186,7 +241,7 @@ def parse_header(buf: bytes, source: str, size: int | None = None) -> tuple[int,
         if v > _INT32_MAX:
             raise XCFormatError(source, 1, f"header {name} {v} exceeds the int32 limit")
     size = len(buf) if size is None else size
-    if n_points > size:
+    if size != UNKNOWN_SIZE and n_points > size:
         raise XCFormatError(
             source, 1, f"header N_points {n_points} exceeds the file size ({size} bytes)"
         )

@@ -254,7 +254,8 @@ class Coordinator:
         exact: bool, max_points: int | None,
     ) -> dict[str, float]:  # fmt: skip
         """P@k on (the first ``max_points`` rows of) a data set or URL read here."""
-        data = await asyncio.to_thread(load, source, storage_options, max_points)
+        fits = (self.n_features, self.n_labels)
+        data = await asyncio.to_thread(load, source, storage_options, max_points, fits)
         scores = precision_at_k(await self.topk(data.X, max(ks), exact), data.Y, ks)
         if len(data):
             self._publish({"step": self.step, **scores})

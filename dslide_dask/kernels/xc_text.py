@@ -12,7 +12,7 @@ import numpy as np
 # error codes returned by parse_body (err[0])
 OK = 0
 ERR_FEW_POINTS = 1  # file ends before the header's N_points lines; err[4] = points read
-ERR_EXTRA = 2  # a non-blank line after N_points points
+ERR_EXTRA = 2  # a non-blank line after N_points points; err[4] = first blank line read, or 0
 ERR_LABEL_TOKEN = 3  # label token is not a non-negative integer (err[5:7] = labels field)
 ERR_LABEL_RANGE = 4  # label id >= n_labels
 ERR_LABEL_DUP = 5  # err[4] = the duplicated label
@@ -381,6 +381,16 @@ def _parse_row(buf, pos, n, n_features, n_labels, x_idx, x_val, y_idx, nx, ny, e
 
 
 @numba.njit(cache=True, nogil=True)
+def _blank_line(buf: np.ndarray, pos: int, n: int) -> bool:
+    """Whether the line at ``pos`` holds only blanks."""
+    while pos < n and buf[pos] != _LF:
+        if not _is_space(buf[pos]):
+            return False
+        pos += 1
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
 def parse_lines(
     buf: np.ndarray,
     pos: int,
@@ -415,6 +425,7 @@ def parse_lines(
     ny = 0
     rows = 0
     n_skipped = 0
+    blank = 0  # line number of the first blank line read as an (empty) point
     line = first_line
     for _ in range(n_points):
         if pos >= n:
@@ -439,6 +450,8 @@ def parse_lines(
                 pos += 1
             pos += 1
         else:
+            if nx2 == nx and ny2 == ny and blank == 0 and _blank_line(buf, start, n):
+                blank = line
             nx = nx2
             ny = ny2
             rows += 1
@@ -453,6 +466,7 @@ def parse_lines(
             elif not _is_space(c):
                 err[0] = ERR_EXTRA
                 err[1] = line
+                err[4] = blank
                 err[2] = pos
                 err[3] = _token_end(buf, pos, n, False)
                 break

@@ -1,0 +1,127 @@
+"""The shape ``meta.json`` must have before any of its numbers is used.
+
+Loading indexes the metadata (``meta["shards"][0]["step"]``, ``meta["layout"]...``) and
+sizes arrays and networks by it: a missing key, a wrong type or a size that disagrees
+with the files would surface as a KeyError, an IndexError or a huge allocation. Here the
+whole structure is checked once, and every array entry against its file's real size, so
+what loading then allocates is bounded by what is on disk.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from dslide_dask.checkpoint.arrays import CheckpointError
+
+_INT32_MAX = int(np.iinfo(np.int32).max)
+#: a .npy header is at most this long (numpy pads it to 64-byte multiples, < 64 KiB)
+_NPY_HEADER_MAX = 1 << 16
+_REQUIRED = ("step", "config", "n_features", "n_labels", "layout", "shards", "arrays", "hidden")
+
+
+def check_meta(meta, where: str, sizes: dict[str, int] | None = None) -> None:
+    """Raise :class:`CheckpointError` naming ``where`` unless ``meta`` is complete and
+    consistent; ``sizes`` (array name -> bytes on storage) are checked against the
+    entries when given."""
+    _require(isinstance(meta, dict), where, "not a JSON object")
+    missing = [k for k in _REQUIRED if k not in meta]
+    _require(not missing, where, f"metadata lacks {', '.join(missing)}")
+    _int(meta["step"], f"{where}: step", 0, 1 << 62)
+    n_features = _int(meta["n_features"], f"{where}: n_features", 1, _INT32_MAX)
+    n_labels = _int(meta["n_labels"], f"{where}: n_labels", 1, _INT32_MAX)
+    _require(isinstance(meta["config"], dict), where, "config is not a mapping")
+    hidden = meta["config"].get("hidden")
+    _require(
+        isinstance(hidden, list) and hidden and all(_is_int(h) and h >= 1 for h in hidden),
+        where, f"config hidden must be a list of positive integers, got {hidden!r}",
+    )  # fmt: skip
+    layout = meta["layout"]
+    _require(isinstance(layout, dict), where, "layout is not a mapping")
+    n_neurons = _int(layout.get("n_neurons"), f"{where}: layout n_neurons", 1, _INT32_MAX)
+    _require(n_neurons == n_labels, where, f"layout has {n_neurons} neurons, n_labels {n_labels}")
+    pattern = layout.get("pattern")
+    _require(
+        isinstance(pattern, list) and pattern and all(_is_int(p) and p >= 0 for p in pattern),
+        where, "layout pattern must be a non-empty list of shard numbers",
+    )  # fmt: skip
+    shards = meta["shards"]
+    _require(isinstance(shards, list) and shards, where, "shards must be a non-empty list")
+    for i, s in enumerate(shards):
+        _require(isinstance(s, dict), where, f"shards[{i}] is not a mapping")
+        for key in ("step", "neurons"):
+            _int(s.get(key), f"{where}: shards[{i}] {key}", 0, 1 << 62)
+    _require(
+        max(pattern) < len(shards), where, f"layout pattern names shard {max(pattern)} "
+        f"but there are {len(shards)} shards",
+    )  # fmt: skip
+    _require(isinstance(meta["hidden"], dict), where, "hidden is not a mapping")
+    _int(meta["hidden"].get("step"), f"{where}: hidden step", 0, 1 << 62)
+    if "position" in meta:
+        pos = meta["position"]
+        _require(isinstance(pos, dict), where, "position is not a mapping")
+        for key in ("epoch", "batch"):
+            _int(pos.get(key), f"{where}: position {key}", 0, 1 << 62)
+    arrays = meta["arrays"]
+    _require(isinstance(arrays, dict), where, "arrays is not a mapping")
+    for name, entry in arrays.items():
+        _check_entry(name, entry, where, None if sizes is None else sizes.get(name, -1))
+    w0 = arrays.get("hidden/W0")
+    _require(
+        w0 is not None and w0["shape"] == [n_features, hidden[0]], where,
+        f"hidden/W0 must have shape [{n_features}, {hidden[0]}] (n_features x hidden[0]), "
+        f"the entry says {None if w0 is None else w0['shape']}",
+    )  # fmt: skip
+    rows = 0
+    for i in range(len(shards)):
+        entry = arrays.get(f"shard-{i:04d}/W")
+        _require(entry is not None, where, f"no array shard-{i:04d}/W")
+        _require(
+            entry["shape"] == [shards[i]["neurons"], hidden[-1]], where,
+            f"shard-{i:04d}/W has shape {entry['shape']}, expected "
+            f"[{shards[i]['neurons']}, {hidden[-1]}]",
+        )  # fmt: skip
+        rows += shards[i]["neurons"]
+    _require(rows == n_labels, where, f"the shards hold {rows} neurons, n_labels is {n_labels}")
+
+
+def _check_entry(name, entry, where: str, size: int | None) -> None:
+    _require(isinstance(name, str) and isinstance(entry, dict), where, f"bad entry {name!r}")
+    what = f"{where}: array {name!r}"
+    nbytes = _int(entry.get("bytes"), f"{what} bytes", 0, 1 << 62)
+    _int(entry.get("crc32"), f"{what} crc32", 0, (1 << 32) - 1)
+    shape = entry.get("shape")
+    _require(
+        isinstance(shape, list) and all(_is_int(d) and 0 <= d <= 1 << 62 for d in shape),
+        what, f"shape must be a list of non-negative integers, got {shape!r}",
+    )  # fmt: skip
+    try:
+        dtype = np.dtype(entry.get("dtype"))
+    except (TypeError, ValueError):
+        raise CheckpointError(f"{what}: unknown dtype {entry.get('dtype')!r}") from None
+    _require(not dtype.hasobject, what, "object arrays are not allowed")
+    data = dtype.itemsize * int(np.prod(shape, dtype=object))
+    _require(
+        data <= nbytes <= data + _NPY_HEADER_MAX, what,
+        f"{nbytes} bytes cannot hold {dtype.str}{shape} ({data} bytes of data)",
+    )  # fmt: skip
+    if size is not None:
+        file = f"{where.rsplit('/', 1)[0]}/{name}.npy"
+        _require(size >= 0, file, "file missing from the checkpoint")
+        _require(size == nbytes, file, f"expected {nbytes} bytes, found {size} bytes (truncated?)")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _int(v, what: str, low: int, high: int) -> int:
+    if not _is_int(v) or not low <= v <= high:
+        raise CheckpointError(f"{what} must be an integer in [{low}, {high}], got {v!r}")
+    return int(v)
+
+
+def _require(ok: bool, where: str, problem: str) -> None:
+    if not ok:
+        raise CheckpointError(f"{where}: {problem}")

@@ -1,0 +1,42 @@
+"""Shared helpers of the hostile-input tests: small valid inputs to damage, and a snapshot
+of a folder tree to prove that a failed command changed nothing it should not."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+#: A valid XC text file: 6 points, 20 features, 5 labels.
+TRAIN = b"6 20 5\n0 1:1 2:0.5\n1 3:1\n2,3 4:1 5:2\n4 6:1\n0 7:1 19:1\n1 8:1\n"
+#: Flags that make a model train in a blink.
+FAST = ["--in-process", "--no-progress", "--hidden", "8", "--batch-size", "2",
+        "--opt", "L=2", "--opt", "K=2", "--opt", "min_active=2", "--opt", "max_active=5",
+        "--opt", "threshold=1"]  # fmt: skip
+
+
+def snapshot(root: Path, skip: Path | None = None) -> dict[str, str]:
+    """Every file and folder under ``root`` (but ``skip``) with a digest of its bytes."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        if skip is not None and (here == skip or skip in here.parents):
+            dirnames[:] = []
+            continue
+        for name in dirnames:
+            if here / name != skip:
+                out[str((here / name).relative_to(root)) + "/"] = "dir"
+        for name in filenames:
+            path = here / name
+            if path.is_symlink():
+                out[str(path.relative_to(root))] = "link:" + os.readlink(path)
+            else:
+                out[str(path.relative_to(root))] = hashlib.sha1(path.read_bytes()).hexdigest()
+    return out
+
+
+def trained_run(dest: Path, source: Path) -> Path:
+    """A copy of the finished run folder ``source`` at ``dest``."""
+    shutil.copytree(source, dest, symlinks=True)
+    return dest
