@@ -17,7 +17,6 @@ from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.inputs import labelled_data
 from dslide_dask.distributed.trainer import DistributedTrainer
 from dslide_dask.local_trainer import LocalTrainer
-from dslide_dask.metrics import precision_at_k
 from dslide_dask.model.config import SlideConfig, check_float, check_int
 
 #: Called after every step with its statistics (step, samples, loss, active, seconds...).
@@ -400,9 +399,13 @@ class SlideClassifier:
         return self.evaluate(X, Y, ks=(k,), exact=exact)[f"P@{k}"]
 
     def evaluate(self, X, Y, ks=(1, 3, 5), exact: bool = True) -> dict[str, float]:
-        """P@k for each k in ``ks``."""
-        X, Y = as_csr(X), as_csr(Y, pattern=True)
-        return precision_at_k(self.predict_topk(X, max(ks), exact), Y, ks)
+        """P@k and nDCG@k for each k in ``ks``, and PSP@k and PSnDCG@k (propensity-scored,
+        normalised by the best achievable; propensities from the labels trained on)."""
+        self._check_fitted()
+        data = labelled_data(X, Y, self.trainer_.n_labels)
+        self._check_shapes(data.n_features, data.n_labels)
+        with self._threads():
+            return self.trainer_.evaluate(data, tuple(ks), exact)
 
     def close(self) -> None:
         """Release the fitted model (on a cluster: its actors and their memory)."""

@@ -14,7 +14,7 @@ from dslide_dask.data.batches import epoch_batches, load, plan
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.shuffle import ReadStats
-from dslide_dask.metrics import precision_at_k
+from dslide_dask.metrics import TrainingLabels, xc_metrics
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.network import SlideNetwork, check_finite
 from dslide_dask.model.optimizer import scheduled_lr
@@ -57,6 +57,7 @@ class LocalTrainer:
         self.store = checkpoint.store() if checkpoint is not None else None
         self.last_checkpoint: Checkpoint | None = restore
         self.history: list[dict] = []
+        self.labels = TrainingLabels(n_labels)
 
     def train(
         self,
@@ -74,6 +75,7 @@ class LocalTrainer:
         """Train on a data set or a URL (streamed), from batch ``first_batch`` of epoch
         ``first_epoch``; returns the new per-step statistics."""
         source = plan(data, storage_options)
+        self.labels.n_points = source.n_points
         reads = ReadStats()
         new = []
         last_save = time.monotonic()
@@ -86,6 +88,7 @@ class LocalTrainer:
             for index, batch in enumerate(itertools.islice(batches, start, None), start):
                 t0 = time.perf_counter()
                 stats = self.network.train_step(batch.X, batch.Y)
+                self.labels.add(batch.Y)
                 self.step += 1
                 check_finite(stats.loss, self.step, _url(self.last_checkpoint))
                 record = {
@@ -139,9 +142,12 @@ class LocalTrainer:
         max_points: int | None = None,
         storage_options: dict | None = None,
     ) -> dict[str, float]:
-        """P@k on (the first ``max_points`` rows of) a data set or URL."""
+        """P@k, nDCG@k and (once trained) PSP@k, PSnDCG@k on (the first ``max_points``
+        rows of) a data set or URL."""
         data = load(data, storage_options, max_points, fits=(self.n_features, self.n_labels))
-        return precision_at_k(self.topk(data.X, max(ks), exact), data.Y, ks)
+        return xc_metrics(
+            self.topk(data.X, max(ks), exact), data.Y, ks, **self.labels.metric_args()
+        )
 
     def close(self) -> None:
         """Nothing to release in one process."""

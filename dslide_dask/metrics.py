@@ -202,6 +202,32 @@ def xc_metrics(
     return out
 
 
+class TrainingLabels:
+    """How often each label occurred in the rows a model trained on: the N_l and N of
+    PSP@k's propensities, gathered as batches go by (training data streamed from storage
+    are never counted in a separate pass).
+
+    Over several passes the counts are divided by the passes made (rows trained over the
+    training set's size), so they are those of one pass."""
+
+    def __init__(self, n_labels: int) -> None:
+        self.counts = np.zeros(n_labels, np.int64)
+        self.rows = 0
+        self.n_points = 0
+
+    def add(self, Y: CSR) -> None:
+        """Count one training batch's labels."""
+        np.add.at(self.counts, Y.indices, 1)
+        self.rows += Y.n_rows
+
+    def metric_args(self) -> dict:
+        """``label_counts`` and ``n_train`` for :func:`xc_metrics` (empty before any
+        training: PSP@k is then not reported)."""
+        if self.rows == 0 or self.n_points == 0:
+            return {}
+        return {"label_counts": self.counts * (self.n_points / self.rows), "n_train": self.n_points}
+
+
 def most_frequent_topk(Y: CSR, n_rows: int, k: int) -> np.ndarray:
     """The baseline prediction: the k most frequent labels of ``Y`` for each of ``n_rows``
     rows."""

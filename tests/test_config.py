@@ -80,3 +80,13 @@ def test_classifier_refuses_mismatched_inputs():
         SlideClassifier().predict(X)
     with pytest.raises(ValueError, match=r"label id 10 out of range \[0, 10\)"):
         CSR.from_lists([[10]], 10)
+
+
+@pytest.mark.parametrize("hidden", [[1.9], (64.0,), None, "abc", [True]])
+def test_hidden_widths_are_integers_not_truncated(hidden):
+    with pytest.raises(ValueError, match="hidden must"):
+        SlideConfig(hidden=hidden)
+
+
+def test_hidden_takes_numpy_integers():
+    assert SlideConfig(hidden=np.array([32, 16])).hidden == (32, 16)

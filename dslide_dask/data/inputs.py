@@ -12,10 +12,12 @@ from dslide_dask.data.csr import as_csr, check_ids
 from dslide_dask.data.dataset import XCDataset
 
 
-def labelled_data(X, Y) -> XCDataset:
-    """``(X, Y)`` as a data set with at least one point (see :func:`as_csr`)."""
+def labelled_data(X, Y, n_labels: int | None = None) -> XCDataset:
+    """``(X, Y)`` as a data set with at least one point (see :func:`as_csr`); label-id
+    lists in ``Y`` span ``n_labels`` labels if given (a model's), else up to their
+    largest id."""
     X = as_csr(X, name="X")
-    Y = as_csr(Y, pattern=True, name="Y")
+    Y = as_csr(Y, n_labels, pattern=True, name="Y")
     if X.n_rows != Y.n_rows:
         raise ValueError(f"X has {X.n_rows} rows but Y has {Y.n_rows}")
     if X.n_rows == 0:

@@ -30,7 +30,7 @@ from dslide_dask.distributed.errors import ShardLostError
 from dslide_dask.distributed.live_metrics import publish
 from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
 from dslide_dask.local_trainer import position_meta
-from dslide_dask.metrics import precision_at_k
+from dslide_dask.metrics import TrainingLabels, xc_metrics
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.hidden import HiddenLayers
 from dslide_dask.model.layout import ShardLayout
@@ -88,6 +88,7 @@ class Coordinator:
         self.wait_seconds = 0.0  # waiting for the shards
         self.shard_seconds = [0.0] * len(shards)  # each shard's time to answer, in all
         self.run_name = run_name  # on the dashboard
+        self.labels = TrainingLabels(n_labels)  # PSP@k's label frequencies
 
     # -- data --------------------------------------------------------------------------------
     async def set_data(
@@ -105,6 +106,7 @@ class Coordinator:
                 f"the model {self.n_features} and {self.n_labels}"
             )
         self.reads = ReadStats()
+        self.labels.n_points = planned.n_points
         self.stream = {"batch_size": batch_size, "seed": seed, "shuffle": shuffle}
         self.position = (first_epoch, first_batch)
         self.pending = None
@@ -228,6 +230,7 @@ class Coordinator:
 
     def _stats(self, batch, where, lse, label_term, parts, sent, received, t0) -> dict:
         self.step += 1
+        self.labels.add(batch.Y)
         epoch, index = where
         self.position = (epoch, index + 1)
         compute, wait = self.compute_seconds, self.wait_seconds
@@ -253,10 +256,12 @@ class Coordinator:
         self, source: XCDataset | str, storage_options: dict | None, ks: tuple[int, ...],
         exact: bool, max_points: int | None,
     ) -> dict[str, float]:  # fmt: skip
-        """P@k on (the first ``max_points`` rows of) a data set or URL read here."""
+        """P@k, nDCG@k and (once trained) PSP@k, PSnDCG@k on (the first ``max_points``
+        rows of) a data set or URL read here."""
         fits = (self.n_features, self.n_labels)
         data = await asyncio.to_thread(load, source, storage_options, max_points, fits)
-        scores = precision_at_k(await self.topk(data.X, max(ks), exact), data.Y, ks)
+        topk = await self.topk(data.X, max(ks), exact)
+        scores = xc_metrics(topk, data.Y, ks, **self.labels.metric_args())
         if len(data):
             self._publish({"step": self.step, **scores})
         return scores

@@ -53,7 +53,18 @@ TOTALS = ("samples", "seconds", "bytes_sent", "bytes_received")
 #: Fields of the plotted training curve.
 CURVE = ("step", "loss", "samples_per_second", "active", "bytes_per_step", "seconds")
 
-_PRECISION = re.compile(r"P@(\d+)")
+#: Evaluation metrics (``P@1``, ``nDCG@5``, ``PSP@3``...) by their name before the ``@``.
+_EVALUATION = re.compile(r"(P|nDCG|PSP|PSnDCG)@(\d+)")
+
+
+def _at_k(name: str):
+    """The values of one evaluation metric of a run, labelled by k, for Prometheus."""
+
+    def values(run) -> list[tuple[dict, float]]:
+        found = ((_EVALUATION.fullmatch(k), v) for k, v in run.evaluation.items())
+        return [({"k": m.group(2)}, v) for m, v in found if m and m.group(1) == name]
+
+    return values
 
 
 # -- the coordinator's side -----------------------------------------------------------------
@@ -62,9 +73,10 @@ def publish(target: Any, record: Mapping[str, Any], run: str | None = None) -> N
 
     ``target`` is the Worker the caller runs on (``get_worker()``, an actor's worker), or a
     Client (a round trip then). ``record`` holds numbers (numpy scalars and arrays are
-    fine): a step's statistics, and/or ``"P@k"`` values of an evaluation with its
-    ``"step"``, optionally ``"shard_busy"`` (busy seconds of each shard) and ``"run"``
-    (a name; default ``"default"``). Never raises: metrics must not stop training."""
+    fine): a step's statistics, and/or the ``"P@k"`` (``"nDCG@k"``, ``"PSP@k"``...) values
+    of an evaluation with its ``"step"``, optionally ``"shard_busy"`` (busy seconds of
+    each shard) and ``"run"`` (a name; default ``"default"``). Never raises: metrics must
+    not stop training."""
     try:
         msg = {str(k): _plain(v) for k, v in record.items()}
         if run is not None:
@@ -218,8 +230,12 @@ _FAMILIES = (
      lambda run: [({}, run.totals["seconds"])]),
     ("dslide_bytes_total", "counter", "Bytes the coordinator sent or received",
      lambda run: [({"direction": d}, run.totals[f"bytes_{d}"]) for d in ("sent", "received")]),
-    ("dslide_precision_at_k", "gauge", "P@k of the last evaluation",
-     lambda run: [({"k": k[2:]}, v) for k, v in run.evaluation.items() if k != "step"]),
+    ("dslide_precision_at_k", "gauge", "P@k of the last evaluation", _at_k("P")),
+    ("dslide_ndcg_at_k", "gauge", "nDCG@k of the last evaluation", _at_k("nDCG")),
+    ("dslide_psp_at_k", "gauge", "Propensity-scored P@k of the last evaluation",
+     _at_k("PSP")),
+    ("dslide_psndcg_at_k", "gauge", "Propensity-scored nDCG@k of the last evaluation",
+     _at_k("PSnDCG")),
     ("dslide_evaluation_step", "gauge", "Step of the last evaluation",
      lambda run: [({}, run.evaluation["step"])] if "step" in run.evaluation else []),
     ("dslide_shard_busy_seconds", "gauge", "Busy seconds of each shard",
@@ -280,7 +296,7 @@ class TrainingMetricsPlugin(SchedulerPlugin):
                 busy = [_number(key, v) for v in value]
             else:
                 values[key] = _number(key, value)
-        precision = {k: v for k, v in values.items() if _PRECISION.fullmatch(k)}
+        precision = {k: v for k, v in values.items() if _EVALUATION.fullmatch(k)}
         step = {k: v for k, v in values.items() if k not in precision}
         if not precision and busy is None and not (step.keys() - {"step"}):
             raise ValueError(f"record has no metrics: {sorted(msg)}")

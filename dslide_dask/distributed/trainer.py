@@ -257,7 +257,8 @@ class DistributedTrainer:
         max_points: int | None = None,
         storage_options: dict | None = None,
     ) -> dict[str, float]:
-        """P@k on a data set or URL, computed on the cluster."""
+        """P@k, nDCG@k and (once trained) PSP@k, PSnDCG@k on a data set or URL,
+        computed on the cluster."""
         return self._wait(
             self.coordinator.evaluate(data, storage_options, tuple(ks), exact, max_points)
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass, fields, replace
 
 HASH_FAMILIES = ("dwta", "simhash")
@@ -69,7 +70,7 @@ class SlideConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "hidden", tuple(int(h) for h in _as_tuple(self.hidden)))
+        object.__setattr__(self, "hidden", _widths(self.hidden))
         self.validate()
 
     def validate(self) -> None:
@@ -159,10 +160,18 @@ class SlideConfig:
         return cls(**values)
 
 
-def _as_tuple(value) -> tuple:
-    if isinstance(value, int):
-        return (value,)
-    return tuple(value)
+def _widths(value) -> tuple[int, ...]:
+    """Layer widths as a tuple of ints; a float or other non-integer is refused, not
+    truncated (``hidden=[1.9]`` is a mistake, not a width of 1)."""
+    items = (value,) if isinstance(value, numbers.Integral) else value
+    try:
+        items = tuple(items)
+    except TypeError:
+        raise ValueError(f"hidden must be a list of layer widths, got {value!r}") from None
+    for width in items:
+        if isinstance(width, bool) or not isinstance(width, numbers.Integral):
+            raise ValueError(f"hidden must list integer layer widths, got {value!r}")
+    return tuple(int(width) for width in items)
 
 
 def check_int(name: str, value, low: int, high: int) -> None:
