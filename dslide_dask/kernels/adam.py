@@ -16,6 +16,11 @@ import numpy as np
 #: Rows are split into this many chunks whatever the thread count, so that the summation
 #: order (and so every bit of the result) does not depend on the number of threads.
 N_CHUNKS = 32
+#: With back-propagation each chunk sums into a ``[B, H]`` buffer of its own: at most
+#: this many floats in all (fewer chunks for wide layers, never fewer than MIN_CHUNKS),
+#: so the buffers stay near the cache instead of streaming 32 MB a step at H = 1024.
+PARTIAL_FLOATS = 1 << 21
+MIN_CHUNKS = 8
 
 
 @numba.njit(cache=True, nogil=True)
@@ -139,6 +144,9 @@ def adam_grouped(
     has_bias = bias.shape[0] > 0
     backprop = grad_vectors.shape[0] > 0
     n_chunks = min(todo.shape[0], N_CHUNKS)
+    if backprop:  # each chunk sums into its own [B, H] buffer: bound their total size
+        n_chunks = min(n_chunks, max(MIN_CHUNKS, PARTIAL_FLOATS // max(1, B * H)))
+    bounds = chunk_bounds(offsets, todo, max(1, n_chunks))
     partial = np.zeros((n_chunks if backprop else 0, B, H), np.float32)
     b1 = np.float32(beta1)
     b2 = np.float32(beta2)
@@ -146,7 +154,7 @@ def adam_grouped(
     one = np.float32(1.0)
     for c in numba.prange(n_chunks):
         grad = np.empty(H, np.float32)
-        for i in range(c * todo.shape[0] // n_chunks, (c + 1) * todo.shape[0] // n_chunks):
+        for i in range(bounds[c], bounds[c + 1]):
             r = todo[i]
             w = W[r]
             grad[:] = 0
@@ -155,12 +163,14 @@ def adam_grouped(
                 coef = coefs[entry_pos[q]]
                 vec = vectors[entry_vec[q]]
                 gb += coef
-                for k in range(H):
-                    grad[k] += coef * vec[k]
                 if backprop:
                     out = partial[c, entry_vec[q]]
                     for k in range(H):
+                        grad[k] += coef * vec[k]
                         out[k] += coef * w[k]
+                else:
+                    for k in range(H):
+                        grad[k] += coef * vec[k]
             v = W_v[r]
             if momentum:
                 m = W_m[r]
