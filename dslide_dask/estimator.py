@@ -87,6 +87,7 @@ class SlideClassifier:
         rebuild_growth: float = 0.0,
         redraw_every: int = 1000,
         init_std: float = 0.05,
+        dropout: float = 0.0,
         early_stopping: bool = False,
         validation_fraction: float = 0.1,
         n_iter_no_change: int = 2,
@@ -129,6 +130,7 @@ class SlideClassifier:
         self.rebuild_growth = rebuild_growth
         self.redraw_every = redraw_every
         self.init_std = init_std
+        self.dropout = dropout
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change

@@ -1,5 +1,6 @@
 """Checkpoints: format, atomic commits, corruption, re-sharding, resume (in one process)."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -29,9 +30,9 @@ def tiny():
     return make_synthetic("tiny", seed=0)
 
 
-def trainer(tiny, **kw) -> LocalTrainer:
+def trainer(tiny, cfg: SlideConfig = CFG, **kw) -> LocalTrainer:
     train, _ = tiny
-    return LocalTrainer(CFG, train.n_features, train.n_labels, **kw)
+    return LocalTrainer(cfg, train.n_features, train.n_labels, **kw)
 
 
 def test_checkpoints_every_n_steps_keep_the_newest(tiny, tmp_path):
@@ -65,28 +66,30 @@ def test_saved_model_predicts_the_same_under_any_sharding(tiny, tmp_path):
         assert again.step == t.step
 
 
-@pytest.mark.parametrize("stop_at", [40, 47])
-def test_resume_continues_exactly_like_an_uninterrupted_run(tiny, tmp_path, stop_at):
+@pytest.mark.parametrize("stop_at, dropout", [(40, 0.0), (47, 0.0), (47, 0.3)])
+def test_resume_continues_exactly_like_an_uninterrupted_run(tiny, tmp_path, stop_at, dropout):
     """Stop at a checkpoint (at an epoch's end, or in the middle of one) and resume: the
-    rest of the run takes the same batches and ends with the same model, to the bit."""
+    rest of the run takes the same batches (and dropout masks) and ends with the same
+    model, to the bit."""
     train, _ = tiny
+    cfg = dataclasses.replace(CFG, dropout=dropout)
     data = train.slice(0, 64 * 40)  # 40 batches an epoch
     policy = CheckpointPolicy(str(tmp_path / "whole"), every_steps=stop_at)
-    whole = trainer(tiny, checkpoint=policy)  # checkpoints too: they rebuild the tables
+    whole = trainer(tiny, cfg, checkpoint=policy)  # checkpoints too: they rebuild the tables
     whole.train(data, 64, epochs=2, seed=5)
 
     def crash_after_the_checkpoint(record):
         if record["step"] == stop_at:
             raise KeyboardInterrupt
 
-    t = trainer(tiny, checkpoint=CheckpointPolicy(str(tmp_path / "part"), every_steps=stop_at))
+    t = trainer(tiny, cfg, checkpoint=CheckpointPolicy(str(tmp_path / "part"), every_steps=stop_at))
     with pytest.raises(KeyboardInterrupt):
         t.train(data, 64, epochs=2, seed=5, callback=crash_after_the_checkpoint)
     ckpt = CheckpointStore(str(tmp_path / "part")).latest()
     pos = ckpt.meta["position"]
     last_epoch, last_batch = divmod(stop_at - 1, 40)  # of the last step trained
     assert ckpt.step == stop_at and pos == {"epoch": last_epoch, "batch": last_batch + 1}
-    resumed = trainer(tiny, restore=ckpt)
+    resumed = trainer(tiny, cfg, restore=ckpt)
     resumed.train(data, 64, epochs=2 - pos["epoch"], seed=5, first_epoch=pos["epoch"],
                   first_batch=pos["batch"])  # fmt: skip
     assert resumed.step == whole.step == 80

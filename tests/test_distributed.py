@@ -31,10 +31,12 @@ def tiny():
     return make_synthetic("tiny", seed=0)
 
 
-def test_one_shard_gives_the_same_weights_as_in_process(client, tiny):
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_one_shard_gives_the_same_weights_as_in_process(client, tiny, dropout):
     train, _ = tiny
     data = train.slice(0, 3200)  # 100 steps of 32
-    cfg = SlideConfig(**{k: v for k, v in PARAMS.items() if k != "batch_size"})
+    params = {k: v for k, v in PARAMS.items() if k != "batch_size"}
+    cfg = SlideConfig(**params, dropout=dropout)
     local = LocalTrainer(cfg, train.n_features, train.n_labels)
     local.train(data, 32, seed=3)
     with DistributedTrainer(

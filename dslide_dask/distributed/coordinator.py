@@ -149,7 +149,7 @@ class Coordinator:
             return None
         t0 = time.perf_counter()
         *where, batch = item
-        h, acts = await self._compute(self.hidden.forward, batch.X)
+        h, acts = await self._compute(self.hidden.forward_train, batch.X)
         h_wire = pack(h, self.wire_dtype)
         parts = await self._all([s.forward(h_wire, batch.Y) for s in self.shards], "forward")
         lse, label_term = combine_partials(parts)
@@ -177,7 +177,7 @@ class Coordinator:
             if item is None:
                 return None
             *where, batch = item
-            h, acts = await self._compute(self.hidden.forward, batch.X)
+            h, acts = await self._compute(self.hidden.forward_train, batch.X)
             h_wire = pack(h, self.wire_dtype)
             parts = await self._all([s.forward(h_wire, batch.Y) for s in self.shards], "forward")
             sent += self.n_remote * payload_bytes((h_wire, batch.Y))
@@ -218,8 +218,9 @@ class Coordinator:
         return self._stats(batch, where, lse, label_term, parts, sent, received, t0)
 
     async def _forward_packed(self, X: CSR):
-        """The hidden stack's output for ``X``, packed for the wire, and its activations."""
-        h, acts = await self._compute(self.hidden.forward, X)
+        """The hidden stack's output for training batch ``X``, packed for the wire, and its
+        activations."""
+        h, acts = await self._compute(self.hidden.forward_train, X)
         return pack(h, self.wire_dtype), acts
 
     def _remote_bytes(self, replies: list) -> int:

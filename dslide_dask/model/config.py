@@ -51,6 +51,10 @@ class SlideConfig:
     #: weights ~ N(0, init_std). 0.05 rather than 0.01: P@1 0.135 -> 0.144 on amazon-670k
     #: and 0.503 -> 0.568 on small (one pass, beta1 = 0), 0.51 -> 0.55 on tiny (5 epochs).
     init_std: float = 0.05
+    #: Share of the last hidden layer's units zeroed in each training example (inverted
+    #: dropout). The hidden vector is the only input of every output neuron, so this is
+    #: where a network of one bottleneck layer learns to spread what it knows.
+    dropout: float = 0.0
     hash_family: str = "dwta"
     K: int = 6
     L: int = 50
@@ -88,6 +92,7 @@ class SlideConfig:
         check_float("beta2", self.beta2, 0.0, 1.0, high_open=True)
         check_float("eps", self.eps, 0.0, 1.0, low_open=True)
         check_float("init_std", self.init_std, 0.0, 10.0, low_open=True)
+        check_float("dropout", self.dropout, 0.0, 1.0, high_open=True)
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
         _check_choice("hash_family", self.hash_family, HASH_FAMILIES)
         _check_choice("bucket_policy", self.bucket_policy, BUCKET_POLICIES)
