@@ -57,3 +57,33 @@ def test_secrets_never_leak(tmp_path: Path, capsys, monkeypatch, in_process):
         for text in texts:
             assert secret not in text
     assert "***" in (tmp_path / "run" / "config.yaml").read_text()
+
+
+def test_secrets_never_reach_the_dashboard(tmp_path: Path, capsys, monkeypatch):
+    """Train with secrets on a running cluster, then read everything its dashboard serves
+    of the run: the live page's JSON, its Prometheus text and Dask's /metrics."""
+    from urllib.parse import urlsplit
+    from urllib.request import urlopen
+
+    from distributed import Client, LocalCluster
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.txt").write_bytes(TRAIN)
+    flags = [a for opt in SECRETS.items() for a in ("--storage-option", "=".join(opt))]
+    fast = [f for f in FAST if f != "--in-process"]
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                     dashboard_address="127.0.0.1:0") as cluster,
+        Client(cluster) as client,
+    ):  # fmt: skip
+        argv = ["train", *fast, "--train", "t.txt", "--test", "t.txt", "--run-dir", "run",
+                "--scheduler-address", cluster.scheduler_address, *flags]  # fmt: skip
+        assert cli.main(argv) == 0
+        capsys.readouterr()
+        base = "{0.scheme}://{0.netloc}".format(urlsplit(client.dashboard_link))
+        pages = [urlopen(f"{base}{path}", timeout=30).read().decode()
+                 for path in ("/dslide/metrics.json", "/dslide/metrics", "/metrics")]  # fmt: skip
+    assert "dslide_step" in pages[1]  # the run is there
+    for secret in SECRETS.values():
+        for page in pages:
+            assert secret not in page
