@@ -61,12 +61,13 @@ class SlideClassifier:
         hidden: tuple[int, ...] = (128,),
         batch_size: int = 256,
         epochs: int = 1,
-        lr: float = 1e-2,
+        lr: float | None = None,
         lr_schedule: str = "cosine",
         warmup_steps: int = 0,
+        stable_steps: int | None = None,
         decay_steps: int = 0,
         lr_floor: float = 0.0,
-        beta1: float = 0.9,
+        beta1: float = 0.0,
         beta2: float = 0.999,
         eps: float = 1e-8,
         optimizer: str = "adam",
@@ -80,14 +81,14 @@ class SlideClassifier:
         bucket_policy: str = "fifo",
         strategy: str = "union",
         threshold: int = 2,
-        min_active: int = 1000,
+        min_active: int = 2500,
         max_active: int = 4096,
         pad_correction: bool = True,
         rebuild_every: int = 50,
         rebuild_growth: float = 0.0,
         redraw_every: int = 1000,
         init_std: float = 0.05,
-        dropout: float = 0.0,
+        dropout: float = 0.3,
         early_stopping: bool = False,
         validation_fraction: float = 0.1,
         n_iter_no_change: int = 2,
@@ -107,6 +108,7 @@ class SlideClassifier:
         self.lr = lr
         self.lr_schedule = lr_schedule
         self.warmup_steps = warmup_steps
+        self.stable_steps = stable_steps
         self.decay_steps = decay_steps
         self.lr_floor = lr_floor
         self.beta1 = beta1
@@ -200,7 +202,7 @@ class SlideClassifier:
         validation = None
         if self.early_stopping:
             data, validation = self._validation_split(data, eval_set)
-        self._start(data, self.epochs * -(-data.n_points // self.batch_size))
+        self._start(data, -(-data.n_points // self.batch_size))
         if validation is None:
             self._train(data, self.epochs, True, callback, eval_set, eval_every)
         else:
@@ -274,12 +276,12 @@ class SlideClassifier:
         self._train(data, 1, False, callback)
         return self
 
-    def _start(self, data: Source, steps: int = 0) -> None:
-        """A fresh model for ``data``; a fit of ``steps`` steps sets the lr schedule's
-        length (0: unknown, as for ``partial_fit``)."""
+    def _start(self, data: Source, epoch_steps: int = 0) -> None:
+        """A fresh model for ``data``; a fit of ``epochs`` epochs of ``epoch_steps`` steps
+        sets the lr schedule (0: unknown, as for ``partial_fit``)."""
         if hasattr(self, "trainer_"):
             self.trainer_.close()
-        cfg = self.config().for_steps(steps) if steps else self.config()
+        cfg = self.config().for_data(data.n_labels, self.epochs * epoch_steps, epoch_steps)
         policy = None
         if self.checkpoint_url is not None:
             check_int("checkpoint_every", self.checkpoint_every, 1, 1 << 40)

@@ -35,8 +35,8 @@ def dense(X: CSR) -> np.ndarray:
 
 
 def all_active(n_labels: int, **kw) -> SlideConfig:
-    """A config whose active sets hold every neuron: exact full softmax."""
-    base = dict(K=2, L=4, range_pow=4, bucket_capacity=4, lr=1e-2)
+    """A config whose active sets hold every neuron, without dropout: exact full softmax."""
+    base = dict(K=2, L=4, range_pow=4, bucket_capacity=4, lr=1e-2, dropout=0.0)
     base.update(kw)
     return SlideConfig(min_active=n_labels, max_active=n_labels, **base)
 

@@ -19,7 +19,7 @@ def tiny():
 
 
 def test_cosine_warms_up_then_decays_to_the_floor():
-    cfg = SlideConfig(lr=0.1, warmup_steps=10, decay_steps=110, lr_floor=0.1)
+    cfg = SlideConfig(lr=0.1, warmup_steps=10, stable_steps=0, decay_steps=110, lr_floor=0.1)
     assert lr_factor(cfg, 1) == pytest.approx(0.1)
     assert lr_factor(cfg, 10) == pytest.approx(1.0)
     assert lr_factor(cfg, 60) == pytest.approx(0.1 + 0.9 * 0.5)  # half way down
@@ -39,11 +39,28 @@ def test_linear_and_constant_schedules():
 
 
 def test_unknown_length_means_no_decay_until_a_fit_sets_it():
-    cfg = SlideConfig()
+    cfg = SlideConfig(lr=0.1)
     assert cfg.decay_steps == 0 and lr_factor(cfg, 10_000) == 1.0
-    assert cfg.for_steps(400).decay_steps == 400
-    assert SlideConfig(decay_steps=7).for_steps(400).decay_steps == 7  # given: kept
-    assert SlideConfig(lr_schedule="constant").for_steps(400).decay_steps == 0
+    fit = cfg.for_data(1000, steps=400, epoch_steps=100)
+    assert (fit.decay_steps, fit.stable_steps) == (400, 100)
+    given = SlideConfig(decay_steps=7, stable_steps=0).for_data(1000, 400, 100)
+    assert (given.decay_steps, given.stable_steps) == (7, 0)  # given: kept
+    assert SlideConfig(lr_schedule="constant").for_data(1000, 400, 100).decay_steps == 0
+
+
+def test_the_first_epoch_is_at_full_lr_then_it_decays():
+    cfg = SlideConfig(lr=0.1).for_data(1000, steps=300, epoch_steps=100)
+    assert {lr_factor(cfg, t) for t in range(1, 101)} == {1.0}
+    assert lr_factor(cfg, 200) == pytest.approx(0.5)
+    assert lr_factor(cfg, 300) == pytest.approx(0.0)
+    one_epoch = SlideConfig(lr=0.1).for_data(1000, steps=100, epoch_steps=100)
+    assert {lr_factor(one_epoch, t) for t in range(1, 101)} == {1.0}
+
+
+def test_lr_left_to_the_data_follows_the_number_of_labels():
+    assert SlideConfig().for_data(26_556).lr == 1e-2
+    assert SlideConfig().for_data(670_091).lr == 2e-2
+    assert SlideConfig(lr=0.05).for_data(670_091).lr == 0.05
 
 
 @pytest.mark.parametrize(
@@ -61,14 +78,16 @@ def test_schedule_parameters_are_checked(params, message):
 
 def test_fit_decays_lr_over_its_own_length(tiny):
     train, _ = tiny
-    clf = SlideClassifier(lr=0.02, epochs=2, warmup_steps=3, **PARAMS).fit(train.X, train.Y)
+    clf = SlideClassifier(lr=0.02, epochs=3, warmup_steps=3, **PARAMS).fit(train.X, train.Y)
     lrs = [h["lr"] for h in clf.history_]
-    steps = 2 * math.ceil(train.n_points / PARAMS["batch_size"])
-    assert len(lrs) == steps
+    epoch = math.ceil(train.n_points / PARAMS["batch_size"])
+    assert len(lrs) == 3 * epoch
     assert lrs[0] == pytest.approx(0.02 / 3)
-    assert max(lrs) == pytest.approx(0.02)
+    assert lrs[3 : 3 + epoch] == [0.02] * epoch  # warm-up, then the first epoch at lr
     assert lrs[-1] == pytest.approx(0.0, abs=1e-12)
-    assert clf.trainer_.network.cfg.decay_steps == steps
+    assert all(a >= b for a, b in zip(lrs[3 + epoch :], lrs[4 + epoch :], strict=False))
+    cfg = clf.trainer_.network.cfg
+    assert (cfg.decay_steps, cfg.stable_steps) == (3 * epoch, epoch)
 
 
 def test_partial_fit_keeps_lr_constant(tiny):

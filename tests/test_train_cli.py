@@ -125,27 +125,74 @@ def test_a_run_folder_holds_config_metrics_plot_model_and_summary(tmp_path, caps
 
 
 def test_resume_carries_a_run_on_from_its_latest_checkpoint(tmp_path, capsys):
-    def train(run, epochs: int) -> list[str]:
-        return ["train", "--preset", "tiny", "--in-process", "--epochs", str(epochs),
-                "--no-progress", "--opt", "hidden=[32]", "--run-dir", str(run),
-                "--checkpoint-every", "15"]  # fmt: skip
-
     run = tmp_path / "run"
-    assert main(train(run, 2)) == 0
-    shutil.rmtree(run / "model")  # as if the run had died after its step-30 checkpoint
-    assert main(["train", "--resume", str(run), "--epochs", "3", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "tiny",
+                "--in-process",
+                "--epochs",
+                "3",
+                "--no-progress",
+                "--opt",
+                "hidden=[32]",
+                "--run-dir",
+                str(run),
+                "--checkpoint-every",
+                "15",
+            ]
+        )
+        == 0
+    )
+    _, test = make_synthetic("tiny", seed=0)
+    whole = SlideClassifier.load(str(run / "model")).predict_topk(test.X, 5)
+    # as if the run had died after its step-30 checkpoint: no model, no later checkpoints
+    shutil.rmtree(run / "model")
+    checkpoints = run / "checkpoints"
+    for name in ("step-00000045", "step-00000060"):
+        (later,) = checkpoints.glob(f"{name}-*")
+        shutil.rmtree(later)
+    (step30,) = checkpoints.glob("step-00000030-*")
+    (checkpoints / "LATEST").write_text(step30.name)
+    assert main(["train", "--resume", str(run), "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "resuming at step 30" in out  # checkpoints at 15 and 30; steps 31-40 redone
+    assert "resuming at step 30" in out  # steps 31-60 done again
     steps = [r["step"] for r in steps_of(run) if r["kind"] == "step"]
     assert steps == list(range(1, 61))  # no step twice, none missing
     clf = SlideClassifier.load(str(run / "model"))
     assert clf.n_steps_ == 60
-    whole = tmp_path / "whole"
-    assert main(train(whole, 3)) == 0
-    again = SlideClassifier.load(str(whole / "model"))
-    _, test = make_synthetic("tiny", seed=0)
-    # the same batches in the same order: resumed and uninterrupted models agree
-    np.testing.assert_array_equal(again.predict_topk(test.X, 5), clf.predict_topk(test.X, 5))
+    # the same batches in the same order, the same lr schedule and dropout masks: the
+    # resumed model is the uninterrupted one
+    np.testing.assert_array_equal(clf.predict_topk(test.X, 5), whole)
+
+
+def test_more_epochs_carry_a_finished_run_on_at_the_end_of_its_schedule(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "tiny",
+                "--in-process",
+                "--epochs",
+                "1",
+                "--no-progress",
+                "--opt",
+                "hidden=[16]",
+                "--run-dir",
+                str(run),
+            ]
+        )
+        == 0
+    )
+    assert main(["train", "--resume", str(run), "--epochs", "2", "--no-progress"]) == 0
+    capsys.readouterr()
+    lrs = [r["lr"] for r in steps_of(run) if r["kind"] == "step"]
+    assert len(lrs) == 40 and set(lrs[:20]) == {1e-2}  # one epoch: no decay
+    assert set(lrs[20:]) == {0.0}  # past the schedule: lr_floor (raise it to learn on)
 
 
 @pytest.mark.parametrize(

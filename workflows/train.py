@@ -86,7 +86,9 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                    help="one phase at a time, no stale hidden activations")  # fmt: skip
     m = p.add_argument_group("model (also --opt K=V for any SlideClassifier parameter)")
     m.add_argument("--hidden", type=hidden_sizes, metavar="W[,W...]", help="(default: 128)")
-    m.add_argument("--lr", type=float, help="Adam learning rate (default: 1e-2)")
+    m.add_argument(
+        "--lr", type=float, help="Adam learning rate (default: 1e-2, or 2e-2 from 100K labels)"
+    )
     m.add_argument("--hash-family", help="dwta or simhash (default: dwta)")
     m.add_argument("--K", type=int, help="hash codes per table (default: 6)")
     m.add_argument("--L", type=int, help="hash tables (default: 50)")
@@ -235,6 +237,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     folder = _run_folder(run, resume=bool(args.resume))
     restore = _restore_point(folder, run) if args.resume else None
     train, test, shape = _data(run)
+    # the lr schedule spans the whole run (a resumed run keeps the one it started with)
+    epoch_steps = -(-train.n_points // run["batch_size"])
+    cfg = cfg.for_data(shape[1], run["epochs"] * epoch_steps, epoch_steps)
     _check_memory(run, cfg, shape)
     epoch, batch = _position(restore)
     if epoch >= run["epochs"]:

@@ -75,7 +75,7 @@ class DistributedTrainer:
         name: str | None = None,
     ) -> None:
         self.client = client
-        self.cfg = cfg
+        self.cfg = cfg.for_data(n_labels)
         self.n_features = n_features
         self.n_labels = n_labels
         self.n_shards_asked = n_shards

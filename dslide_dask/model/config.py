@@ -20,6 +20,9 @@ AUTO_RANGE_POW_MAX = 18
 #: random negatives: one-pass P@1 0.003 instead of 0.028 on amazon-670k).
 AUTO_NEURONS_PER_BUCKET = 2.5
 
+#: The learning rate lr=None picks, below and from MANY_LABELS labels.
+AUTO_LR, AUTO_LR_MANY, MANY_LABELS = 1e-2, 2e-2, 100_000
+
 #: Largest hash tables allowed (L * 2**range_pow * bucket_capacity ids, 4 bytes each).
 MAX_TABLE_BYTES = 4 << 30
 
@@ -29,32 +32,37 @@ class SlideConfig:
     """Everything that defines a network and how it trains (besides data sizes)."""
 
     hidden: tuple[int, ...] = (128,)
-    lr: float = 1e-2
-    #: How lr moves over a fit: after ``warmup_steps`` of linear warm-up it decays from
-    #: ``lr`` to ``lr * lr_floor`` over ``decay_steps`` steps, along a half cosine or a
-    #: line. A constant lr over several epochs made precision peak early and then fall;
-    #: decaying it lets the last epoch be the best one. ``decay_steps=0`` means the fit's
-    #: own length, which the trainer fills in (:meth:`for_steps`); with none known
+    #: None: chosen by the number of labels when the model meets its data
+    #: (:meth:`for_data`): 1e-2, or 2e-2 from 100K labels, where each label's row is
+    #: active in few steps of a pass (one pass over amazon-670k: P@1 0.149 with 1e-2,
+    #: 0.191 with 2e-2; the real Debian set, 26.6K labels: 0.837 against 0.795).
+    lr: float | None = None
+    #: How lr moves over a fit: ``warmup_steps`` of linear warm-up, then ``stable_steps``
+    #: at ``lr``, then a decay (half cosine or line) that reaches ``lr * lr_floor`` at step
+    #: ``decay_steps``. A constant lr over several epochs made precision peak early and
+    #: fall; decaying lets the last epoch be the best one, while a decay already in the
+    #: first pass learned less (one pass is where most is learned). ``decay_steps=0`` and
+    #: ``stable_steps=None`` mean the fit's length and its first epoch, which the trainer
+    #: fills in (:meth:`for_steps`): one epoch is then constant. With no length known
     #: (``partial_fit``) lr stays constant after warm-up.
     lr_schedule: str = "cosine"
     warmup_steps: int = 0
+    stable_steps: int | None = None
     decay_steps: int = 0
     lr_floor: float = 0.0
-    #: Adam's usual 0.9 suits several epochs on small label sets (tiny, 5 epochs: P@1 0.51
-    #: against 0.40 with 0). For one pass over very many labels, where most output rows
-    #: are active in few steps, 0 learns much faster (amazon-670k, lr 3e-2: 0.135 against
-    #: 0.083; small, lr 1e-2: 0.503 against 0.433), and the first moments are not kept.
-    beta1: float = 0.9
+    #: No momentum by default: lazy (sparse) Adam updates an output row only when it is
+    #: active, and momentum carried over between its rare activations misleads more than
+    #: it helps. With 0 the first moments are not kept at all.
+    beta1: float = 0.0
     beta2: float = 0.999
     eps: float = 1e-8
     optimizer: str = "adam"
-    #: weights ~ N(0, init_std). 0.05 rather than 0.01: P@1 0.135 -> 0.144 on amazon-670k
-    #: and 0.503 -> 0.568 on small (one pass, beta1 = 0), 0.51 -> 0.55 on tiny (5 epochs).
+    #: weights ~ N(0, init_std)
     init_std: float = 0.05
     #: Share of the last hidden layer's units zeroed in each training example (inverted
     #: dropout). The hidden vector is the only input of every output neuron, so this is
     #: where a network of one bottleneck layer learns to spread what it knows.
-    dropout: float = 0.0
+    dropout: float = 0.3
     hash_family: str = "dwta"
     K: int = 6
     L: int = 50
@@ -65,7 +73,9 @@ class SlideConfig:
     bucket_policy: str = "fifo"
     strategy: str = "union"
     threshold: int = 2
-    min_active: int = 1000  # per example, over the whole layer (each shard pads its share)
+    #: Neurons computed per example, over the whole layer (each shard pads its share with
+    #: random ones): more negatives, a better-trained softmax, at a cost linear in it.
+    min_active: int = 2500
     max_active: int = 4096  # per example, over the whole layer
     pad_correction: bool = True  # weigh random padding as the neurons it stands for
     rebuild_every: int = 50
@@ -83,9 +93,12 @@ class SlideConfig:
             raise ValueError("hidden must list at least one layer width, got ()")
         for width in self.hidden:
             check_int("hidden", width, 1, 1 << 16)
-        check_float("lr", self.lr, 0.0, 10.0, low_open=True)
+        if self.lr is not None:
+            check_float("lr", self.lr, 0.0, 10.0, low_open=True)
         _check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         check_int("warmup_steps", self.warmup_steps, 0, 1 << 40)
+        if self.stable_steps is not None:
+            check_int("stable_steps", self.stable_steps, 0, 1 << 40)
         check_int("decay_steps", self.decay_steps, 0, 1 << 40)
         check_float("lr_floor", self.lr_floor, 0.0, 1.0)
         check_float("beta1", self.beta1, 0.0, 1.0, high_open=True)
@@ -125,11 +138,17 @@ class SlideConfig:
         check_int("redraw_every", self.redraw_every, 0, 1 << 40)
         check_int("seed", self.seed, 0, (1 << 63) - 1)
 
-    def for_steps(self, steps: int) -> SlideConfig:
-        """This config with ``decay_steps`` set to a fit of ``steps`` steps, unless given."""
-        if self.decay_steps or self.lr_schedule == "constant":
-            return self
-        return replace(self, decay_steps=max(1, int(steps)))
+    def for_data(self, n_labels: int, steps: int = 0, epoch_steps: int = 0) -> SlideConfig:
+        """This config for a model of ``n_labels`` outputs (the learning rate, if left to
+        it) and a fit of ``steps`` steps, ``epoch_steps`` an epoch (the schedule's
+        ``decay_steps`` and ``stable_steps``, if left to the fit; 0: no fit known)."""
+        cfg = self
+        if cfg.lr is None:
+            cfg = replace(cfg, lr=AUTO_LR_MANY if n_labels >= MANY_LABELS else AUTO_LR)
+        if steps and cfg.lr_schedule != "constant":
+            stable = epoch_steps if cfg.stable_steps is None else cfg.stable_steps
+            cfg = replace(cfg, decay_steps=cfg.decay_steps or int(steps), stable_steps=stable)
+        return cfg
 
     def buckets_pow(self, n_items: int) -> int:
         """log2 of the buckets per table for ``n_items`` neurons: ``range_pow`` if set,

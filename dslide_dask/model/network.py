@@ -71,7 +71,7 @@ class SlideNetwork:
             raise ValueError(f"n_features must be >= 1, got {n_features}")
         if n_labels < 2:
             raise ValueError(f"n_labels must be >= 2, got {n_labels}")
-        self.cfg = cfg
+        self.cfg = cfg = cfg.for_data(n_labels)  # the learning rate, if left to the data
         self.n_features = n_features
         self.n_labels = n_labels
         self.hidden = HiddenLayers(cfg, n_features, cfg.seed)

@@ -15,10 +15,10 @@ def lr_factor(cfg: SlideConfig, step: int) -> float:
     """
     if step <= cfg.warmup_steps:
         return step / cfg.warmup_steps
-    if cfg.lr_schedule == "constant" or cfg.decay_steps == 0:
+    start = cfg.warmup_steps + (cfg.stable_steps or 0)  # the decay's first step
+    if cfg.lr_schedule == "constant" or cfg.decay_steps == 0 or step <= start:
         return 1.0
-    span = max(1, cfg.decay_steps - cfg.warmup_steps)
-    x = min(1.0, (step - cfg.warmup_steps) / span)
+    x = min(1.0, (step - start) / max(1, cfg.decay_steps - start))
     shape = 0.5 * (1.0 + math.cos(math.pi * x)) if cfg.lr_schedule == "cosine" else 1.0 - x
     return cfg.lr_floor + (1.0 - cfg.lr_floor) * shape
 

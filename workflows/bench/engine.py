@@ -272,15 +272,16 @@ def run_dense(train, test, config: dict[str, Any], **extra: Any) -> dict[str, An
     from dslide_workflows.bench.torch_dense import train_dense
 
     c = config["classifier"]
-    engine = make_classifier(c).get_params()  # with the defaults of what was not given
+    # the engine's settings, with the defaults of what was not given (lr: for these labels)
+    engine = make_classifier(c).config().for_data(train.n_labels)
     return train_dense(
         train,
         test,
         hidden=tuple(c["hidden"]),
         batch_size=c["batch_size"],
-        lr=c["lr"],
-        betas=(float(engine["beta1"]), float(engine["beta2"])),  # the engine's settings
-        init_std=float(engine["init_std"]),
+        lr=engine.lr,
+        betas=(engine.beta1, engine.beta2),
+        init_std=engine.init_std,
         threads=c["n_threads"],
         epochs=c["epochs"],
         seed=c["seed"],
