@@ -14,57 +14,6 @@ _FAST = {"reassoc", "contract"}
 
 
 @numba.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
-def forward(
-    h: np.ndarray,
-    W: np.ndarray,
-    bias: np.ndarray,
-    active: np.ndarray,
-    n_active: np.ndarray,
-    n_label: np.ndarray,
-    label_weight: np.ndarray,
-    pad_start: np.ndarray,
-    pad_shift: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Logits ``[B, M]`` of the active neurons and, per example, the partial softmax sums.
-
-    Entries ``pad_start[b]:`` are random padding: each stands for ``exp(pad_shift[b])``
-    neurons that were not sampled, so ``pad_shift[b]`` is added to their logits (the
-    sampled-softmax correction log(1/q) for uniform sampling); the returned logits
-    include it. Returns ``(logits, row_max, row_sumexp, label_part)`` with ``row_sumexp
-    = sum exp(logit - row_max)`` over the active set and ``label_part = label_weight *
-    sum of the label logits`` (the label term of the cross-entropy).
-    """
-    B, H = h.shape
-    M = active.shape[1]
-    logits = np.zeros((B, M), np.float32)
-    row_max = np.full(B, -np.inf, np.float32)
-    row_sumexp = np.zeros(B, np.float32)
-    label_part = np.zeros(B, np.float32)
-    for b in numba.prange(B):
-        hb = h[b]
-        mx = np.float32(-np.inf)
-        for j in range(n_active[b]):
-            w = W[active[b, j]]
-            acc = bias[active[b, j]]
-            for k in range(H):
-                acc += w[k] * hb[k]
-            if j >= pad_start[b]:
-                acc += pad_shift[b]
-            logits[b, j] = acc
-            mx = max(mx, acc)
-        total = np.float32(0.0)
-        for j in range(n_active[b]):
-            total += np.exp(logits[b, j] - mx)
-        lab = np.float32(0.0)
-        for j in range(n_label[b]):
-            lab += logits[b, j]
-        row_max[b] = mx
-        row_sumexp[b] = total
-        label_part[b] = lab * label_weight[b]
-    return logits, row_max, row_sumexp, label_part
-
-
-@numba.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
 def forward_grouped(
     h: np.ndarray,
     W: np.ndarray,
@@ -81,13 +30,22 @@ def forward_grouped(
     touched: np.ndarray,
     bounds: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`forward` with the active entries grouped by neuron
+    """Logits ``[B, width]`` of the active neurons and, per example, the partial
+    softmax sums, from the active entries grouped by neuron
     (:func:`~dslide_dask.kernels.adam.group_rows` over the ``[B, width]`` active ids;
     ``bounds`` from :func:`~dslide_dask.kernels.adam.chunk_bounds` split ``touched``).
 
-    Each weight row is read from memory once per batch however many examples it is
-    active in, instead of once per example: with a wide layer (hidden 1024 and up) the
-    rows no longer fit in cache, and the per-example order read them ~10x over.
+    Entries ``pad_start[b]:`` of example b are random padding: each stands for
+    ``exp(pad_shift[b])`` neurons that were not sampled, so ``pad_shift[b]`` is added to
+    their logits (the sampled-softmax correction log(1/q) for uniform sampling); the
+    returned logits include it. Returns ``(logits, row_max, row_sumexp, label_part)``
+    with ``row_sumexp = sum exp(logit - row_max)`` over the active set and
+    ``label_part = label_weight * sum of the label logits`` (the cross-entropy's label
+    term).
+
+    Grouping by neuron reads each weight row from memory once per batch however many
+    examples it is active in: with a wide layer (hidden 1024) the rows no longer fit in
+    cache, and a per-example order read them about ten times over.
     """
     B = h.shape[0]
     H = h.shape[1]

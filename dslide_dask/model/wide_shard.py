@@ -184,18 +184,25 @@ class WideShard:
         label_ptr, label_ids = self.local_labels(Y)
         active, n_active, n_label, n_found = self._active(h, label_ptr, label_ids, train=True)
         n_active[weight == 0] = 0  # an example with no label trains nothing
+        groups, (logits, row_max, row_sumexp, label_part) = self._logits(
+            h, active, n_active, n_label, weight, n_found, self._pad_shift(n_active, n_found)
+        )
+        self._pending = (h, n_label, n_active, weight, logits, groups)
+        return SoftmaxPartials(row_max, row_sumexp, label_part, n_active)
+
+    def _logits(self, h, active, n_active, n_label, weight, pad_start, pad_shift):
+        """The active entries grouped by neuron, and the logits and per-example softmax
+        sums of :func:`~dslide_dask.kernels.wide_layer.forward_grouped`."""
         width = active.shape[1]
         starts = np.arange(len(h), dtype=np.int64) * width
         groups = adam.group_rows(starts, starts + n_active, active.ravel(), self.n_local)
         offsets, entry_pos, entry_vec, touched = groups
         bounds = adam.chunk_bounds(offsets, touched, adam.N_CHUNKS)
-        logits, row_max, row_sumexp, label_part = wide_layer.forward_grouped(
-            h, self.W, self.bias, n_active, n_label, weight, n_found,
-            self._pad_shift(n_active, n_found), width, offsets, entry_pos, entry_vec,
-            touched, bounds,
+        out = wide_layer.forward_grouped(
+            h, self.W, self.bias, n_active, n_label, weight, pad_start, pad_shift, width,
+            offsets, entry_pos, entry_vec, touched, bounds,
         )  # fmt: skip
-        self._pending = (h, n_label, n_active, weight, logits, groups)
-        return SoftmaxPartials(row_max, row_sumexp, label_part, n_active)
+        return groups, out
 
     def backward(self, lse: np.ndarray) -> np.ndarray:
         """Update this shard's neurons and return its share of ``d loss / d h``."""
@@ -297,9 +304,7 @@ class WideShard:
         empty = np.zeros(n + 1, np.int64), np.zeros(0, np.int32)
         active, n_active, n_label, _ = self._active(h, *empty, train=False)
         zeros = np.zeros(n, np.float32)
-        logits, *_ = wide_layer.forward(
-            h, self.W, self.bias, active, n_active, n_label, zeros, n_active, zeros
-        )
+        _, (logits, *_) = self._logits(h, active, n_active, n_label, zeros, n_active, zeros)
         local_ids, scores = topk.topk_of_active(logits, active, n_active, k)
         return np.where(local_ids >= 0, self.global_ids(local_ids), -1), scores
 
