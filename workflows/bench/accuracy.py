@@ -25,8 +25,11 @@ caches on disk; run twice to see the steady state.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
+import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -244,15 +247,35 @@ def run_dense(train, test, config: dict[str, Any]) -> dict[str, Any]:
     return {**out, **curve[-1], "contender": "dense", "curve": curve}
 
 
+@contextlib.contextmanager
+def _silenced():
+    """This process's stdout and stderr file descriptors go to /dev/null meanwhile (a
+    contender's result travels as a file, never on them)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
+
+
 def run_omikuji(train, test, config: dict[str, Any]) -> dict[str, Any]:
     """omikuji with its default hyper-parameters, trained from the XC text file."""
     import omikuji
 
     threads = config["classifier"]["n_threads"]
     t0 = time.perf_counter()
-    model = omikuji.Model.train_on_data(
-        config["train_text"], omikuji.Model.default_hyper_param(), n_threads=threads
-    )
+    with _silenced():  # its Rust side draws a progress bar per example and label
+        model = omikuji.Model.train_on_data(
+            config["train_text"], omikuji.Model.default_hyper_param(), n_threads=threads
+        )
     seconds = time.perf_counter() - t0
     model.init_prediction_thread_pool(threads)
     X, values = test.X, test.X.values().tolist()
