@@ -219,7 +219,7 @@ class SlideClassifier:
                     "early_stopping with training data from a URL needs eval_set=(X, Y) "
                     "to validate on: its rows cannot be split off while streaming"
                 )
-            return data, _as_dataset(*eval_set)
+            return data, labelled_data(*eval_set, data.n_labels)
         check_float("validation_fraction", self.validation_fraction, 0.0, 1.0, True, True)
         n_valid = round(data.n_points * self.validation_fraction)
         if not 1 <= n_valid < data.n_points:
@@ -301,7 +301,7 @@ class SlideClassifier:
     ) -> None:
         check_int("batch_size", self.batch_size, 1, 1 << 20)
         if eval_set is not None:
-            held_out = _as_dataset(*eval_set)
+            held_out = labelled_data(*eval_set, self.trainer_.n_labels)
             self._check_shapes(held_out.n_features, held_out.n_labels)
             every = eval_every or max(1, -(-data.n_points // self.batch_size))
             check_int("eval_every", every, 1, 1 << 40)
@@ -442,7 +442,3 @@ class SlideClassifier:
             yield
         finally:
             numba.set_num_threads(before)
-
-
-def _as_dataset(X, Y) -> XCDataset:
-    return XCDataset(as_csr(X), as_csr(Y, pattern=True))
