@@ -65,6 +65,32 @@ def test_wide_shard_matches_full_softmax():
     np.testing.assert_allclose(shard.bias, ref.opt[1].step(ref.params[1], g.sum(0)), atol=1e-6)
 
 
+def test_dropout_is_a_mask_on_the_wide_layers_input():
+    """With dropout the shard computes the full softmax of ``h * mask`` and returns the
+    gradient w.r.t. the unmasked ``h`` (zero where a unit was dropped); each step draws a
+    new mask, and the same one in every shard."""
+    rng = np.random.default_rng(4)
+    n_labels, dim, B = 40, 8, 16
+    cfg = all_active(n_labels, dropout=0.5)
+    shards = [WideShard(cfg, dim, ShardLayout.strided(n_labels, 2), s) for s in (0, 1)]
+    masks = [shard._dropout((B, dim)) for shard in shards]
+    np.testing.assert_array_equal(masks[0], masks[1])
+    keep = masks[0]
+    assert set(np.unique(keep)) == {0.0, 2.0}
+    W0 = np.zeros((n_labels, dim), np.float32)
+    for shard in shards:
+        W0[shard.global_ids(np.arange(shard.n_local))] = shard.W
+    h = rng.random((B, dim)).astype(np.float32)
+    _, Y = random_batch(rng, B, 10, n_labels)
+    lse, _ = combine_partials([shard.forward(h, Y) for shard in shards])
+    grad_h = sum(shard.backward(lse) for shard in shards)
+
+    ref_lse, g = softmax_grad((h * keep).astype(np.float64) @ W0.T, Y.to_lists())
+    np.testing.assert_allclose(lse, ref_lse, rtol=1e-5)
+    np.testing.assert_allclose(grad_h, (g @ W0) * keep, rtol=1e-4, atol=1e-7)
+    assert not np.array_equal(shards[0]._dropout((B, dim)), keep)  # the next step's
+
+
 @pytest.mark.parametrize("beta1", [0.0, 0.9])  # without and with first moments
 @pytest.mark.parametrize("hidden", [(16,), (16, 8)])
 def test_network_matches_dense_reference_over_steps(hidden, beta1):

@@ -149,7 +149,7 @@ class Coordinator:
             return None
         t0 = time.perf_counter()
         *where, batch = item
-        h, acts = await self._compute(self.hidden.forward_train, batch.X)
+        h, acts = await self._compute(self.hidden.forward, batch.X)
         h_wire = pack(h, self.wire_dtype)
         parts = await self._all([s.forward(h_wire, batch.Y) for s in self.shards], "forward")
         lse, label_term = combine_partials(parts)
@@ -177,7 +177,7 @@ class Coordinator:
             if item is None:
                 return None
             *where, batch = item
-            h, acts = await self._compute(self.hidden.forward_train, batch.X)
+            h, acts = await self._compute(self.hidden.forward, batch.X)
             h_wire = pack(h, self.wire_dtype)
             parts = await self._all([s.forward(h_wire, batch.Y) for s in self.shards], "forward")
             sent += self.n_remote * payload_bytes((h_wire, batch.Y))
@@ -220,7 +220,7 @@ class Coordinator:
     async def _forward_packed(self, X: CSR):
         """The hidden stack's output for training batch ``X``, packed for the wire, and its
         activations."""
-        h, acts = await self._compute(self.hidden.forward_train, X)
+        h, acts = await self._compute(self.hidden.forward, X)
         return pack(h, self.wire_dtype), acts
 
     def _remote_bytes(self, replies: list) -> int:

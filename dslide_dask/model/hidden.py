@@ -33,7 +33,6 @@ class HiddenLayers:
             (np.zeros(p.shape, np.float32), np.zeros(p.shape, np.float32)) for p in self.params()
         ]
         self.step = 0
-        self.n_train_forwards = 0  # keys the dropout masks: one per training batch
 
     def params(self) -> list[np.ndarray]:
         return [*self.weights, *self.biases]
@@ -56,7 +55,6 @@ class HiddenLayers:
             for target, key in ((p, name), (m, f"{name}.m"), (v, f"{name}.v")):
                 _copy_into(target, arrays[key], key)
         self.step = step
-        self.n_train_forwards = step
 
     def remember(self) -> None:
         """Keep a copy of the parameters (early stopping's best model so far)."""
@@ -80,31 +78,14 @@ class HiddenLayers:
             acts.append(np.maximum(z, 0, out=z))
         return acts[-1], acts
 
-    def forward_train(self, X: CSR) -> tuple[np.ndarray, list[np.ndarray]]:
-        """:meth:`forward` for a training batch: with ``cfg.dropout``, a random share of
-        the last layer's units is zeroed and the rest scaled up to keep the expectation.
-
-        The mask of the n-th training batch is drawn from ``(seed, n)``, so it is the same
-        in one process and on a cluster, and after a restore (n restarts at the step)."""
-        h, acts = self.forward(X)
-        self.n_train_forwards += 1
-        p = self.cfg.dropout
-        if p > 0:
-            rng = np.random.default_rng([self.cfg.seed, 0xD1, self.n_train_forwards])
-            keep = rng.random(h.shape, dtype=np.float32) >= p
-            h *= keep * np.float32(1.0 / (1.0 - p))  # acts[-1] is h: backward sees the mask
-        return h, acts
-
     def backward(self, X: CSR, acts: list[np.ndarray], grad_h: np.ndarray) -> None:
-        """Back-propagate ``d loss / d h`` and take one Adam step on every layer."""
+        """Back-propagate ``d loss / d h`` and take one Adam step on every layer. (Dropout
+        on ``h`` belongs to the wide layer: its gradient arrives already masked.)"""
         self.step += 1
         cfg = self.cfg
         lr_t = adam_lr(cfg, self.step)
         n = len(self.weights)
-        # d h / d z is 1 where the unit is on and was kept (scaled by dropout's 1 / (1 - p))
-        grad = grad_h * (acts[-1] > 0)
-        if cfg.dropout > 0:
-            grad *= np.float32(1.0 / (1.0 - cfg.dropout))
+        grad = grad_h * (acts[-1] > 0)  # d h / d z of the ReLU
         for layer in range(n - 1, 0, -1):
             W = self.weights[layer]
             grad_W = acts[layer - 1].T @ grad

@@ -83,7 +83,7 @@ class SlideNetwork:
 
     def train_step(self, X: CSR, Y: CSR) -> StepStats:
         """One SGD step on a batch (rows of X with their label sets Y)."""
-        h, acts = self.hidden.forward_train(X)
+        h, acts = self.hidden.forward(X)
         parts = [shard.forward(h, Y) for shard in self.shards]
         lse, label_term = combine_partials(parts)
         grad_h = self.shards[0].backward(lse)

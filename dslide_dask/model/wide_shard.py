@@ -184,11 +184,29 @@ class WideShard:
         label_ptr, label_ids = self.local_labels(Y)
         active, n_active, n_label, n_found = self._active(h, label_ptr, label_ids, train=True)
         n_active[weight == 0] = 0  # an example with no label trains nothing
+        keep = self._dropout(h.shape)
+        if keep is not None:
+            h = h * keep
         groups, (logits, row_max, row_sumexp, label_part) = self._logits(
             h, active, n_active, n_label, weight, n_found, self._pad_shift(n_active, n_found)
         )
-        self._pending = (h, n_label, n_active, weight, logits, groups)
+        self._pending = (h, keep, n_label, n_active, weight, logits, groups)
         return SoftmaxPartials(row_max, row_sumexp, label_part, n_active)
+
+    def _dropout(self, shape: tuple[int, int]) -> np.ndarray | None:
+        """Inverted dropout on this batch's input ``h`` (``cfg.dropout``): kept units
+        scaled by ``1 / (1 - p)``, the rest 0; None without dropout.
+
+        Applied after hashing, so the LSH tables are queried with the whole vector, as at
+        inference (a masked query retrieves more scattered, costlier active sets). The
+        mask of the n-th step is drawn from ``(cfg.seed, n)``: every shard, in one process
+        or on a cluster, and a restored run draw the same one.
+        """
+        p = self.cfg.dropout
+        if p == 0:
+            return None
+        rng = np.random.default_rng([self.cfg.seed, 0xD1, self.step + 1])
+        return (rng.random(shape, dtype=np.float32) >= p) * np.float32(1 / (1 - p))
 
     def _logits(self, h, active, n_active, n_label, weight, pad_start, pad_shift):
         """The active entries grouped by neuron, and the logits and per-example softmax
@@ -208,7 +226,7 @@ class WideShard:
         """Update this shard's neurons and return its share of ``d loss / d h``."""
         if self._pending is None:
             raise RuntimeError("backward() called without a preceding forward()")
-        h, n_label, n_active, weight, logits, groups = self._pending
+        h, keep, n_label, n_active, weight, logits, groups = self._pending
         self._pending = None
         n_examples = max(1, int((weight > 0).sum()))
         wide_layer.logit_gradients(n_active, n_label, weight, logits, lse, 1.0 / n_examples)
@@ -222,6 +240,8 @@ class WideShard:
             self.W, self.W_m, self.W_v, self.bias, self.bias_m, self.bias_v,
             adam_lr(cfg, self.step), cfg.beta1, cfg.beta2, cfg.eps, grad_h,
         )  # fmt: skip
+        if keep is not None:
+            grad_h *= keep
         rebuild, redraw = self.schedule.due(self.step)
         if redraw:
             self.index.draw(self.index.seed + 1)
