@@ -197,8 +197,8 @@ class WideShard:
         """Inverted dropout on this batch's input ``h`` (``cfg.dropout``): kept units
         scaled by ``1 / (1 - p)``, the rest 0; None without dropout.
 
-        Applied after hashing, so the LSH tables are queried with the whole vector, as at
-        inference (a masked query retrieves more scattered, costlier active sets). The
+        Applied after hashing: the active set is retrieved with the whole vector, as at
+        inference, and the mask never leaves the shard (no extra traffic). The
         mask of the n-th step is drawn from ``(cfg.seed, n)``: every shard, in one process
         or on a cluster, and a restored run draw the same one.
         """
