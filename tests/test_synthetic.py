@@ -53,6 +53,13 @@ def test_presets() -> None:
         1_778_351,
         587_084,
     )
+    m = PRESETS["amazon-3m"]
+    assert (m.n_features, m.n_labels, m.n_train, m.n_test) == (
+        337_067,
+        2_812_281,
+        1_717_899,
+        742_507,
+    )
     d = PRESETS["delicious-200k"]
     assert (d.n_features, d.n_labels, d.n_train, d.n_test) == (782_585, 205_443, 196_606, 100_095)
     assert d.avg_labels == 75.54
@@ -102,6 +109,12 @@ def test_deterministic_by_seed(tiny: tuple[XCDataset, XCDataset]) -> None:
     assert same(tiny[0], again[0]) and same(tiny[1], again[1])
     other = make_synthetic("tiny", seed=1)
     assert not same(tiny[0], other[0])
+
+
+def test_fewer_points_give_a_prefix_of_the_same_rows(tiny) -> None:
+    """What a slice of a huge preset relies on: a partial last chunk included."""
+    train, test = make_synthetic(resolve_spec("tiny", n_train=3000, n_test=100), seed=0)
+    assert same(train, tiny[0].slice(0, 3000)) and same(test, tiny[1].slice(0, 100))
 
 
 def test_generate_files(tiny: tuple[XCDataset, XCDataset], tmp_path) -> None:

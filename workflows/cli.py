@@ -103,7 +103,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
         "preset",
         nargs="?",
         default="tiny",
-        help="tiny, small, amazon-670k, wiki-325k, delicious-200k (default: tiny)",
+        help="tiny, small, amazon-670k, amazon-3m, wiki-325k, delicious-200k (default: tiny)",
     )
     p.add_argument("--out", required=True, metavar="URL", help="output folder (path or URL)")
     for name in SIZE_FLAGS:

@@ -19,7 +19,8 @@ Model (all knobs in :class:`SyntheticSpec`):
 
 Points are generated in fixed chunks of ``CHUNK_POINTS`` with seeds derived from
 ``(seed, split, chunk)``, in parallel threads: the same seed gives the same bytes
-whatever the thread count.
+whatever the thread count, and a spec with fewer points gives a prefix of the same rows
+(so a slice of ``amazon-3m`` costs its own size, not the set's).
 """
 
 from __future__ import annotations
@@ -122,6 +123,10 @@ PRESETS: dict[str, SyntheticSpec] = {
     "amazon-670k": SyntheticSpec(
         n_features=135_909, n_labels=670_091, n_train=490_449, n_test=153_025,
         avg_labels=5.45, avg_nnz=75.0, label_offset=50.0,
+    ),
+    "amazon-3m": SyntheticSpec(
+        n_features=337_067, n_labels=2_812_281, n_train=1_717_899, n_test=742_507,
+        avg_labels=36.04, avg_nnz=36.17, label_offset=50.0,
     ),
     "wiki-325k": SyntheticSpec(
         n_features=1_617_899, n_labels=325_056, n_train=1_778_351, n_test=587_084,
@@ -248,17 +253,26 @@ class _Generator:
         self.nnz_mu = math.log(s.avg_nnz) - s.nnz_sigma**2 / 2
 
     def chunk_args(self, split: int, n_points: int) -> list[tuple[int, int]]:
-        """(seed, n_points) of each chunk of a split."""
+        """(seed, points kept) of each chunk of a split."""
         return [
             (derive_seed(self.seed, split, c), min(CHUNK_POINTS, n_points - start))
             for c, start in enumerate(range(0, n_points, CHUNK_POINTS))
         ]
 
     def chunk(self, args: tuple[int, int]) -> tuple[np.ndarray, ...]:
+        """The first ``n`` points of a chunk. A chunk is always drawn whole (a chunk's
+        row sizes come first in its random stream), so fewer points give a prefix."""
         seed, n = args
+        y_ptr, y_idx, x_ptr, x_idx, x_val = self._whole_chunk(seed)
+        if n == CHUNK_POINTS:
+            return y_ptr, y_idx, x_ptr, x_idx, x_val
+        y_ptr, x_ptr = y_ptr[: n + 1], x_ptr[: n + 1]
+        return y_ptr, y_idx[: y_ptr[-1]], x_ptr, x_idx[: x_ptr[-1]], x_val[: x_ptr[-1]]
+
+    def _whole_chunk(self, seed: int) -> tuple[np.ndarray, ...]:
         s = self.spec
         return K.generate_chunk(
-            np.uint64(seed), n, s.empty_frac, max(0.0, self.extra_labels),
+            np.uint64(seed), CHUNK_POINTS, s.empty_frac, max(0.0, self.extra_labels),
             max(1, s.n_labels // 2), self.nnz_mu, s.nnz_sigma, max(1, s.n_features // 2),
             s.signal_frac, s.topic_mix, *self.lab_alias, *self.topic_alias, self.topic_ptr,
             self.topic_labels, self.topic_cum, *self.sig, *self.bg_alias, self.idf,
