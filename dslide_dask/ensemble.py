@@ -1,0 +1,136 @@
+"""``SlideEnsemble``: differently seeded models whose top-k lists are fused.
+
+Models that differ only in their seed (initial weights, hash functions, dropout masks,
+batch order) make different mistakes, and a sparse model is cheap enough to train
+several. Their predictions are fused by a Borda count over each member's top
+``k_fuse`` labels: it needs nothing but each member's ranked label ids, so a member may
+live in this process or on a cluster, and fusing costs ``n_models x k_fuse`` entries a
+row, whatever the number of labels. (On the Debian set, three members of two epochs: the
+Borda count of their top 10 reaches P@1 0.8538 where averaging their full softmax
+outputs reaches 0.8552; see the README's benchmarks.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dslide_dask.data.inputs import labelled_data
+from dslide_dask.estimator import SlideClassifier
+from dslide_dask.metrics import label_counts, xc_metrics
+from dslide_dask.model.config import check_int
+
+
+def borda_topk(member_topk: list[np.ndarray], k: int) -> np.ndarray:
+    """Fuse ranked label ids ``[rows, k_fuse]`` (one array a member, -1 for none): a
+    label scores ``k_fuse - rank`` in each member's list it is in; the ``k`` best of the
+    summed scores per row, ties to the label first seen in member order (-1 if fewer)."""
+    ids = np.concatenate(member_topk, axis=1).astype(np.int64)
+    points = np.concatenate(
+        [np.broadcast_to(np.arange(t.shape[1], 0, -1), t.shape) for t in member_topk], axis=1
+    ).astype(np.int64)
+    width = ids.shape[1]
+    order = np.argsort(ids, axis=1, kind="stable")  # equal ids together, first seen first
+    ids = np.take_along_axis(ids, order, axis=1)
+    total = np.cumsum(np.take_along_axis(points, order, axis=1), axis=1)
+    last = np.ones(ids.shape, bool)  # the last entry of each run of one label
+    last[:, :-1] = ids[:, 1:] != ids[:, :-1]
+    first = np.ones(ids.shape, bool)
+    first[:, 1:] = last[:, :-1]
+    # a label's score: the running total at its run's end minus the total before its run
+    before = np.where(first, total - np.take_along_axis(points, order, axis=1), 0)
+    before = np.maximum.accumulate(before * first, axis=1)
+    score = np.where(last & (ids >= 0), total - before, 0)
+    # first-seen position of the run, for ties: carried from the run's first entry
+    seen = np.maximum.accumulate(np.where(first, np.arange(width), 0), axis=1)
+    position = np.take_along_axis(order, seen, axis=1)
+    key = score * (width + 1) + (width - position)
+    best = np.argsort(-key, axis=1, kind="stable")[:, :k]
+    out = np.take_along_axis(ids, best, axis=1)
+    out[np.take_along_axis(score, best, axis=1) == 0] = -1
+    return out
+
+
+class SlideEnsemble:
+    """``n_models`` copies of ``estimator`` (default: a :class:`SlideClassifier` with its
+    defaults), the i-th seeded ``seed + i``, trained one after another on the same data;
+    predictions fused by :func:`borda_topk` over each member's top ``k_fuse`` (default:
+    ``max(10, 2k)``).
+
+    At equal training time, several short runs beat one long one on the Debian set (three
+    members of two epochs against one model of five: P@1 0.855 against 0.847).
+    """
+
+    def __init__(
+        self,
+        estimator: SlideClassifier | None = None,
+        n_models: int = 3,
+        k_fuse: int | None = None,
+    ) -> None:
+        self.estimator = estimator
+        self.n_models = n_models
+        self.k_fuse = k_fuse
+
+    def get_params(self, deep: bool = True) -> dict:
+        return {"estimator": self.estimator, "n_models": self.n_models, "k_fuse": self.k_fuse}
+
+    def set_params(self, **params) -> SlideEnsemble:
+        for name, value in params.items():
+            if name not in self.get_params():
+                raise ValueError(f"unknown parameter {name!r} for SlideEnsemble")
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self) -> str:
+        return f"SlideEnsemble(estimator={self.estimator!r}, n_models={self.n_models})"
+
+    def fit(self, X, Y, callback=None) -> SlideEnsemble:
+        """Train every member on ``(X, Y)`` (matrices, as :meth:`SlideClassifier.fit`);
+        ``callback(member, model)`` after each, e.g. to score the ensemble so far."""
+        check_int("n_models", self.n_models, 1, 1000)
+        data = labelled_data(X, Y)
+        base = self.estimator if self.estimator is not None else SlideClassifier()
+        params = base.get_params()
+        self.members_ = []
+        for i in range(self.n_models):
+            member = type(base)(**{**params, "seed": params["seed"] + i})
+            member.fit(data.X, data.Y)
+            self.members_.append(member)
+            if callback is not None:
+                callback(i, self)
+        self.label_counts_ = label_counts(data.Y)
+        self.n_train_ = data.n_points
+        return self
+
+    def predict_topk(self, X, k: int = 5, exact: bool = True) -> np.ndarray:
+        """Top-k label ids per row, best first, by the members' fused ranks."""
+        self._check_fitted()
+        n_labels = self.members_[0].trainer_.n_labels
+        check_int("k", k, 1, n_labels)
+        k_fuse = self.k_fuse if self.k_fuse is not None else max(10, 2 * k)
+        check_int("k_fuse", k_fuse, k, n_labels)
+        return borda_topk([m.predict_topk(X, k_fuse, exact) for m in self.members_], k)
+
+    def predict(self, X, exact: bool = True) -> np.ndarray:
+        """The best label id of each row."""
+        return self.predict_topk(X, 1, exact)[:, 0]
+
+    def evaluate(self, X, Y, ks=(1, 3, 5), exact: bool = True) -> dict[str, float]:
+        """P@k, nDCG@k, PSP@k and PSnDCG@k of the fused predictions (propensities from
+        the training labels)."""
+        self._check_fitted()
+        data = labelled_data(X, Y, self.members_[0].trainer_.n_labels)
+        top = self.predict_topk(data.X, max(ks), exact)
+        return xc_metrics(top, data.Y, ks, self.label_counts_, self.n_train_)
+
+    def score(self, X, Y, k: int = 1, exact: bool = True) -> float:
+        """Precision at k (P@k) on ``(X, Y)``."""
+        return self.evaluate(X, Y, ks=(k,), exact=exact)[f"P@{k}"]
+
+    def close(self) -> None:
+        """Release every member's model."""
+        for member in getattr(self, "members_", []):
+            member.close()
+
+    def _check_fitted(self) -> None:
+        if not getattr(self, "members_", None):
+            raise RuntimeError("this SlideEnsemble is not fitted yet: call fit() first")
