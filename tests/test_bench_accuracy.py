@@ -31,7 +31,7 @@ def tiny_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, fl
 
 def test_bench_accuracy_end_to_end(capsys, tmp_path: Path, tiny_files) -> None:
     train, test, popular = tiny_files
-    names = ["engine"] + [
+    names = ["engine", "engine-ensemble"] + [
         name for name, module in (("omikuji", "omikuji"), ("dense", "torch"))
         if importlib.util.find_spec(module)
     ]  # fmt: skip
@@ -39,7 +39,7 @@ def test_bench_accuracy_end_to_end(capsys, tmp_path: Path, tiny_files) -> None:
     code, out, _ = run(
         capsys, "bench", "accuracy", "--train", str(train), "--test", str(test),
         "--contenders", ",".join(names), "--epochs", "3", "--threads", "1",
-        "--json", str(out_json), "--plot", str(out_png),
+        "--members", "2", "--member-epochs", "3", "--json", str(out_json), "--plot", str(out_png),
     )  # fmt: skip
     assert code == 0
     lines = out.splitlines()
@@ -58,6 +58,10 @@ def test_bench_accuracy_end_to_end(capsys, tmp_path: Path, tiny_files) -> None:
     assert engine["P@1"] > max(3 * popular, popular + 0.2), (engine["P@1"], popular)
     for r in results.values():
         assert 0 < r["PSP@1"] <= 1 and 0 < r["nDCG@5"] <= 1 and r["peak_rss_mb"] > 0
+    ensemble = results["engine-ensemble"]
+    assert [p["members"] for p in ensemble["curve"]] == [1, 2]
+    assert "engine-ensemble P@1 by member:" in out
+    assert ensemble["P@1"] > max(3 * popular, popular + 0.2), (ensemble["P@1"], popular)
     if "omikuji" in results:
         assert results["omikuji"]["P@1"] > popular + 0.2 and "curve" not in results["omikuji"]
     if "dense" in results:

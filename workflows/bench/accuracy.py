@@ -9,6 +9,9 @@ reports it):
 - ``engine``: ``SlideClassifier`` in-process, scored after every epoch;
 - ``engine-cluster``: the same on a LocalCluster of ``--threads`` one-thread worker
   processes (started before the clock, closed at the end);
+- ``engine-ensemble``: a ``SlideEnsemble`` of ``--members`` differently seeded
+  classifiers of ``--member-epochs`` epochs each, trained one after another, scored after
+  each member (the ensemble so far);
 - ``dense``: the PyTorch full-softmax baseline of ``bench engine``, with the engine's
   network and optimiser settings, scored after every epoch;
 - ``omikuji`` (Parabel-style label trees) and ``napkinxc`` (probabilistic label trees),
@@ -43,7 +46,7 @@ from dslide_workflows.bench import engine as engine_bench
 from dslide_workflows.cli import make_classifier
 
 SUMMARY = "time to accuracy: SLIDE engine vs dense PyTorch and label-tree libraries"
-CONTENDERS = ("engine", "engine-cluster", "dense", "omikuji", "napkinxc")
+CONTENDERS = ("engine", "engine-cluster", "engine-ensemble", "dense", "omikuji", "napkinxc")
 #: The module each contender needs, and how to get it when it is missing.
 REQUIRES = {
     "dense": ("torch", "pip install 'dslide-dask[bench]'"),
@@ -85,6 +88,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"which to run, in order (default: {','.join(CONTENDERS)})",
     )
     c.add_argument("--epochs", type=positive_int, default=5, help="engine and dense (default: 5)")
+    c.add_argument(
+        "--members", type=positive_int, default=3, help="engine-ensemble's models (default: 3)"
+    )
+    c.add_argument(
+        "--member-epochs",
+        type=positive_int,
+        default=2,
+        help="epochs of each engine-ensemble member (default: 2)",
+    )
     c.add_argument("--threads", type=positive_int, default=2, help="per contender (default: 2)")
     c.add_argument("--seed", type=int, default=0, help="model seed (default: 0)")
     engine_bench.add_engine_opt(
@@ -218,6 +230,40 @@ def run_engine(train, test, config: dict[str, Any], client=None) -> dict[str, An
     }
 
 
+def run_engine_ensemble(train, test, config: dict[str, Any]) -> dict[str, Any]:
+    """A SlideEnsemble of ``members`` classifiers of ``member_epochs`` epochs, scored after
+    each member joins (off the clock): P@1 against the time spent on the members so far."""
+    from dslide_dask.ensemble import SlideEnsemble
+    from dslide_workflows.bench.torch_dense import peak_rss_mb
+
+    score = scorer(train, test, config)
+    base = make_classifier({**config["classifier"], "epochs": config["member_epochs"]})
+    curve: list[dict[str, Any]] = []
+    paused = [0.0]
+
+    def evaluate(member: int, ensemble: SlideEnsemble) -> None:
+        t = time.perf_counter()
+        point = {"members": member + 1, "epoch": (member + 1) * base.epochs}
+        point["samples"] = point["epoch"] * train.n_points
+        topk = ensemble.predict_topk(test.X, max(KS))
+        curve.append({**point, "seconds": t - t0 - paused[0], **score(topk)})
+        paused[0] += time.perf_counter() - t
+
+    t0 = time.perf_counter()
+    ensemble = SlideEnsemble(base, n_models=config["members"]).fit(train.X, train.Y, evaluate)
+    ensemble.close()
+    last = curve[-1]
+    return {
+        **last,
+        "contender": "engine-ensemble",
+        "train_seconds": last["seconds"],
+        "samples_per_s": last["samples"] / last["seconds"],
+        "curve": curve,
+        "params": {**config["classifier"], "epochs": base.epochs, "members": len(curve)},
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
 def run_engine_cluster(train, test, config: dict[str, Any]) -> dict[str, Any]:
     """:func:`run_engine` on a LocalCluster of ``n_threads`` one-thread worker processes."""
     from distributed import Client, LocalCluster
@@ -319,6 +365,7 @@ def _tree_result(name: str, seconds: float, scores: dict[str, float]) -> dict[st
 RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "engine": run_engine,
     "engine-cluster": run_engine_cluster,
+    "engine-ensemble": run_engine_ensemble,
     "dense": run_dense,
     "omikuji": run_omikuji,
     "napkinxc": run_napkinxc,
@@ -348,7 +395,8 @@ def format_report(results: list[dict[str, Any]]) -> str:
     for r in ran:
         if r.get("curve"):
             points = "  ".join(f"{p['P@1']:.4f} ({p['seconds']:.1f} s)" for p in r["curve"])
-            lines.append(f"{r['contender']} P@1 by epoch: {points}")
+            per = "member" if "members" in r["curve"][0] else "epoch"
+            lines.append(f"{r['contender']} P@1 by {per}: {points}")
     lines += [f"{r['contender']}: skipped, {r['skipped']}" for r in results if "skipped" in r]
     return "\n".join(lines)
 
@@ -396,6 +444,8 @@ def run(args: argparse.Namespace) -> int:
         "dense_input": "embedding_bag",
         "log_every": args.log_every,
         "propensity": [args.propensity_a, args.propensity_b],
+        "members": args.members,
+        "member_epochs": args.member_epochs,
     }
     missing = {n: REQUIRES[n] for n in args.contenders if n in REQUIRES}
     missing = {n: pip for n, (mod, pip) in missing.items() if importlib.util.find_spec(mod) is None}
