@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from dslide_workflows.run_settings import RunSettings
 from dslide_workflows.summary import format_scores
 
 
@@ -12,7 +13,7 @@ class Progress:
     """A progress bar over steps, with periodic evaluation on the test set."""
 
     def __init__(
-        self, run: dict, trainer, test, quiet: bool, log_every: int = 0, folder=None
+        self, run: RunSettings, trainer, test, quiet: bool, log_every: int = 0, folder=None
     ) -> None:
         self.folder = folder
         self.log_every = log_every
@@ -41,11 +42,11 @@ class Progress:
             print(f"  step {stats['step']:>6}  samples {self.samples:>9}  "
                   f"loss {stats['loss']:8.4f}  active/example {stats['active']:8.1f}  "
                   f"{rate:8.0f} samples/s", flush=True)  # fmt: skip
-        every = self.run["eval_every"]
+        every = self.run.eval_every
         if every and self.test is not None and stats["step"] % every == 0:
             scores = self.trainer.evaluate(
-                self.test, max_points=self.run["eval_points"],
-                storage_options=self.run["storage_options"],
+                self.test, max_points=self.run.eval_points,
+                storage_options=self.run.storage_options,
             )  # fmt: skip
             self.record_eval(scores)
             self.bar.write(f"step {stats['step']}: " + format_scores(scores))

@@ -1,49 +1,66 @@
-"""The settings of a ``dslide train`` run: defaults, a config file and flags merged and
-checked, or a resumed run's saved settings with the flags it may change."""
+"""The settings of a ``dslide train`` run (:class:`RunSettings`): defaults, a config file
+and flags merged and checked, or a resumed run's saved settings with the flags it may
+change."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from dslide_workflows.args import storage_options
 
-#: Flags that may also come from the config file, with their defaults.
-RUN_DEFAULTS: dict[str, Any] = {
-    "train": None,
-    "test": None,
-    "preset": None,
-    "storage_options": {},
-    "scheduler_address": None,
-    "workers": None,
-    "threads_per_worker": 1,
-    "in_process": False,
-    "n_shards": None,
-    "wire_dtype": "float16",
-    "pipeline": True,
-    "epochs": 1,
-    "batch_size": 256,
-    "eval_every": 0,
-    "eval_points": 2000,
-    "performance_report": None,
-    "seed": 0,
-    "threads": None,
-    "skip_bad_lines": False,
-    "run_dir": None,
-    "checkpoint_every": 0,
-    "checkpoint_minutes": 0.0,
-    "keep_checkpoints": 3,
-}
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How one ``dslide train`` run reads its data, where it runs and what it keeps: the
+    flags that may also come from the config file, with their defaults."""
+
+    train: str | None = None
+    test: str | None = None
+    preset: str | None = None
+    storage_options: dict = field(default_factory=dict)
+    scheduler_address: str | None = None
+    workers: int | None = None
+    threads_per_worker: int = 1
+    in_process: bool = False
+    n_shards: int | None = None
+    wire_dtype: str = "float16"
+    pipeline: bool = True
+    epochs: int = 1
+    batch_size: int = 256
+    eval_every: int = 0
+    eval_points: int = 2000
+    performance_report: str | None = None
+    seed: int = 0
+    threads: int | None = None
+    skip_bad_lines: bool = False
+    run_dir: str | None = None
+    checkpoint_every: int = 0
+    checkpoint_minutes: float = 0.0
+    keep_checkpoints: int = 3
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as the run folder's config.yaml holds them."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+#: The defaults, by name.
+RUN_DEFAULTS: dict[str, Any] = RunSettings().to_dict()
 #: Settings a resumed run may change (where and how it runs, and for how long).
-RESUMABLE = {"scheduler_address", "workers", "threads_per_worker", "in_process", "n_shards",
-             "wire_dtype", "pipeline", "epochs", "eval_every", "eval_points", "threads",
-             "performance_report", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints",
-             "skip_bad_lines", "storage_options"}  # fmt: skip
+RESUMABLE = frozenset(
+    {
+        "scheduler_address", "workers", "threads_per_worker", "in_process", "n_shards",
+        "wire_dtype", "pipeline", "epochs", "eval_every", "eval_points", "threads",
+        "performance_report", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints",
+        "skip_bad_lines", "storage_options",
+    }
+)  # fmt: skip
 
 
-def resolve(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+def resolve(args: argparse.Namespace) -> tuple[RunSettings, dict[str, Any]]:
     """Run settings and model parameters from defaults < config file < flags, all checked
     (:mod:`dslide_workflows.settings`) before anything starts."""
     from dslide_workflows.secrets import merge
@@ -102,10 +119,10 @@ def resolve(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
         raise ValueError("--test goes with --train, not with --preset")
     if run["performance_report"] and run["in_process"]:
         raise ValueError("--performance-report needs a Dask cluster (not --in-process)")
-    return run, model
+    return RunSettings(**run), model
 
 
-def _resumed(args: argparse.Namespace, run: dict) -> tuple[dict[str, Any], dict[str, Any]]:
+def _resumed(args: argparse.Namespace, run: dict) -> tuple[RunSettings, dict[str, Any]]:
     """Settings of a resumed run: the run folder's, with the flags of RESUMABLE."""
     from dslide_workflows.run_folder import RunFolder
     from dslide_workflows.secrets import merge, unmasked
@@ -145,4 +162,4 @@ def _resumed(args: argparse.Namespace, run: dict) -> tuple[dict[str, Any], dict[
     check_run(run, {k: where for k in saved if k not in asked})
     if "performance_report" not in asked and run["performance_report"]:
         run["performance_report"] = folder.own_file(run["performance_report"], where)
-    return run, model
+    return RunSettings(**run), model

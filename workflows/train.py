@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import time
 from pathlib import Path
 
 import yaml
+
+from dslide_workflows.run_settings import RunSettings
 
 #: How long --scheduler-address --workers N waits for the workers to join.
 WAIT_WORKERS_SECONDS = 1800
@@ -98,18 +101,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     run, model = resolve(args)
     cfg = SlideConfig.from_dict({k: tuple(v) if k == "hidden" else v for k, v in model.items()})
     # everything is read and checked before the run folder is written or a cluster started
-    folder = _run_folder(run, resume=bool(args.resume))
+    run, folder = _run_folder(run, resume=bool(args.resume))
     restore = _restore_point(folder, run) if args.resume else None
     train, test, shape = _data(run)
     # the lr schedule spans the whole run (a resumed run keeps the one it started with)
-    epoch_steps = -(-train.n_points // run["batch_size"])
-    cfg = cfg.for_data(shape[1], run["epochs"] * epoch_steps, epoch_steps)
+    epoch_steps = -(-train.n_points // run.batch_size)
+    cfg = cfg.for_data(shape[1], run.epochs * epoch_steps, epoch_steps)
     _check_memory(run, cfg, shape)
     epoch, batch = _position(restore)
-    if epoch >= run["epochs"]:
-        raise ValueError(f"{folder.url} already trained {epoch} of --epochs {run['epochs']}: "
+    if epoch >= run.epochs:
+        raise ValueError(f"{folder.url} already trained {epoch} of --epochs {run.epochs}: "
                          "ask for more --epochs to carry on")  # fmt: skip
-    settings = {**run, "model": cfg.to_dict()}
+    settings = {**run.to_dict(), "model": cfg.to_dict()}
     print(
         "settings:",
         yaml.safe_dump(mask(settings), sort_keys=False, default_flow_style=None)
@@ -130,20 +133,20 @@ def cmd_train(args: argparse.Namespace) -> int:
             t1 = time.perf_counter()
             try:
                 stream = Stream(
-                    run["batch_size"], run["epochs"], run["seed"],
-                    skip_bad_lines=run["skip_bad_lines"],
+                    run.batch_size, run.epochs, run.seed,
+                    skip_bad_lines=run.skip_bad_lines,
                 ).from_position(epoch, batch)  # fmt: skip
-                trainer.train(train, stream, progress, run["storage_options"])
+                trainer.train(train, stream, progress, run.storage_options)
             finally:
                 progress.close()
                 folder.flush()
             seconds = time.perf_counter() - t1
-            done = stream.meta(run["epochs"], 0)
-            model_url = trainer.save(folder.child_url("model"), run["storage_options"], done)
+            done = stream.meta(run.epochs, 0)
+            model_url = trainer.save(folder.child_url("model"), run.storage_options, done)
             scores = None
             if test is not None:
-                scores = trainer.evaluate(test, max_points=run["eval_points"],
-                                          storage_options=run["storage_options"])  # fmt: skip
+                scores = trainer.evaluate(test, max_points=run.eval_points,
+                                          storage_options=run.storage_options)  # fmt: skip
             shards = trainer.shard_info()
         text, numbers = summary(trainer.history, seconds, setup, shape, cfg, shards, scores,
                                 progress.evaluations, trainer.recoveries)  # fmt: skip
@@ -154,42 +157,43 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_folder(run: dict, resume: bool):
-    """The run's folder: given, or a new one under runs/; never someone else's run (a
-    folder that a failed run left without a checkpoint or model may be used again)."""
+def _run_folder(run: RunSettings, resume: bool):
+    """The run's settings with its folder, and the folder: given, or a new one under runs/;
+    never someone else's run (a folder that a failed run left without a checkpoint or
+    model may be used again)."""
     from dslide_workflows.run_folder import RunFolder
 
-    if run["run_dir"] is None:
-        data = run["preset"] or Path(str(run["train"]).rstrip("/")).name.split(".")[0]
+    if run.run_dir is None:
+        data = run.preset or Path(str(run.train).rstrip("/")).name.split(".")[0]
         name = os.path.join("runs", time.strftime("%Y%m%d-%H%M%S-") + data)
         taken = 1
         while RunFolder(name + (f"-{taken}" if taken > 1 else "")).exists():
             taken += 1
-        run["run_dir"] = name + (f"-{taken}" if taken > 1 else "")
-    folder = RunFolder(run["run_dir"], run["storage_options"])
+        run = dataclasses.replace(run, run_dir=name + (f"-{taken}" if taken > 1 else ""))
+    folder = RunFolder(run.run_dir, run.storage_options)
     if not resume and folder.exists() and folder.resumable():
         raise ValueError(f"{folder.url} already holds a run: --resume {folder.url} to carry "
                          "it on, or choose another --run-dir")  # fmt: skip
-    return folder
+    return run, folder
 
 
-def _check_memory(run: dict, cfg, shape: tuple[int, int]) -> None:
+def _check_memory(run: RunSettings, cfg, shape: tuple[int, int]) -> None:
     """A model sized by the data's header must fit this machine when it is built here (in
     process or on a LocalCluster), before anything is allocated."""
     from dslide_dask.memory import check_memory, model_bytes
 
-    if run["in_process"] or not run["scheduler_address"]:
+    if run.in_process or not run.scheduler_address:
         what = f"a model of {shape[0]:,} features and {shape[1]:,} labels (hidden {cfg.hidden})"
         check_memory(model_bytes(cfg.hidden, *shape), what)
 
 
-def _restore_point(folder, run: dict):
+def _restore_point(folder, run: RunSettings):
     """The newest of a run folder's latest checkpoint and final model; its metrics are
     cut back to it."""
     from dslide_dask.checkpoint import CheckpointError, CheckpointStore
 
     found = [
-        CheckpointStore(folder.child_url(name), run["storage_options"]).latest()
+        CheckpointStore(folder.child_url(name), run.storage_options).latest()
         for name in ("model", "checkpoints")  # on a tie, the final model (its epoch is done)
     ]
     ckpt = max((c for c in found if c is not None), key=lambda c: c.step, default=None)
@@ -217,7 +221,7 @@ def _finish(folder, text: str, numbers: dict, model_url: str) -> None:
     print(f"model: {model_url}\ncurves: {folder.child_url('curves.png')}")
 
 
-def _data(run: dict):
+def _data(run: RunSettings):
     """Training source, test data (read and checked now, cut to --eval-points) and
     (n_features, n_labels)."""
     from dslide_dask.data import synthetic
@@ -225,45 +229,45 @@ def _data(run: dict):
     from dslide_dask.data.inputs import check_fits
     from dslide_dask.data.source import open_source, read_dataset
 
-    if run["preset"]:
-        train, test = synthetic.make_synthetic(run["preset"], seed=run["seed"])
-        return train, test.slice(0, run["eval_points"]), shape(train)
+    if run.preset:
+        train, test = synthetic.make_synthetic(run.preset, seed=run.seed)
+        return train, test.slice(0, run.eval_points), shape(train)
     # headers only: the training data itself is read by the workers
-    train = plan(run["train"], run["storage_options"])
+    train = plan(run.train, run.storage_options)
     test = None
-    if run["test"]:
-        so = run["storage_options"]
-        check_fits(open_source(run["test"], so), *shape(train), what=run["test"])
-        test, skipped = read_dataset(run["test"], so, skip_bad_lines=run["skip_bad_lines"])
+    if run.test:
+        so = run.storage_options
+        check_fits(open_source(run.test, so), *shape(train), what=run.test)
+        test, skipped = read_dataset(run.test, so, skip_bad_lines=run.skip_bad_lines)
         if skipped:
-            print(f"test data: {skipped} bad line(s) skipped in {run['test']}")
+            print(f"test data: {skipped} bad line(s) skipped in {run.test}")
         if len(test) == 0:
-            raise ValueError(f"{run['test']}: no points to evaluate on")
-        test = test.slice(0, run["eval_points"])
+            raise ValueError(f"{run.test}: no points to evaluate on")
+        test = test.slice(0, run.eval_points)
     if train.n_points == 0:
-        raise ValueError(f"{run['train']}: no points to train on (the header says 0)")
+        raise ValueError(f"{run.train}: no points to train on (the header says 0)")
     return train, test, shape(train)
 
 
 @contextlib.contextmanager
-def _cluster(run: dict):
+def _cluster(run: RunSettings):
     """None (in process), a client of the given scheduler, or of a new LocalCluster."""
-    if run["in_process"]:
+    if run.in_process:
         yield None
         return
     from distributed import Client, LocalCluster
 
-    if run["scheduler_address"]:
-        with Client(run["scheduler_address"]) as client:
-            print(f"cluster: {run['scheduler_address']}, dashboard {client.dashboard_link}")
-            if run["workers"]:  # shards go to the workers there are when training starts
-                print(f"waiting for {run['workers']} workers...", flush=True)
-                client.wait_for_workers(run["workers"], timeout=WAIT_WORKERS_SECONDS)
+    if run.scheduler_address:
+        with Client(run.scheduler_address) as client:
+            print(f"cluster: {run.scheduler_address}, dashboard {client.dashboard_link}")
+            if run.workers:  # shards go to the workers there are when training starts
+                print(f"waiting for {run.workers} workers...", flush=True)
+                client.wait_for_workers(run.workers, timeout=WAIT_WORKERS_SECONDS)
             yield client
         return
-    n = run["workers"] or os.cpu_count() or 1
+    n = run.workers or os.cpu_count() or 1
     with (
-        LocalCluster(n_workers=n, threads_per_worker=run["threads_per_worker"],
+        LocalCluster(n_workers=n, threads_per_worker=run.threads_per_worker,
                      processes=True) as cluster,
         Client(cluster) as client,
     ):  # fmt: skip
@@ -271,36 +275,36 @@ def _cluster(run: dict):
         yield client
 
 
-def _trainer(run: dict, cfg, shape: tuple[int, int], client, folder, restore):
+def _trainer(run: RunSettings, cfg, shape: tuple[int, int], client, folder, restore):
     from dslide_dask.checkpoint import CheckpointPolicy
     from dslide_dask.distributed import DistributedTrainer
     from dslide_dask.local_trainer import LocalTrainer
 
     policy = None
-    if run["checkpoint_every"] or run["checkpoint_minutes"]:
+    if run.checkpoint_every or run.checkpoint_minutes:
         policy = CheckpointPolicy(
-            folder.child_url("checkpoints"), run["checkpoint_every"],
-            60 * run["checkpoint_minutes"], run["keep_checkpoints"], run["storage_options"],
+            folder.child_url("checkpoints"), run.checkpoint_every,
+            60 * run.checkpoint_minutes, run.keep_checkpoints, run.storage_options,
         )  # fmt: skip
     if client is None:
-        if run["threads"]:
+        if run.threads:
             import numba
 
-            numba.set_num_threads(run["threads"])
+            numba.set_num_threads(run.threads)
         return LocalTrainer(cfg, *shape, checkpoint=policy, restore=restore)
     return DistributedTrainer(
-        client, cfg, *shape, n_shards=run["n_shards"], wire_dtype=run["wire_dtype"],
-        pipeline=run["pipeline"], checkpoint=policy,
+        client, cfg, *shape, n_shards=run.n_shards, wire_dtype=run.wire_dtype,
+        pipeline=run.pipeline, checkpoint=policy,
         restore=restore.url if restore is not None else None,
-        storage_options=run["storage_options"], name=Path(folder.url).name,
+        storage_options=run.storage_options, name=Path(folder.url).name,
     )  # fmt: skip
 
 
-def _report(run: dict, client):
-    if run["performance_report"] and client is not None:
+def _report(run: RunSettings, client):
+    if run.performance_report and client is not None:
         from distributed import performance_report
 
-        return performance_report(filename=run["performance_report"])
-    if run["performance_report"]:
+        return performance_report(filename=run.performance_report)
+    if run.performance_report:
         raise ValueError("--performance-report needs a Dask cluster (not --in-process)")
     return contextlib.nullcontext()
