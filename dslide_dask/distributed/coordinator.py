@@ -1,6 +1,7 @@
-"""The coordinator actor: drives training steps from a worker, next to shard 0.
+"""The coordinator actor: drives training steps from a worker, holding shard 0 itself.
 
-It owns the (small) hidden layers and the batch stream; per step it sends the hidden
+It owns the (small) hidden layers, shard 0 of the wide layer and the batch stream; its
+kernels and shard 0's run on one thread (:data:`KERNEL_THREAD`). Per step it sends the hidden
 activations to every shard and gets back softmax partial sums and gradients. Shard calls
 go worker-to-worker, all shards at once; nothing per step passes through the client or
 the scheduler. With ``pipeline=True`` (the default) the shards finish step t and start
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 import numba
@@ -28,6 +30,7 @@ from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.data.stream import Stream
 from dslide_dask.distributed.errors import ShardLostError
 from dslide_dask.distributed.live_metrics.events import publish
+from dslide_dask.distributed.shard_actor import ShardActor
 from dslide_dask.distributed.specs import CoordinatorSpec
 from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
 from dslide_dask.metrics import TrainingLabels, xc_metrics
@@ -40,12 +43,15 @@ from dslide_dask.omp import passive_wait
 
 #: Seconds between liveness checks while waiting for shards.
 POLL_SECONDS = 2.0
+#: The one thread of a worker process that runs the coordinators' and their local shards'
+#: kernels, one call at a time (its thread starts with the first call).
+KERNEL_THREAD = ThreadPoolExecutor(1, thread_name_prefix="dslide-kernels")
 
 
 class Coordinator:
     """Runs the training loop of one model whose shards are other actors."""
 
-    def __init__(self, spec: CoordinatorSpec, shards: list) -> None:
+    def __init__(self, spec: CoordinatorSpec) -> None:
         raise_malloc_thresholds()
         passive_wait()
         self.cfg = spec.cfg
@@ -65,14 +71,12 @@ class Coordinator:
         self.n_features = spec.n_features
         self.n_labels = spec.n_labels
         self.worker = get_worker()
-        shard_workers = list(spec.shard_workers)
-        self.shards = [
-            self._same_worker(shard) if address == self.worker.address else shard
-            for shard, address in zip(shards, shard_workers, strict=True)
-        ]
-        self.remote = [a != self.worker.address for a in shard_workers]
-        self.n_remote = sum(self.remote)
-        self.shard_workers = shard_workers
+        # shard 0 lives here: its calls need no serialisation and no loop-back connection
+        self.local_shard = ShardActor(spec.local_shard)
+        self.shards: list = [_DirectCalls(self.local_shard, self._on_kernel_thread)]
+        self.remote = [False]
+        self.n_remote = 0
+        self.shard_workers = list(spec.shard_workers)
         self.wire_dtype = spec.wire_dtype
         self.pipeline = spec.pipeline
         self.batches: Iterator[tuple[int, int, XCDataset]] = iter(())
@@ -82,9 +86,17 @@ class Coordinator:
         self.pending = None  # pipelined: the step whose forward pass the shards have done
         self.compute_seconds = 0.0  # this worker's hidden-layer arithmetic
         self.wait_seconds = 0.0  # waiting for the shards
-        self.shard_seconds = [0.0] * len(shards)  # each shard's time to answer, in all
+        self.shard_seconds = [0.0] * len(self.shard_workers)  # each shard's answers, in all
         self.run_name = spec.run_name  # on the dashboard
         self.labels = TrainingLabels(spec.n_labels)  # PSP@k's label frequencies
+
+    def connect(self, shards: list) -> None:
+        """The actors of the other shards (1, 2, ...), in shard order."""
+        if len(shards) != len(self.shard_workers) - 1:
+            raise ValueError(f"{len(shards)} shard actors for {len(self.shard_workers)} shards")
+        self.shards = [self.shards[0], *shards]
+        self.remote = [False] + [True] * len(shards)
+        self.n_remote = len(shards)
 
     # -- data --------------------------------------------------------------------------------
     async def set_data(
@@ -303,23 +315,24 @@ class Coordinator:
         """The hidden layers' weights and biases (for tests and checkpoints)."""
         return self.hidden.params()
 
-    # -- plumbing ----------------------------------------------------------------------------
-    def _same_worker(self, shard) -> _DirectCalls:
-        """Calls to a shard actor on this worker, run on its actor thread directly: no
-        serialisation, no loop-back connection."""
-        return _DirectCalls(self.worker.state.actors[shard.key], self._on_actor_thread)
+    async def shard_info(self) -> list[dict]:
+        """Every shard's statistics, in shard order."""
+        return list(await asyncio.gather(*(s.info() for s in self.shards)))
 
-    async def _on_actor_thread(self, fn, *args):
+    async def shard_weights(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every shard's weights and biases (for tests and small models only)."""
+        return list(await asyncio.gather(*(s.get_weights() for s in self.shards)))
+
+    # -- plumbing ----------------------------------------------------------------------------
+    async def _on_kernel_thread(self, fn, *args):
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.worker.executors["actor"], partial(fn, *args))
+        return await loop.run_in_executor(KERNEL_THREAD, partial(fn, *args))
 
     async def _compute(self, fn, *args):
-        """Run model arithmetic on the worker's actor thread, like the shards' methods, so
-        numba kernels never run from two threads of one process at once."""
+        """Run model arithmetic on the kernel thread, like the local shard's methods, so
+        numba kernels never run from two threads of this process at once."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self.worker.executors["actor"], partial(self._timed, fn, *args)
-        )
+        return await loop.run_in_executor(KERNEL_THREAD, partial(self._timed, fn, *args))
 
     def _timed(self, fn, *args):
         """``fn(*args)`` with this worker's threads, its time counted as hidden-layer work
@@ -371,7 +384,7 @@ class Coordinator:
 
 
 class _DirectCalls:
-    """An actor's methods called in-process (they return coroutines, like actor calls)."""
+    """A shard's methods called in-process (they return coroutines, like actor calls)."""
 
     def __init__(self, target, run) -> None:
         self._target = target

@@ -39,6 +39,7 @@ class CoordinatorSpec:
     n_threads: int
     wire_dtype: str
     pipeline: bool  #: overlap the shards' step t+1 with the hidden layers' update of t
+    local_shard: ShardSpec  #: shard 0, which the coordinator holds itself
     checkpoint: CheckpointPolicy | None = None
     restore: str | None = None
     storage_options: dict | None = None

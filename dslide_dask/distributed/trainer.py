@@ -48,9 +48,9 @@ class DistributedTrainer:
     """A :class:`~dslide_dask.trainer.Trainer` whose output layer is sharded over Dask
     workers.
 
-    Each shard is an actor pinned to its worker (never migrated); a coordinator actor,
-    beside shard 0, holds the hidden layers and runs the steps. The client only starts
-    things and collects per-step statistics.
+    Each shard is an actor pinned to its worker (never migrated), except shard 0, which
+    the coordinator actor holds on its worker beside the hidden layers; the coordinator
+    runs the steps. The client only starts things and collects per-step statistics.
 
     ``checkpoint`` has the model written as the policy says (every shard straight to
     storage). Then a worker lost mid-run is survived: the model is placed again on the
@@ -115,27 +115,19 @@ class DistributedTrainer:
         token = uuid.uuid4().hex[:8]
         threads = [int(workers[w].get("nthreads", 1)) for w in self.placement.workers]
         layout = self.placement.layout
-        self._futures = [
-            client.submit(
-                ShardActor,
-                ShardSpec(
-                    cfg=cfg,
-                    dim_in=cfg.hidden[-1],
-                    layout=layout,
-                    shard_index=s,
-                    n_threads=threads[s],
-                    wire_dtype=self.wire_dtype,
-                    restore=restore,
-                    storage_options=self.storage_options,
-                ),
-                actor=True,
-                workers=[w],
-                allow_other_workers=False,
-                key=f"wide-shard-{s}-{token}",
+
+        def shard(s: int) -> ShardSpec:
+            return ShardSpec(
+                cfg=cfg,
+                dim_in=cfg.hidden[-1],
+                layout=layout,
+                shard_index=s,
+                n_threads=threads[s],
+                wire_dtype=self.wire_dtype,
+                restore=restore,
+                storage_options=self.storage_options,
             )
-            for s, w in enumerate(self.placement.workers)
-        ]
-        self.shards = [self._wait(f) for f in self._futures]
+
         spec = CoordinatorSpec(
             cfg=cfg,
             n_features=self.n_features,
@@ -145,26 +137,40 @@ class DistributedTrainer:
             n_threads=threads[0],
             wire_dtype=self.wire_dtype,
             pipeline=self.pipeline,
+            local_shard=shard(0),
             checkpoint=self.policy,
             restore=restore,
             storage_options=self.storage_options,
             run_name=self.name,
         )
+        # the coordinator (with shard 0) and the other shards are built side by side
         coordinator = client.submit(
             Coordinator,
             spec,
-            self.shards,
             actor=True,
             workers=[self.placement.workers[0]],
             allow_other_workers=False,
             key=f"coordinator-{token}",
         )
-        self._futures.append(coordinator)
+        others = [
+            client.submit(
+                ShardActor,
+                shard(s),
+                actor=True,
+                workers=[w],
+                allow_other_workers=False,
+                key=f"wide-shard-{s}-{token}",
+            )
+            for s, w in enumerate(self.placement.workers)
+            if s > 0
+        ]
+        self._futures = [coordinator, *others]
         self.coordinator = self._wait(coordinator)
+        self._wait(self.coordinator.connect([self._wait(f) for f in others]))
 
     @property
     def n_shards(self) -> int:
-        return len(self.shards)
+        return len(self.placement.workers)
 
     @property
     def step(self) -> int:
@@ -284,14 +290,14 @@ class DistributedTrainer:
         )
 
     def shard_info(self) -> list[dict]:
-        return [self._wait(s.info()) for s in self.shards]
+        return self._wait(self.coordinator.shard_info())
 
     def hidden_weights(self) -> list[np.ndarray]:
         return self._wait(self.coordinator.hidden_weights())
 
     def shard_weights(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """Every shard's weights, fetched to the client (tests, small models only)."""
-        return [self._wait(s.get_weights()) for s in self.shards]
+        return self._wait(self.coordinator.shard_weights())
 
     def close(self) -> None:
         """Release the actors (and the model they hold)."""
