@@ -2,19 +2,15 @@
 
 LSH-sampled sparse training of very wide networks (extreme classification), in numba
 kernels on one machine, and model-parallel across a Dask cluster.
+
+Importing it sets no environment variable and imports no ``distributed``: that comes
+with the first model trained on a cluster (:mod:`dslide_dask.distributed`).
 """
 
-import os
-
-# numba's OpenMP threading layer spins between parallel regions by default; on a busy
-# machine (other processes, Dask workers side by side) each kernel launch then waits
-# for a scheduler time slice (~8 ms measured on 2 cores against ~0.01 ms passive).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-from dslide_dask.data import CSR, XCDataset, as_csr  # noqa: E402
-from dslide_dask.estimator import SlideClassifier  # noqa: E402
-from dslide_dask.metrics import precision_at_k  # noqa: E402
-from dslide_dask.model import SlideConfig, SlideNetwork  # noqa: E402
+from dslide_dask.data import CSR, XCDataset, as_csr
+from dslide_dask.estimator import SlideClassifier
+from dslide_dask.metrics import precision_at_k
+from dslide_dask.model import SlideConfig, SlideNetwork
 
 __version__ = "0.1.0"
 

@@ -1,4 +1,7 @@
-"""``SlideClassifier``: the scikit-learn style front of the engine."""
+"""``SlideClassifier``: the scikit-learn style front of the engine.
+
+Over 400 lines: one estimator class, its parameters and the checks of what users pass.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from dslide_dask.data.batches import Source, plan
 from dslide_dask.data.csr import as_csr
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.inputs import labelled_data
-from dslide_dask.distributed.trainer import DistributedTrainer
+from dslide_dask.data.stream import Stream
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.model.config import SlideConfig, check_float, check_int
 
@@ -36,6 +39,7 @@ ENGINE_PARAMS = (
     "pipeline",
     "checkpoint_url",
     "checkpoint_every",
+    "run_name",
 )
 
 
@@ -50,7 +54,8 @@ class SlideClassifier:
     next (the hidden layer then learns from activations one update old).
     ``checkpoint_url`` (any fsspec URL) with ``checkpoint_every`` steps checkpoints the
     model during ``fit``; on a cluster a lost worker is then survived (see
-    ``trainer_.recoveries``).
+    ``trainer_.recoveries``). ``run_name`` labels the run's live metrics on the
+    dashboard and in Prometheus (default: a random ``dslide-...``).
 
     ``X`` is a sparse matrix (``sparse.GCXS``/``COO``, scipy, or :class:`CSR`), ``Y`` a
     label indicator matrix or a list of label-id arrays.
@@ -101,6 +106,7 @@ class SlideClassifier:
         pipeline: bool = True,
         checkpoint_url: str | None = None,
         checkpoint_every: int = 0,
+        run_name: str | None = None,
     ) -> None:
         self.hidden = hidden
         self.batch_size = batch_size
@@ -145,6 +151,7 @@ class SlideClassifier:
         self.pipeline = pipeline
         self.checkpoint_url = checkpoint_url
         self.checkpoint_every = checkpoint_every
+        self.run_name = run_name
 
     # -- scikit-learn conventions ----------------------------------------------------------
     @classmethod
@@ -289,9 +296,12 @@ class SlideClassifier:
         if self.client is None:
             self.trainer_ = LocalTrainer(cfg, data.n_features, data.n_labels, checkpoint=policy)
         else:
+            from dslide_dask.distributed import DistributedTrainer  # distributed: on demand
+
             self.trainer_ = DistributedTrainer(
-                self.client, cfg, data.n_features, data.n_labels, self.n_shards,
-                self.wire_dtype, self.pipeline, checkpoint=policy,
+                self.client, cfg, data.n_features, data.n_labels, n_shards=self.n_shards,
+                wire_dtype=self.wire_dtype, pipeline=self.pipeline, checkpoint=policy,
+                name=self.run_name,
             )  # fmt: skip
         self.epochs_done_ = 0
         self.evals_: list[dict] = []
@@ -307,9 +317,10 @@ class SlideClassifier:
             check_int("eval_every", every, 1, 1 << 40)
             callback = self._evaluating(callback, held_out, every)
         with self._threads():
-            self.trainer_.train(
-                data, self.batch_size, epochs, self.seed, shuffle, callback, self.epochs_done_
+            stream = Stream(
+                self.batch_size, epochs, self.seed, shuffle, first_epoch=self.epochs_done_
             )
+            self.trainer_.train(data, stream, callback)
             self.epochs_done_ += epochs
             if eval_set is not None and (not self.evals_ or self.evals_[-1]["step"] != self._step):
                 self._record_eval(held_out)
@@ -376,9 +387,12 @@ class SlideClassifier:
             clf.trainer_ = LocalTrainer(clf.config(), n_features, n_labels, n_shards or 1,
                                         restore=ckpt)  # fmt: skip
         else:
+            from dslide_dask.distributed import DistributedTrainer  # distributed: on demand
+
             clf.trainer_ = DistributedTrainer(
-                client, clf.config(), n_features, n_labels, n_shards, clf.wire_dtype,
-                clf.pipeline, restore=ckpt.url, storage_options=storage_options,
+                client, clf.config(), n_features, n_labels, n_shards=n_shards,
+                wire_dtype=clf.wire_dtype, pipeline=clf.pipeline, restore=ckpt.url,
+                storage_options=storage_options, name=clf.run_name,
             )  # fmt: skip
         clf.epochs_done_, clf.evals_ = epochs_done, list(evals)
         return clf

@@ -2,35 +2,27 @@
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import Callable
 
 import numpy as np
 
 from dslide_dask.checkpoint import Checkpoint, CheckpointPolicy, CheckpointStore
 from dslide_dask.checkpoint.model import check_shape, load_network, save_network
-from dslide_dask.data.batches import epoch_batches, load, plan
+from dslide_dask.data.batches import load, plan
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.shuffle import ReadStats
+from dslide_dask.data.stream import Stream
 from dslide_dask.metrics import TrainingLabels, xc_metrics
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.network import SlideNetwork, check_finite
 from dslide_dask.model.optimizer import scheduled_lr
-
-
-def position_meta(epoch: int, batch: int, batch_size: int, seed: int, shuffle: bool) -> dict:
-    """Where training stands in its data (the next batch to train) for a checkpoint."""
-    return {
-        "position": {"epoch": epoch, "batch": batch},
-        "data": {"batch_size": batch_size, "seed": seed, "shuffle": shuffle},
-    }
+from dslide_dask.omp import passive_wait
+from dslide_dask.trainer import StepCallback
 
 
 class LocalTrainer:
-    """The same interface as :class:`~dslide_dask.distributed.DistributedTrainer`, with
-    every shard in this process.
+    """A :class:`~dslide_dask.trainer.Trainer` with every shard in this process.
 
     ``checkpoint`` writes the model as the policy says; ``restore`` starts from a
     checkpoint (of any sharding) instead of a fresh model.
@@ -45,6 +37,7 @@ class LocalTrainer:
         checkpoint: CheckpointPolicy | None = None,
         restore: Checkpoint | None = None,
     ) -> None:
+        passive_wait()
         if restore is None:
             self.network = SlideNetwork(cfg, n_features, n_labels, n_shards)
         else:
@@ -59,57 +52,48 @@ class LocalTrainer:
         self.history: list[dict] = []
         self.labels = TrainingLabels(n_labels)
 
+    @property
+    def recoveries(self) -> list:
+        """Nothing to recover from in one process."""
+        return []
+
     def train(
         self,
         data: XCDataset | str,
-        batch_size: int,
-        epochs: int = 1,
-        seed: int = 0,
-        shuffle: bool = True,
-        callback: Callable[[dict], None] | None = None,
-        first_epoch: int = 0,
+        stream: Stream,
+        callback: StepCallback | None = None,
         storage_options: dict | None = None,
-        skip_bad_lines: bool = False,
-        first_batch: int = 0,
     ) -> list[dict]:
-        """Train on a data set or a URL (streamed), from batch ``first_batch`` of epoch
-        ``first_epoch``; returns the new per-step statistics."""
+        """Train on the batches ``stream`` draws from a data set or a URL (streamed);
+        returns the new per-step statistics."""
         source = plan(data, storage_options)
         self.labels.n_points = source.n_points
         reads = ReadStats()
         new = []
         last_save = time.monotonic()
-        for epoch in range(first_epoch, first_epoch + epochs):
-            start = first_batch if epoch == first_epoch else 0
-            batches = epoch_batches(
-                source, batch_size, epoch, seed, shuffle, skip_bad_lines=skip_bad_lines,
-                stats=reads,
-            )  # fmt: skip
-            for index, batch in enumerate(itertools.islice(batches, start, None), start):
-                t0 = time.perf_counter()
-                stats = self.network.train_step(batch.X, batch.Y)
-                self.labels.add(batch.Y)
-                self.step += 1
-                check_finite(stats.loss, self.step, _url(self.last_checkpoint))
-                record = {
-                    "step": self.step,
-                    "samples": batch.n_points,
-                    "loss": stats.loss,
-                    "active": stats.active_per_example,
-                    "lr": scheduled_lr(self.network.cfg, self.step),
-                    "seconds": time.perf_counter() - t0,
-                    "skipped_lines": reads.n_skipped,
-                }
-                if self.policy is not None and self.policy.due(
-                    self.step, time.monotonic() - last_save
-                ):
-                    meta = position_meta(epoch, index + 1, batch_size, seed, shuffle)
-                    self.last_checkpoint = save_network(self.store, self.network, meta)
-                    record["checkpoint"] = self.last_checkpoint.url
-                    last_save = time.monotonic()
-                new.append(record)
-                if callback is not None:
-                    callback(record)
+        for epoch, index, batch in stream.batches(source, reads):
+            t0 = time.perf_counter()
+            stats = self.network.train_step(batch.X, batch.Y)
+            self.labels.add(batch.Y)
+            self.step += 1
+            check_finite(stats.loss, self.step, _url(self.last_checkpoint))
+            record = {
+                "step": self.step,
+                "samples": batch.n_points,
+                "loss": stats.loss,
+                "active": stats.active_per_example,
+                "lr": scheduled_lr(self.network.cfg, self.step),
+                "seconds": time.perf_counter() - t0,
+                "skipped_lines": reads.n_skipped,
+            }
+            if self.policy is not None and self.policy.due(self.step, time.monotonic() - last_save):
+                meta = stream.meta(epoch, index + 1)
+                self.last_checkpoint = save_network(self.store, self.network, meta)
+                record["checkpoint"] = self.last_checkpoint.url
+                last_save = time.monotonic()
+            new.append(record)
+            if callback is not None:
+                callback(record)
         self.history.extend(new)
         return new
 
@@ -139,6 +123,7 @@ class LocalTrainer:
         data: XCDataset | str,
         ks: tuple[int, ...] = (1, 3, 5),
         exact: bool = True,
+        *,
         max_points: int | None = None,
         storage_options: dict | None = None,
     ) -> dict[str, float]:
@@ -148,6 +133,10 @@ class LocalTrainer:
         return xc_metrics(
             self.topk(data.X, max(ks), exact), data.Y, ks, **self.labels.metric_args()
         )
+
+    def shard_info(self) -> list[dict]:
+        """No shards to report on in one process."""
+        return []
 
     def close(self) -> None:
         """Nothing to release in one process."""

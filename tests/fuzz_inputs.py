@@ -103,7 +103,7 @@ def check_checkpoint(base: Path, work: Path, rng: random.Random) -> None:
 
 def main(seed: int, n: int, out: str) -> int:
     from dslide_dask import SlideClassifier
-    from dslide_dask.data.binary import convert
+    from dslide_dask.data.convert import convert
     from dslide_dask.data.xc_text import parse_xc
     from tests.hostile import TRAIN
 

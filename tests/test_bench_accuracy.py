@@ -85,7 +85,7 @@ def test_missing_library_is_skipped_with_its_pip_command(
 
 
 def test_url_data_are_shuffled_before_the_prefix_is_taken(tmp_path: Path, tiny_files) -> None:
-    from dslide_workflows.bench.engine import load_datasets
+    from dslide_workflows.bench.data import load_datasets
 
     train, test, _ = tiny_files
     args = argparse.Namespace(
@@ -113,7 +113,7 @@ def test_bench_accuracy_bad_parameter(capsys, flags: list[str], words: list[str]
     assert_usage_error(capsys, ["bench", "accuracy", *flags], *words)
 
 
-def test_module_main_is_the_command(capsys) -> None:
+def test_the_module_runs_one_contender_and_names_the_command(capsys) -> None:
     with pytest.raises(SystemExit) as exit_:
         accuracy.main(["--help"])
-    assert exit_.value.code == 0 and "time to accuracy" in capsys.readouterr().out
+    assert exit_.value.code == 0 and "dslide bench accuracy" in capsys.readouterr().out

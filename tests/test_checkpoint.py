@@ -19,6 +19,7 @@ from dslide_dask.checkpoint import (
     CheckpointStore,
     open_checkpoint,
 )
+from dslide_dask.data.stream import Stream
 from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.local_trainer import LocalTrainer
 
@@ -39,7 +40,7 @@ def test_checkpoints_every_n_steps_keep_the_newest(tiny, tmp_path):
     train, _ = tiny
     policy = CheckpointPolicy(str(tmp_path), every_steps=10, keep=2)
     t = trainer(tiny, checkpoint=policy)
-    t.train(train.slice(0, 64 * 35), 64)
+    t.train(train.slice(0, 64 * 35), Stream(64))
     store = CheckpointStore(str(tmp_path))
     assert len(store.list()) == 2  # steps 20 and 30; 10 pruned
     latest = store.latest()
@@ -56,7 +57,7 @@ def test_checkpoints_every_n_steps_keep_the_newest(tiny, tmp_path):
 def test_saved_model_predicts_the_same_under_any_sharding(tiny, tmp_path):
     train, test = tiny
     t = trainer(tiny, n_shards=3)
-    t.train(train, 64)
+    t.train(train, Stream(64))
     before = t.topk(test.X, 5)
     t.save(str(tmp_path / "model"))
     ckpt = open_checkpoint(str(tmp_path / "model"))
@@ -76,7 +77,7 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tiny, tmp_path, stop
     data = train.slice(0, 64 * 40)  # 40 batches an epoch
     policy = CheckpointPolicy(str(tmp_path / "whole"), every_steps=stop_at)
     whole = trainer(tiny, cfg, checkpoint=policy)  # checkpoints too: they rebuild the tables
-    whole.train(data, 64, epochs=2, seed=5)
+    whole.train(data, Stream(64, epochs=2, seed=5))
 
     def crash_after_the_checkpoint(record):
         if record["step"] == stop_at:
@@ -84,14 +85,13 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tiny, tmp_path, stop
 
     t = trainer(tiny, cfg, checkpoint=CheckpointPolicy(str(tmp_path / "part"), every_steps=stop_at))
     with pytest.raises(KeyboardInterrupt):
-        t.train(data, 64, epochs=2, seed=5, callback=crash_after_the_checkpoint)
+        t.train(data, Stream(64, epochs=2, seed=5), crash_after_the_checkpoint)
     ckpt = CheckpointStore(str(tmp_path / "part")).latest()
     pos = ckpt.meta["position"]
     last_epoch, last_batch = divmod(stop_at - 1, 40)  # of the last step trained
     assert ckpt.step == stop_at and pos == {"epoch": last_epoch, "batch": last_batch + 1}
     resumed = trainer(tiny, cfg, restore=ckpt)
-    resumed.train(data, 64, epochs=2 - pos["epoch"], seed=5, first_epoch=pos["epoch"],
-                  first_batch=pos["batch"])  # fmt: skip
+    resumed.train(data, Stream(64, epochs=2, seed=5).from_position(pos["epoch"], pos["batch"]))
     assert resumed.step == whole.step == 80
     losses = [r["loss"] for r in resumed.history]
     assert losses == [r["loss"] for r in whole.history[stop_at:]]
@@ -115,7 +115,7 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tiny, tmp_path, stop
 )
 def test_a_damaged_checkpoint_says_what_is_wrong(tiny, tmp_path, damage, message):
     t = trainer(tiny)
-    t.train(tiny[0].slice(0, 640), 64)
+    t.train(tiny[0].slice(0, 640), Stream(64))
     path = open_checkpoint(t.save(str(tmp_path))).path
     w = os.path.join(path, "shard-0000", "W.npy")
     meta_path = os.path.join(path, "meta.json")
@@ -162,11 +162,11 @@ def test_a_checkpoint_of_another_model_is_refused(tiny, tmp_path):
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tiny, tmp_path):
     train, _ = tiny
     t = trainer(tiny, checkpoint=CheckpointPolicy(str(tmp_path), every_steps=5))
-    t.train(train.slice(0, 640), 64)
+    t.train(train.slice(0, 640), Stream(64))
     good = CheckpointStore(str(tmp_path)).latest()
     t.network.hidden.weights[0][:] = np.nan  # a diverged model
     with pytest.raises(FloatingPointError, match=rf"loss became nan at step 11.*{good.url}"):
-        t.train(train.slice(0, 640), 64)
+        t.train(train.slice(0, 640), Stream(64))
     assert CheckpointStore(str(tmp_path)).latest().url == good.url
     trainer(tiny, restore=open_checkpoint(str(tmp_path)))  # still loads
 
@@ -177,6 +177,7 @@ import dslide_dask.checkpoint.store as store
 from dslide_dask import SlideConfig
 from dslide_dask.checkpoint import CheckpointPolicy
 from dslide_dask.data.synthetic import make_synthetic
+from dslide_dask.data.stream import Stream
 from dslide_dask.local_trainer import LocalTrainer
 
 root, marker = sys.argv[1], sys.argv[2]
@@ -196,7 +197,7 @@ train, _ = make_synthetic("tiny", seed=0)
 cfg = SlideConfig(hidden=(32,), K=3, L=10, range_pow=8, min_active=100, max_active=400)
 t = LocalTrainer(cfg, train.n_features, train.n_labels,
                  checkpoint=CheckpointPolicy(root, every_steps=10))
-t.train(train, 64)
+t.train(train, Stream(64))
 """
 
 
@@ -223,7 +224,7 @@ def test_killed_while_writing_a_checkpoint_the_previous_one_loads(tiny, tmp_path
     train, test = tiny
     resumed = trainer(tiny, restore=ckpt)
     pos = ckpt.meta["position"]
-    resumed.train(train, 64, first_epoch=pos["epoch"], first_batch=pos["batch"])
+    resumed.train(train, Stream(64).from_position(pos["epoch"], pos["batch"]))
     assert resumed.step > 10
     # the next commit clears the half-written folder away
     resumed.save(str(root))

@@ -8,6 +8,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 from dslide_dask import SlideClassifier, SlideConfig
+from dslide_dask.data.stream import Stream
 from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.distributed import DistributedTrainer, ShardLostError, live_metrics
 from dslide_dask.local_trainer import LocalTrainer
@@ -38,12 +39,12 @@ def test_one_shard_gives_the_same_weights_as_in_process(client, tiny, dropout):
     params = {k: v for k, v in PARAMS.items() if k != "batch_size"}
     cfg = SlideConfig(**params, dropout=dropout)
     local = LocalTrainer(cfg, train.n_features, train.n_labels)
-    local.train(data, 32, seed=3)
+    local.train(data, Stream(32, seed=3))
     with DistributedTrainer(
         client, cfg, train.n_features, train.n_labels, n_shards=1,
         wire_dtype="float32", pipeline=False,
     ) as remote:  # fmt: skip
-        history = remote.train(data, 32, seed=3)
+        history = remote.train(data, Stream(32, seed=3))
         assert len(history) == 100
         ((W, bias),) = remote.shard_weights()
         hidden = remote.hidden_weights()
@@ -103,7 +104,7 @@ def test_a_lost_worker_raises_a_clear_error_not_a_hang(tiny):
                 os.kill(pid, signal.SIGKILL)
 
         with pytest.raises(ShardLostError, match=r"lost shard 1 on tcp://.* the worker died"):
-            trainer.train(train, 32, epochs=3, callback=kill_at_step_5)
+            trainer.train(train, Stream(32, epochs=3), kill_at_step_5)
 
 
 def test_workers_stream_training_data_from_s3(client, tiny, s3):

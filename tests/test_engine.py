@@ -159,13 +159,16 @@ def test_results_do_not_depend_on_thread_count():
     X, Y = random_batch(rng, 64, 200, 500, nnz=8)
     cfg = SlideConfig(hidden=(32,), K=3, L=8, range_pow=6, bucket_capacity=16, min_active=20)
     weights = []
-    for threads in (1, numba.config.NUMBA_NUM_THREADS):
-        numba.set_num_threads(threads)
-        net = SlideNetwork(cfg, 200, 500)
-        for start in range(0, 64, 16):
-            net.train_step(X.slice_rows(start, start + 16), Y.slice_rows(start, start + 16))
-        weights.append((net.hidden.weights[0].copy(), net.shards[0].W.copy()))
-    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    before = numba.get_num_threads()
+    try:
+        for threads in (1, numba.config.NUMBA_NUM_THREADS):
+            numba.set_num_threads(threads)
+            net = SlideNetwork(cfg, 200, 500)
+            for start in range(0, 64, 16):
+                net.train_step(X.slice_rows(start, start + 16), Y.slice_rows(start, start + 16))
+            weights.append((net.hidden.weights[0].copy(), net.shards[0].W.copy()))
+    finally:
+        numba.set_num_threads(before)  # numba's thread count is process-wide
     for a, b in zip(*weights, strict=True):
         np.testing.assert_array_equal(a, b)
 

@@ -414,7 +414,7 @@ def _flag_value(argv: list[str], flag: str) -> str:
 
 @pytest.mark.parametrize(("where", "job"), DASKJOBS, ids=DASKJOB_IDS)
 def test_runner_command_parses_with_the_dslide_cli(where, job, monkeypatch, capsys):
-    from dslide_workflows.train import resolve
+    from dslide_workflows.run_settings import resolve
 
     args = container(pod_specs(job)["job"], "job")["args"]
     assert args[:2] == ["dslide", "train"], where
@@ -426,9 +426,9 @@ def test_runner_command_parses_with_the_dslide_cli(where, job, monkeypatch, caps
     except SystemExit:
         pytest.fail(f"{where}: {' '.join(args)}\n{capsys.readouterr().err}")
     run, _ = resolve(ns)
-    assert run["scheduler_address"] == address and not run["in_process"], where
-    assert run["train"].startswith("s3://") and run["test"].startswith("s3://"), where
-    assert run["epochs"] >= 1 and ns.no_progress and ns.log_every > 0, where
+    assert run.scheduler_address == address and not run.in_process, where
+    assert run.train.startswith("s3://") and run.test.startswith("s3://"), where
+    assert run.epochs >= 1 and ns.no_progress and ns.log_every > 0, where
 
     assert _flag_value(args, "--run-dir").startswith("s3://"), where
     assert _flag_value(args, "--run-dir").endswith("/$(DASK_JOB_NAME)"), where

@@ -3,10 +3,13 @@
 import json
 import math
 import re
+import shutil
+import subprocess
 import time
 import urllib.request
 from urllib.parse import urlsplit
 
+import dask.config
 import numpy as np
 import pytest
 from distributed import Client, LocalCluster, get_worker
@@ -17,6 +20,7 @@ from dslide_dask.distributed.live_metrics import (
     exposition,
     install,
     publish,
+    scheduler_routes,
     snapshot,
 )
 
@@ -107,11 +111,12 @@ def test_step_and_evaluation_reach_the_json_route_and_prometheus_text(client, ba
         ("dslide_precision_at_k", (("k", "1"),)): 0.25,
         ("dslide_precision_at_k", (("k", "5"),)): 0.1,
         ("dslide_evaluation_step", ()): 7.0,
-        ("dslide_shard_busy_seconds", (("shard", "1"),)): 1.5,
+        ("dslide_shard_busy_seconds_total", (("shard", "1"),)): 1.5,
     }
     for (name, labels), value in expected.items():
         assert sample(text, name, run="run-a", **dict(labels)) == value, name
     assert "# TYPE dslide_samples_total counter" in text
+    assert "# TYPE dslide_shard_busy_seconds_total counter" in text
 
 
 def test_the_schedulers_own_metrics_endpoint_carries_them(client, base):
@@ -163,8 +168,21 @@ def test_bad_records_are_counted_not_raised_in_the_scheduler(client, base):
 
 
 def test_publish_never_raises():
-    publish(object(), {"step": 1})  # no log_event
-    publish(None, {"step": 1})
+    class Sink:
+        def log_event(self, topic, msg):
+            self.sent = (topic, msg)
+
+    sink = Sink()
+    assert publish(sink, {"step": np.int64(1), "loss": np.float32(0.5)}, run="r")
+    assert sink.sent == (TOPIC, {"step": 1, "loss": 0.5, "run": "r"})
+    assert not publish(object(), {"step": 1})  # no log_event
+    assert not publish(None, {"step": 1})
+
+    class Broken:
+        def log_event(self, topic, msg):
+            raise OSError("stream closed")
+
+    assert not publish(Broken(), {"step": 1})
 
 
 def test_history_is_thinned_over_the_whole_run_and_runs_are_kept_apart():
@@ -189,3 +207,53 @@ def test_exposition_escapes_label_values():
     text = exposition(plugin.families())
     assert 'dslide_loss{run="a\\"b\\\\c\\nd"} 2.0' in text.splitlines()
     assert "dslide_rejected_records_total 0.0" in text.splitlines()
+
+
+@pytest.fixture(scope="module")
+def configured():
+    """A cluster whose scheduler starts with the routes in its configuration."""
+    routes = {"distributed.scheduler.http.routes": scheduler_routes()}
+    with (
+        dask.config.set(routes),
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        link = urlsplit(client.dashboard_link)
+        yield client, f"{link.scheme}://{link.netloc}"
+
+
+def test_configured_routes_answer_empty_before_the_first_run(configured):
+    client, base = configured
+    assert snapshot(client) is None  # no plugin yet: nothing has trained
+    assert get(f"{base}/dslide/metrics") == ""
+    assert json.loads(get(f"{base}/dslide/metrics.json"))["runs"] == {}
+    assert "<title>DSLIDE training</title>" in get(f"{base}/dslide")
+    plots = json.loads(get(f"{base}/individual-plots.json"))
+    assert plots["Individual DSLIDE Training"] == "/dslide" and "Individual Task Stream" in plots
+    assert install(client)  # the plugin finds its routes served and adds none
+    client.run(lambda dask_worker: publish(dask_worker, {"step": 1, "loss": 2.0}, run="early"))
+    text = wait_for(lambda: (t := get(f"{base}/dslide/metrics")) and 'run="early"' in t and t)
+    assert sample(text, "dslide_loss", run="early") == 2.0
+
+
+def test_scheduler_routes_adds_the_module_once_ahead_of_dasks_listing():
+    dasks = ["a", "distributed.http.scheduler.info", "b"]
+    routes = scheduler_routes(dasks)
+    assert routes == ["a", "dslide_dask.distributed.live_metrics.routes", *dasks[1:]]
+    assert scheduler_routes(routes) == routes
+    assert scheduler_routes(["a"])[-1] == "dslide_dask.distributed.live_metrics.routes"
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
+def test_promtool_finds_both_endpoints_clean(client, base):
+    client.run(lambda dask_worker: publish(dask_worker, {**STEP, **EVALUATION}, run="run-lint"))
+    wait_for(lambda: 'run="run-lint"' in get(f"{base}/metrics"))
+    for path in ("/dslide/metrics", "/metrics"):
+        text = get(f"{base}{path}")
+        assert 'run="run-lint"' in text
+        check = subprocess.run(
+            ["promtool", "check", "metrics"], input=text, capture_output=True, text=True
+        )
+        assert check.returncode == 0, (path, check.stdout, check.stderr)

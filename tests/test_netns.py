@@ -124,12 +124,13 @@ def test_nodes_connect_and_counters_count_the_bytes():
 @needs_netns
 def test_links_are_shaped():
     with EmulatedCluster(2, head=False) as net:
-        fast, _ = transfer(net, 2_000_000)
+        _, unshaped = transfer(net, 2_000_000)
+        assert unshaped == 2_000_000
         net.shape("10mbit")
         slow, got = transfer(net, 2_000_000)  # 1.6 s at 10 Mbit/s
         assert got == 2_000_000
+        # a rate limit is a lower bound on the time, which a loaded machine only lengthens
         assert slow >= 1.4, f"2 MB at 10 Mbit/s took {slow:.2f} s"
-        assert fast < 0.5 * slow
         qdisc = subprocess.run(["tc", "-n", net.nodes[0].netns, "qdisc", "show", "dev", "eth0"],
                                capture_output=True, text=True).stdout  # fmt: skip
         assert "tbf" in qdisc and "10Mbit" in qdisc

@@ -10,6 +10,7 @@ from distributed import Client, LocalCluster
 
 from dslide_dask import SlideClassifier, SlideConfig
 from dslide_dask.checkpoint import CheckpointPolicy, CheckpointStore
+from dslide_dask.data.stream import Stream
 from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.distributed import DistributedTrainer
 
@@ -39,7 +40,7 @@ def test_a_worker_killed_mid_run_is_survived(tiny, tmp_path, victim):
     policy = CheckpointPolicy(str(tmp_path), every_steps=EVERY)
     with cluster(2) as lc, Client(lc) as client:
         with DistributedTrainer(client, CFG, train.n_features, train.n_labels) as clean:
-            clean.train(train, BATCH, epochs=4)
+            clean.train(train, Stream(BATCH, epochs=4))
             p1_clean = clean.evaluate(test)["P@1"]
         with DistributedTrainer(
             client, CFG, train.n_features, train.n_labels, checkpoint=policy
@@ -47,14 +48,23 @@ def test_a_worker_killed_mid_run_is_survived(tiny, tmp_path, victim):
             worker = trainer.placement.workers[victim]
             pid = client.run(os.getpid, workers=[worker])[worker]
 
-            killed = []
+            timer = threading.Timer(0.2, os.kill, (pid, signal.SIGKILL))
 
-            def kill_soon(record):  # while the next steps run, not between calls
-                if record["step"] == 45 and not killed:  # step 45 comes again once redone
-                    killed.append(pid)
-                    threading.Timer(0.2, os.kill, (pid, signal.SIGKILL)).start()
+            def kill_soon(record):
+                """Kill while the next coordinator call runs (steps 51-60), not between
+                calls; should those steps outrun the timer, wait for it at step 60, so the
+                kill always comes before training ends. Redone steps start nothing."""
+                if record["step"] == 45 and not (timer.is_alive() or timer.finished.is_set()):
+                    timer.start()
+                elif record["step"] >= 60 and timer.is_alive():
+                    timer.join()
 
-            history = trainer.train(train, BATCH, epochs=4, callback=kill_soon)
+            try:
+                history = trainer.train(train, Stream(BATCH, epochs=4), kill_soon)
+            finally:
+                timer.cancel()  # a failed run leaves no timer behind to fire later
+                if timer.is_alive():
+                    timer.join()
             (recovery,) = trainer.recoveries
             assert f"shard {victim} on {worker}" in recovery.lost
             assert recovery.restored_step % EVERY == 0

@@ -19,18 +19,11 @@ import numpy as np
 import pytest
 
 from dslide_dask.data import CSR, XCDataset, XCFormatError, read_xc, write_xc
-from dslide_dask.data.binary import _encode, convert
+from dslide_dask.data.binary import _encode
+from dslide_dask.data.convert import convert
+from dslide_dask.data.partitions import DataSource, Partition, check_point_counts, concat
 from dslide_dask.data.shuffle import ReadStats, epoch_order, iter_batches
-from dslide_dask.data.source import (
-    DataSource,
-    Partition,
-    check_point_counts,
-    concat,
-    index_partitions,
-    open_source,
-    read_dataset,
-    read_partition,
-)
+from dslide_dask.data.source import index_partitions, open_source, read_dataset, read_partition
 from tests.conftest import BUCKET
 
 
@@ -593,11 +586,11 @@ def test_convert_command(s3, data: XCDataset, capsys) -> None:
 def test_storage_benchmark_smoke(tmp_path, capsys) -> None:
     pytest.importorskip("s3fs")
     pytest.importorskip("moto.server")
-    from dslide_workflows.bench.storage import main
+    from dslide_workflows.cli import main
 
     out = tmp_path / "result.json"
-    argv = ["--preset", "tiny", "--workers", "1", "--repeat", "1", "--partition-mb", "1",
-            "--cache-dir", str(tmp_path), "--json", str(out)]  # fmt: skip
+    argv = ["bench", "storage", "--preset", "tiny", "--workers", "1", "--repeat", "1",
+            "--partition-mb", "1", "--cache-dir", str(tmp_path), "--json", str(out)]  # fmt: skip
     assert main(argv) == 0
     result = json.loads(out.read_text())
     assert result["n_points"] == 5000 and result["speedup"] > 0

@@ -11,81 +11,23 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from dslide_workflows import convert, report, train
 from dslide_workflows.args import (
     add_storage_arguments,
-    hidden_sizes,
     key_value,
     positive_int,
     storage_options,
 )
+from dslide_workflows.classifier import make_classifier
+from dslide_workflows.errors import JobFailed
 from dslide_workflows.secrets import scrub
+from dslide_workflows.summary import format_scores
 
 PROG = "dslide"
 DEMO_PRESET = "tiny"
 #: On 'tiny', lr 1e-3 stays near the most-frequent-labels baseline for many epochs.
 DEMO_EPOCHS, DEMO_LR = 10, 1e-2
-
-
-class UsageError(ValueError):
-    """A bad combination of flags, reported like any other bad parameter."""
-
-
-class JobFailed(RuntimeError):
-    """A job step failed after reporting why (e.g. a benchmark subprocess): exit 1."""
-
-
-def add_model_arguments(
-    parser: argparse.ArgumentParser, *, threads: int | None, seed_help: str = "model seed"
-) -> None:
-    """The model flags of ``bench engine`` (``train`` takes its own, defaulting to the
-    model's)."""
-    g = parser.add_argument_group("model")
-    g.add_argument(
-        "--hidden",
-        type=hidden_sizes,
-        default=(128,),
-        metavar="W[,W...]",
-        help="hidden layer widths (default: 128)",
-    )
-    g.add_argument("--batch-size", type=positive_int, default=256, help="(default: 256)")
-    g.add_argument("--lr", type=float, default=2e-2, help="Adam learning rate (default: 2e-2)")
-    g.add_argument("--epochs", type=positive_int, default=1, help="(default: 1)")
-    g.add_argument(
-        "--threads",
-        type=positive_int,
-        default=threads,
-        help=f"compute threads (default: {threads or 'all cores'})",
-    )
-    g.add_argument("--seed", type=int, default=0, help=f"{seed_help} (default: 0)")
-
-
-def classifier_params(args: argparse.Namespace, extra: Sequence[tuple[str, Any]] = ()) -> dict:
-    """SlideClassifier keyword arguments from the common flags plus ``key=value`` extras."""
-    params = {
-        "hidden": tuple(args.hidden),
-        "batch_size": args.batch_size,
-        "lr": args.lr,
-        "epochs": args.epochs,
-        "n_threads": args.threads,
-        "seed": args.seed,
-    }
-    params.update(extra)
-    return params
-
-
-def make_classifier(params: dict[str, Any]):
-    """A SlideClassifier with ``params``, every one checked now (ValueError naming it)."""
-    from dslide_dask import SlideClassifier
-
-    params = dict(params)
-    if isinstance(params.get("hidden"), list):
-        params["hidden"] = tuple(params["hidden"])
-    clf = SlideClassifier().set_params(**params)
-    clf.config()
-    return clf
 
 
 # -- generate ----------------------------------------------------------------------------------
@@ -153,11 +95,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- train -------------------------------------------------------------------------------------
-def _format_scores(scores: dict[str, float]) -> str:
-    return "  ".join(f"{k} {v:.4f}" for k, v in scores.items())
-
-
 # -- bench -------------------------------------------------------------------------------------
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     from dslide_workflows.bench import accuracy, cluster, distributed, engine, storage
@@ -223,8 +160,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     slide = clf.evaluate(test.X, test.Y, ks=(1, 3, 5))
     baseline = precision_at_k(most_frequent_topk(train.Y, test.n_points, 5), test.Y, (1, 3, 5))
-    print(f"{'SLIDE':<24}{_format_scores(slide)}")
-    print(f"{'most frequent labels':<24}{_format_scores(baseline)}")
+    print(f"{'SLIDE':<24}{format_scores(slide)}")
+    print(f"{'most frequent labels':<24}{format_scores(baseline)}")
     return 0
 
 
@@ -263,6 +200,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    from dslide_dask.omp import passive_wait
+
+    passive_wait()  # before any kernel runs, in this process and the workers it starts
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

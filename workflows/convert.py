@@ -39,7 +39,7 @@ def add_convert_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from dslide_dask.data.binary import convert
+    from dslide_dask.data.convert import convert
 
     s = convert(
         args.src,

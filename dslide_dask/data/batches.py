@@ -14,8 +14,9 @@ import numpy as np
 
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.inputs import check_fits
+from dslide_dask.data.partitions import DataSource
 from dslide_dask.data.shuffle import ReadStats, iter_batches
-from dslide_dask.data.source import DataSource, open_source, read_dataset
+from dslide_dask.data.source import open_source, read_dataset
 
 Source = XCDataset | DataSource
 

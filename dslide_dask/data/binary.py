@@ -1,6 +1,7 @@
 """The converted layout: XC data as chunks of compact arrays, read much faster than text.
 
-A converted data set is a folder (any fsspec URL) holding ``manifest.json`` and
+A converted data set (:func:`dslide_dask.data.convert.convert` writes one) is a folder
+(any fsspec URL) holding ``manifest.json`` and
 ``chunk-000000.npz``, ... Each chunk is an uncompressed ``.npz`` (``np.load`` opens it)
 of ``chunk_points`` rows, coded without loss by :mod:`dslide_dask.kernels.chunk_codec`:
 
@@ -21,13 +22,11 @@ The manifest is written last::
      "n_labels": ..., "chunks": [{"file": "chunk-000000.npz", "n_points": ...,
      "nnz": ..., "n_label_ids": ..., "bytes": ...}, ...], "source": ..., ...}
 
-Why (amazon-670k train: 597 MB of text; from the local S3 server, whose GETs bound the
-reading): version 1 stored raw CSR arrays (int64 indptr, int32 ids, float32 values), 313
-MB; these codes make it 197 MB, 63%, and decoding costs ~10 ms a chunk. zstd with a
-byte shuffle saves only 11-19% on the ids and values (their low bits are noise) and
-would add a dependency. Stored npz rather than one .npy per array: one GET a chunk, in
-a file anyone can open. Parquet would need pyarrow for a few flat columns. The text
-takes 3.4 s on two worker processes.
+Why these codes: reading is bound by storage GETs, and they make a chunk about a third
+smaller than raw CSR arrays (version 1) for little decoding work; a general compressor
+gains little more on the ids and values (their low bits are noise) and would add a
+dependency. One uncompressed npz a chunk: one GET, in a file anyone can open; Parquet
+would need pyarrow for a few flat columns. The README's benchmarks have the figures.
 
 Reading checks the manifest and every chunk (size, array names, dtypes, lengths, counts,
 ids within bounds, escapes used exactly, finite values): problems raise
@@ -39,28 +38,14 @@ from __future__ import annotations
 import io
 import json
 import struct
-import time
 import zipfile
-from dataclasses import dataclass
 
 import fsspec
 import numpy as np
 
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
-from dslide_dask.data.source import (
-    MANIFEST,
-    NPZ,
-    PARTITION_BYTES,
-    DataSource,
-    Partition,
-    PointCounter,
-    _route_options,
-    concat,
-    open_source,
-    read_partition,
-)
-from dslide_dask.data.synthetic import _ordered_map
+from dslide_dask.data.partitions import MANIFEST, NPZ, DataSource, Partition
 from dslide_dask.data.xc_text import XCFormatError
 from dslide_dask.kernels import chunk_codec as codec
 from dslide_dask.paths import inside
@@ -80,104 +65,6 @@ ARRAYS: dict[str, tuple[np.dtype, ...]] = {
     "y_counts": (_U16, _U32),
     "y_indices": (np.dtype(np.int32),),
 }
-
-
-@dataclass(frozen=True)
-class ConvertSummary:
-    """What :func:`convert` wrote."""
-
-    url: str  #: the manifest
-    n_points: int
-    n_chunks: int
-    n_skipped: int  #: bad lines dropped (with ``skip_bad_lines``)
-    bytes_written: int
-    seconds: float
-
-
-def convert(
-    src_url: str,
-    dst_url: str,
-    chunk_points: int = CHUNK_POINTS,
-    storage_options: dict | None = None,
-    *,
-    skip_bad_lines: bool = False,
-    partition_bytes: int = PARTITION_BYTES,
-    n_threads: int | None = None,
-    dst_storage_options: dict | None = None,
-) -> ConvertSummary:
-    """Convert XC text at ``src_url`` (file, glob or folder) into the chunked layout in
-    the folder ``dst_url``, in equal chunks of at most ``chunk_points`` points. The text
-    is fully validated; the manifest is written only when everything was read (a failed
-    conversion leaves no manifest).
-    """
-    if chunk_points < 1:
-        raise ValueError(f"chunk_points must be >= 1, got {chunk_points}")
-    t0 = time.perf_counter()
-    src = open_source(src_url, storage_options, partition_bytes)
-    if src.format != "text":
-        raise ValueError(f"{src_url} is already converted")
-    # equal chunks (at most ``chunk_points``) balance the workers reading them
-    n_chunks = max(1, -(-src.n_points // chunk_points))
-    chunk_points = max(1, -(-src.n_points // n_chunks))
-    dso = storage_options if dst_storage_options is None else dst_storage_options
-    dso = _route_options(dst_url, dso or {})
-    fs, root = fsspec.core.url_to_fs(dst_url, **dso)
-    fs.makedirs(root, exist_ok=True)
-    manifest_path = root.rstrip("/") + "/" + MANIFEST
-    if fs.exists(manifest_path):
-        fs.rm(manifest_path)
-    counter = PointCounter()
-    chunks: list[dict] = []
-    pending: list[XCDataset] = []
-    n_pending = n_skipped = written = 0
-
-    def flush(final: bool) -> None:
-        nonlocal pending, n_pending, written
-        data = concat(pending, src.n_features, src.n_labels)
-        start = 0
-        while data.n_points - start >= chunk_points or (final and start < data.n_points):
-            piece = data.slice(start, start + chunk_points)
-            start += len(piece)
-            name = f"chunk-{len(chunks):06d}.npz"
-            blob = _npz_bytes(piece)
-            fs.pipe_file(root.rstrip("/") + "/" + name, blob)
-            written += len(blob)
-            chunks.append(
-                {
-                    "file": name,
-                    "n_points": piece.n_points,
-                    "nnz": piece.X.nnz,
-                    "n_label_ids": piece.Y.nnz,
-                    "bytes": len(blob),
-                }
-            )
-        pending = [data.slice(start, data.n_points)]
-        n_pending = data.n_points - start
-
-    read = lambda part: (part, *read_partition(part, skip_bad_lines))  # noqa: E731
-    for part, data, skipped in _ordered_map(read, list(src.partitions), n_threads):
-        counter.add(part, len(data) + skipped)
-        n_skipped += skipped
-        pending.append(data)
-        n_pending += len(data)
-        if n_pending >= chunk_points:
-            flush(final=False)
-    flush(final=True)
-    n_points = sum(c["n_points"] for c in chunks)
-    manifest = {
-        "format": FORMAT,
-        "version": VERSION,
-        "n_points": n_points,
-        "n_features": src.n_features,
-        "n_labels": src.n_labels,
-        "chunks": chunks,
-        "source": src_url,
-        "skipped_lines": n_skipped,
-    }
-    fs.pipe_file(manifest_path, json.dumps(manifest, indent=1).encode())
-    seconds = time.perf_counter() - t0
-    url = dst_url.rstrip("/") + "/" + MANIFEST
-    return ConvertSummary(url, n_points, len(chunks), n_skipped, written, seconds)
 
 
 def plan_chunks(manifest_url: str, storage_options: dict) -> DataSource:
@@ -296,7 +183,7 @@ def _encode(data: XCDataset) -> dict[str, np.ndarray]:
     }
 
 
-def _npz_bytes(data: XCDataset) -> bytes:
+def npz_bytes(data: XCDataset) -> bytes:
     out = io.BytesIO()
     np.savez(out, **_encode(data))
     return out.getvalue()

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dslide_dask.data.dataset import XCDataset
-from dslide_dask.data.source import Partition, PointCounter, concat, read_partition
+from dslide_dask.data.partitions import Partition, PointCounter, concat
+from dslide_dask.data.source import read_partition
 from dslide_dask.data.synthetic import derive_seed
 
 BUFFER_POINTS = 65536

@@ -13,7 +13,7 @@ Inputs (``storage_options`` go to fsspec; for a chained URL such as
   complete XC text file with its own header (all with the same N_features and N_labels;
   N_points add up). In a folder, names starting with ``_`` or ``.`` are ignored
   (``_SUCCESS``, ``.crc``) and files are taken in name order; sub-folders are not read.
-- a folder written by :func:`dslide_dask.data.binary.convert` (it holds ``manifest.json``):
+- a folder written by :func:`dslide_dask.data.convert.convert` (it holds ``manifest.json``):
   one partition per chunk.
 
 Compression follows the extension (``.gz``, ``.bz2``, ``.xz``, ``.zst``; zstd needs the
@@ -34,6 +34,9 @@ Without an index, blank lines at the end of a split file are padding, not empty 
 ``skip_bad_lines`` drops malformed lines and counts them (the first of each partition is
 logged); header, point-count and compression errors still raise.
 
+Over 400 lines: planning byte ranges and reading them share the rule of which lines a
+range owns, kept in one place.
+
 Caching for multi-epoch runs: prefix the URL with ``simplecache::`` (each worker keeps a
 local copy of every file it touches: whole files, even for a byte range) or
 ``blockcache::`` (keeps only the blocks read); or better, convert the data once.
@@ -45,14 +48,25 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
 
 import fsspec
 import numpy as np
 
-from dslide_dask.data.csr import CSR
+from dslide_dask.data.binary import plan_chunks, read_chunk
 from dslide_dask.data.dataset import XCDataset
+from dslide_dask.data.partitions import (
+    MANIFEST,
+    NPZ,
+    PARTITION_BYTES,
+    TEXT,
+    DataSource,
+    Partition,
+    check_point_counts,
+    check_points,
+    concat,
+    empty_dataset,
+    route_options,
+)
 from dslide_dask.data.xc_text import (
     UNKNOWN_SIZE,
     XCFormatError,
@@ -65,51 +79,9 @@ from dslide_dask.kernels import xc_text as K
 
 log = logging.getLogger(__name__)
 
-TEXT = "text"
-NPZ = "npz"
-PARTITION_BYTES = 64 << 20  # default byte-range size of a split text file
-MANIFEST = "manifest.json"
 _HEAD = 1 << 16  # bytes (raw) read for a header
 _LOOKAHEAD = 1 << 16  # bytes read past a range's end to finish its last line
 _SCAN = 16 << 20  # bytes a read when counting lines before a range
-
-
-@dataclass(frozen=True)
-class Partition:
-    """One unit of reading: a byte range of an XC text file, a whole (compressed) text
-    file, or one chunk of the converted layout. Picklable; read by :func:`read_partition`.
-    """
-
-    url: str  #: the text file, or the chunk file
-    format: str  #: ``"text"`` or ``"npz"``
-    n_features: int
-    n_labels: int
-    n_points: int  #: the text file's header N_points / the chunk's points
-    start: int = 0  #: text: this partition owns the lines starting in [start, stop)
-    stop: int | None = None  #: None: to the end of the (decompressed) file
-    size: int | None = None  #: bytes in the stored file
-    compression: str | None = None  #: fsspec compression name
-    part: int = 0  #: index of this byte range in its file
-    n_parts: int = 1  #: byte ranges of the file
-    first_line: int | None = None  #: line number at ``start`` (set by index_partitions)
-    file_lines: int | None = None  #: lines in the whole file (set by index_partitions)
-    storage_options: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    @property
-    def whole_file(self) -> bool:
-        return self.n_parts == 1
-
-
-@dataclass(frozen=True)
-class DataSource:
-    """A planned data set: its shape and its partitions in storage order."""
-
-    url: str
-    format: str
-    n_points: int
-    n_features: int
-    n_labels: int
-    partitions: tuple[Partition, ...]
 
 
 def open_source(
@@ -120,13 +92,11 @@ def open_source(
     """Plan reading ``url`` (file, glob, folder of part files, or converted folder)."""
     if partition_bytes < 1:
         raise ValueError(f"partition_bytes must be >= 1, got {partition_bytes}")
-    so = _route_options(url, storage_options or {})
+    so = route_options(url, storage_options or {})
     fs, path = fsspec.core.url_to_fs(url, **so)
     if fs.isdir(path) and fs.exists(_join(path, MANIFEST)):
         url, path = url.rstrip("/") + "/" + MANIFEST, _join(path, MANIFEST)
     if path.endswith("/" + MANIFEST) or path == MANIFEST:
-        from dslide_dask.data.binary import plan_chunks
-
         return plan_chunks(url, so)
     files = _list_files(fs, url, path, so)
     return _plan_text(fs, url, files, so, partition_bytes)
@@ -139,8 +109,6 @@ def read_partition(part: Partition, skip_bad_lines: bool = False) -> tuple[XCDat
     into a count; a wrong header, wrong point count or corrupt file still raise).
     """
     if part.format == NPZ:
-        from dslide_dask.data.binary import read_chunk
-
         return read_chunk(part), 0
     fs, path = fsspec.core.url_to_fs(part.url, **part.storage_options)
     if part.whole_file:
@@ -202,75 +170,7 @@ def count_lines(part: Partition) -> int:
     return _lines_in(arr, a, b)
 
 
-class PointCounter:
-    """Checks, as the byte ranges of split files are read, that each file holds its
-    header's N_points: :meth:`add` raises once all of a file's ranges are in."""
-
-    def __init__(self) -> None:
-        self._seen: dict[str, list[int]] = {}
-
-    def add(self, part: Partition, lines: int) -> None:
-        """Record ``lines`` (points read + bad lines skipped) from ``part``."""
-        if part.format != TEXT or part.whole_file:
-            return  # checked when read
-        seen = self._seen.setdefault(part.url, [0, 0])
-        seen[0] += 1
-        seen[1] += lines
-        if seen[0] == part.n_parts:
-            _check_points(part.url, seen[1], part.n_points)
-
-
-def check_point_counts(partitions: Sequence[Partition], lines: Sequence[int]) -> None:
-    """:class:`PointCounter` over a whole read: ``lines[i]`` from ``partitions[i]``."""
-    counter = PointCounter()
-    for part, n in zip(partitions, lines, strict=True):
-        counter.add(part, n)
-
-
-def concat(datasets: Sequence[XCDataset], n_features: int, n_labels: int) -> XCDataset:
-    """The rows of ``datasets``, one after the other."""
-    datasets = [d for d in datasets if len(d)]
-    if len(datasets) <= 1:
-        return datasets[0] if datasets else empty_dataset(n_features, n_labels)
-    return XCDataset(
-        _concat_csr([d.X for d in datasets], n_features),
-        _concat_csr([d.Y for d in datasets], n_labels),
-    )
-
-
-def _concat_csr(mats: list[CSR], n_cols: int) -> CSR:
-    indptr = np.zeros(1 + sum(m.n_rows for m in mats), np.int64)
-    row = base = 0
-    for m in mats:
-        indptr[row + 1 : row + 1 + m.n_rows] = m.indptr[1:] - m.indptr[0] + base
-        row += m.n_rows
-        base += m.nnz
-    indices = np.concatenate([m.indices for m in mats])
-    data = None if mats[0].data is None else np.concatenate([m.data for m in mats])
-    return CSR(indptr, indices, data, n_cols)
-
-
-def empty_dataset(n_features: int, n_labels: int) -> XCDataset:
-    """A data set with no points."""
-    zero = np.zeros(1, np.int64)
-    none = np.zeros(0, np.int32)
-    return XCDataset(
-        CSR(zero, none, np.zeros(0, np.float32), n_features), CSR(zero, none, None, n_labels)
-    )
-
-
 # -- planning ----------------------------------------------------------------------------------
-def _route_options(url: str, so: dict) -> dict:
-    """Plain options of a chained URL go to its innermost file system (fsspec would give
-    them to the outermost, e.g. the cache)."""
-    if "::" not in url or not so:
-        return dict(so)
-    protocols = [fsspec.core.split_protocol(bit)[0] or bit for bit in url.split("::")]
-    if any(k in protocols for k in so):
-        return dict(so)
-    return {protocols[-1]: dict(so)}
-
-
 def _join(path: str, name: str) -> str:
     return path.rstrip("/") + "/" + name
 
@@ -510,19 +410,4 @@ def _check_file_lines(part: Partition) -> None:
     """A file of ``file_lines`` lines holds at most ``file_lines - 1`` points."""
     assert part.file_lines is not None
     if part.file_lines - 1 < part.n_points:
-        _check_points(part.url, part.file_lines - 1, part.n_points)
-
-
-def _check_points(url: str, lines: int, n_points: int) -> None:
-    if lines < n_points:
-        raise XCFormatError(
-            url,
-            lines + 2,
-            f"the file ends after {lines} point(s) but the header says N_points = {n_points}",
-        )
-    if lines > n_points:
-        raise XCFormatError(
-            url,
-            n_points + 2,
-            f"more points than the header's N_points = {n_points} (the file has {lines})",
-        )
+        check_points(part.url, part.file_lines - 1, part.n_points)

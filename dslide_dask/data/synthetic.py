@@ -27,16 +27,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
+from dslide_dask.data.partitions import ordered_map
 from dslide_dask.kernels import synthetic as K
 from dslide_dask.kernels.xc_text import format_rows
 
@@ -164,7 +161,7 @@ def make_synthetic(
     gen = _Generator(spec, seed)
     out = []
     for split, n in ((_TRAIN, spec.n_train), (_TEST, spec.n_test)):
-        chunks = list(_ordered_map(gen.chunk, gen.chunk_args(split, n), n_threads))
+        chunks = list(ordered_map(gen.chunk, gen.chunk_args(split, n), n_threads))
         out.append(_concat(chunks, spec))
     return out[0], out[1]
 
@@ -194,7 +191,7 @@ def generate(
         url = out_url.rstrip("/") + f"/{name}.txt"
         with fsspec.open(url, "wb", **so) as f:
             f.write(f"{n} {spec.n_features} {spec.n_labels}\n".encode())
-            for text in _ordered_map(gen.chunk_text, gen.chunk_args(split, n), n_threads):
+            for text in ordered_map(gen.chunk_text, gen.chunk_args(split, n), n_threads):
                 f.write(text)
         urls[name] = url
     return urls
@@ -281,26 +278,6 @@ class _Generator:
     def chunk_text(self, args: tuple[int, int]) -> np.ndarray:
         y_ptr, y_idx, x_ptr, x_idx, x_val = self.chunk(args)
         return format_rows(x_ptr, x_idx, x_val, y_ptr, y_idx, 0, len(x_ptr) - 1)
-
-
-def _ordered_map(fn: Callable, items: list, n_threads: int | None) -> Iterator:
-    """``map(fn, items)`` on a thread pool, in order, at most 2 * threads ahead."""
-    n_threads = n_threads or min(os.cpu_count() or 1, 16)
-    if n_threads <= 1 or len(items) <= 1:
-        yield from map(fn, items)
-        return
-    with ThreadPoolExecutor(n_threads) as pool:
-        pending: deque = deque()
-        it = iter(items)
-        for item in it:
-            pending.append(pool.submit(fn, item))
-            if len(pending) >= 2 * n_threads:
-                break
-        while pending:
-            yield pending.popleft().result()
-            for item in it:
-                pending.append(pool.submit(fn, item))
-                break
 
 
 def _concat(chunks: list[tuple[np.ndarray, ...]], spec: SyntheticSpec) -> XCDataset:

@@ -1,6 +1,7 @@
-"""The coordinator actor: drives training steps from a worker, next to shard 0.
+"""The coordinator actor: drives training steps from a worker, holding shard 0 itself.
 
-It owns the (small) hidden layers and the batch stream; per step it sends the hidden
+It owns the (small) hidden layers, shard 0 of the wide layer and the batch stream; its
+kernels and shard 0's run on one thread (:data:`KERNEL_THREAD`). Per step it sends the hidden
 activations to every shard and gets back softmax partial sums and gradients. Shard calls
 go worker-to-worker, all shards at once; nothing per step passes through the client or
 the scheduler. With ``pipeline=True`` (the default) the shards finish step t and start
@@ -11,94 +12,98 @@ arithmetic (the hidden activations of t+1 then come from weights one update old)
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 import numba
 import numpy as np
 from distributed import get_worker
 
-from dslide_dask.checkpoint import CheckpointPolicy, CheckpointStore, open_checkpoint
+from dslide_dask.checkpoint import CheckpointStore, open_checkpoint
 from dslide_dask.checkpoint.model import model_meta, restore_hidden, write_hidden
-from dslide_dask.data.batches import epoch_batches, load, plan, shape
+from dslide_dask.data.batches import load, plan, shape
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.shuffle import ReadStats
+from dslide_dask.data.stream import Stream
 from dslide_dask.distributed.errors import ShardLostError
-from dslide_dask.distributed.live_metrics import publish
+from dslide_dask.distributed.live_metrics.events import publish
+from dslide_dask.distributed.shard_actor import ShardActor
+from dslide_dask.distributed.specs import CoordinatorSpec
 from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
-from dslide_dask.local_trainer import position_meta
 from dslide_dask.metrics import TrainingLabels, xc_metrics
-from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.hidden import HiddenLayers
-from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.network import check_finite, step_stats
 from dslide_dask.model.optimizer import scheduled_lr
 from dslide_dask.model.wide_shard import combine_partials, merge_topk
 from dslide_dask.model.wire import pack, payload_bytes, sum_unpacked
+from dslide_dask.omp import passive_wait
 
 #: Seconds between liveness checks while waiting for shards.
 POLL_SECONDS = 2.0
+#: The one thread of a worker process that runs the coordinators' and their local shards'
+#: kernels, one call at a time (its thread starts with the first call).
+KERNEL_THREAD = ThreadPoolExecutor(1, thread_name_prefix="dslide-kernels")
 
 
 class Coordinator:
     """Runs the training loop of one model whose shards are other actors."""
 
-    def __init__(
-        self, cfg: dict, n_features: int, n_labels: int, layout: ShardLayout, shards: list,
-        shard_workers: list[str], n_threads: int, wire_dtype: str, pipeline: bool,
-        checkpoint: CheckpointPolicy | None = None, restore: str | None = None,
-        storage_options: dict | None = None, run_name: str = "default",
-    ) -> None:  # fmt: skip
+    def __init__(self, spec: CoordinatorSpec) -> None:
         raise_malloc_thresholds()
-        self.cfg = SlideConfig.from_dict(cfg)
-        self.n_threads = n_threads
-        numba.set_num_threads(n_threads)
-        self.hidden = HiddenLayers(self.cfg, n_features, self.cfg.seed)
-        self.layout = layout
+        passive_wait()
+        self.cfg = spec.cfg
+        self.n_threads = spec.n_threads
+        numba.set_num_threads(spec.n_threads)
+        self.hidden = HiddenLayers(self.cfg, spec.n_features, self.cfg.seed)
+        self.layout = spec.layout
         self.step = 0
         self.last_checkpoint: str | None = None
-        if restore is not None:
-            ckpt = open_checkpoint(restore, storage_options)
+        if spec.restore is not None:
+            ckpt = open_checkpoint(spec.restore, spec.storage_options)
             restore_hidden(ckpt, self.hidden)
             self.step, self.last_checkpoint = ckpt.step, ckpt.url
-        self.policy = checkpoint
-        self.store = checkpoint.store() if checkpoint is not None else None
+        self.policy = spec.checkpoint
+        self.store = spec.checkpoint.store() if spec.checkpoint is not None else None
         self.last_save = time.monotonic()
-        self.n_features = n_features
-        self.n_labels = n_labels
+        self.n_features = spec.n_features
+        self.n_labels = spec.n_labels
         self.worker = get_worker()
-        self.shards = [
-            self._same_worker(shard) if address == self.worker.address else shard
-            for shard, address in zip(shards, shard_workers, strict=True)
-        ]
-        self.remote = [a != self.worker.address for a in shard_workers]
-        self.n_remote = sum(self.remote)
-        self.shard_workers = shard_workers
-        self.wire_dtype = wire_dtype
-        self.pipeline = pipeline
+        # shard 0 lives here: its calls need no serialisation and no loop-back connection
+        self.local_shard = ShardActor(spec.local_shard)
+        self.shards: list = [_DirectCalls(self.local_shard, self._on_kernel_thread)]
+        self.remote = [False]
+        self.n_remote = 0
+        self.shard_workers = list(spec.shard_workers)
+        self.wire_dtype = spec.wire_dtype
+        self.pipeline = spec.pipeline
         self.batches: Iterator[tuple[int, int, XCDataset]] = iter(())
-        self.stream = {"batch_size": 0, "seed": 0, "shuffle": True}  # how batches are drawn
+        self.stream = Stream(batch_size=1)  # how batches are drawn
         self.position = (0, 0)  # (epoch, batch) of the next batch to train
         self.reads = ReadStats()
         self.pending = None  # pipelined: the step whose forward pass the shards have done
         self.compute_seconds = 0.0  # this worker's hidden-layer arithmetic
         self.wait_seconds = 0.0  # waiting for the shards
-        self.shard_seconds = [0.0] * len(shards)  # each shard's time to answer, in all
-        self.run_name = run_name  # on the dashboard
-        self.labels = TrainingLabels(n_labels)  # PSP@k's label frequencies
+        self.shard_seconds = [0.0] * len(self.shard_workers)  # each shard's answers, in all
+        self.run_name = spec.run_name  # on the dashboard
+        self.labels = TrainingLabels(spec.n_labels)  # PSP@k's label frequencies
+
+    def connect(self, shards: list) -> None:
+        """The actors of the other shards (1, 2, ...), in shard order."""
+        if len(shards) != len(self.shard_workers) - 1:
+            raise ValueError(f"{len(shards)} shard actors for {len(self.shard_workers)} shards")
+        self.shards = [self.shards[0], *shards]
+        self.remote = [False] + [True] * len(shards)
+        self.n_remote = len(shards)
 
     # -- data --------------------------------------------------------------------------------
     async def set_data(
-        self, source: XCDataset | str, storage_options: dict | None, batch_size: int,
-        epochs: int, seed: int, shuffle: bool, first_epoch: int = 0,
-        skip_bad_lines: bool = False, first_batch: int = 0,
-    ) -> None:  # fmt: skip
-        """Train next on ``epochs`` passes over ``source`` (a data set, or a URL that this
-        worker streams straight from storage), from batch ``first_batch`` of epoch
-        ``first_epoch``."""
+        self, source: XCDataset | str, stream: Stream, storage_options: dict | None = None
+    ) -> None:
+        """Train next on the batches ``stream`` draws from ``source`` (a data set, or a URL
+        that this worker streams straight from storage)."""
         planned = await asyncio.to_thread(plan, source, storage_options)
         if shape(planned) != (self.n_features, self.n_labels):
             raise ValueError(
@@ -107,21 +112,10 @@ class Coordinator:
             )
         self.reads = ReadStats()
         self.labels.n_points = planned.n_points
-        self.stream = {"batch_size": batch_size, "seed": seed, "shuffle": shuffle}
-        self.position = (first_epoch, first_batch)
+        self.stream = stream
+        self.position = (stream.first_epoch, stream.first_batch)
         self.pending = None
-
-        def stream():
-            for epoch in range(first_epoch, first_epoch + epochs):
-                batches = epoch_batches(
-                    planned, batch_size, epoch, seed, shuffle,
-                    skip_bad_lines=skip_bad_lines, stats=self.reads,
-                )  # fmt: skip
-                start = first_batch if epoch == first_epoch else 0
-                for index, batch in enumerate(itertools.islice(batches, start, None), start):
-                    yield epoch, index, batch
-
-        self.batches = stream()
+        self.batches = stream.batches(planned, self.reads)
 
     # -- training ----------------------------------------------------------------------------
     async def run(self, n_steps: int) -> list[dict]:
@@ -157,7 +151,9 @@ class Coordinator:
         await self._compute(self.hidden.backward, batch.X, acts, sum_unpacked(grads))
         sent = self.n_remote * (payload_bytes((h_wire, batch.Y)) + lse.nbytes)
         received = self._remote_bytes(parts) + self._remote_bytes(grads)
-        return self._stats(batch, where, lse, label_term, parts, sent, received, t0)
+        return self._stats(
+            batch, where, parts, lse=lse, label_term=label_term, sent=sent, received=received, t0=t0
+        )
 
     async def _pipelined_step(self) -> dict | None:
         """Finish step t while step t+1 starts, keeping every shard busy.
@@ -166,9 +162,7 @@ class Coordinator:
         answered it (calls to one shard stay in order): this worker computes the
         activations of t+1 first, then applies the hidden layers' update of t while the
         shards work. The activations of t+1 therefore come from hidden weights one
-        update old. (Updating later still, two updates old, learned visibly worse early
-        on; sending ``forward(t+1)`` before ``backward(t)`` answers, with numbered calls,
-        measured no faster.)
+        update old; two updates old learns worse early on, so the pipeline goes no deeper.
         """
         t0 = time.perf_counter()
         sent = 0
@@ -215,7 +209,9 @@ class Coordinator:
             if item is not None:
                 for task in (ahead, *forward):
                     task.cancel()
-        return self._stats(batch, where, lse, label_term, parts, sent, received, t0)
+        return self._stats(
+            batch, where, parts, lse=lse, label_term=label_term, sent=sent, received=received, t0=t0
+        )
 
     async def _forward_packed(self, X: CSR):
         """The hidden stack's output for training batch ``X``, packed for the wire, and its
@@ -229,7 +225,7 @@ class Coordinator:
             payload_bytes(r) for r, remote in zip(replies, self.remote, strict=True) if remote
         )
 
-    def _stats(self, batch, where, lse, label_term, parts, sent, received, t0) -> dict:
+    def _stats(self, batch, where, parts, *, lse, label_term, sent, received, t0) -> dict:
         self.step += 1
         self.labels.add(batch.Y)
         epoch, index = where
@@ -254,9 +250,14 @@ class Coordinator:
 
     # -- inference ---------------------------------------------------------------------------
     async def evaluate(
-        self, source: XCDataset | str, storage_options: dict | None, ks: tuple[int, ...],
-        exact: bool, max_points: int | None,
-    ) -> dict[str, float]:  # fmt: skip
+        self,
+        source: XCDataset | str,
+        storage_options: dict | None = None,
+        *,
+        ks: tuple[int, ...] = (1, 3, 5),
+        exact: bool = True,
+        max_points: int | None = None,
+    ) -> dict[str, float]:
         """P@k, nDCG@k and (once trained) PSP@k, PSnDCG@k on (the first ``max_points``
         rows of) a data set or URL read here."""
         fits = (self.n_features, self.n_labels)
@@ -297,10 +298,9 @@ class Coordinator:
         calls = [s.write_checkpoint(folder.url, store.storage_options) for s in self.shards]
         shards = await self._all(calls, "checkpoint")
         hidden = await self._compute(write_hidden, folder, self.hidden)
-        epoch, batch = self.position
         meta = model_meta(
             self.cfg, self.n_features, self.n_labels, self.layout, self.hidden.step, shards,
-            hidden, {**position_meta(epoch, batch, **self.stream), **(extra or {})},
+            hidden, {**self.stream.meta(*self.position), **(extra or {})},
         )  # fmt: skip
         ckpt = await asyncio.to_thread(store.commit, folder, meta)
         self.last_checkpoint = ckpt.url
@@ -315,23 +315,24 @@ class Coordinator:
         """The hidden layers' weights and biases (for tests and checkpoints)."""
         return self.hidden.params()
 
-    # -- plumbing ----------------------------------------------------------------------------
-    def _same_worker(self, shard) -> _DirectCalls:
-        """Calls to a shard actor on this worker, run on its actor thread directly: no
-        serialisation, no loop-back connection."""
-        return _DirectCalls(self.worker.state.actors[shard.key], self._on_actor_thread)
+    async def shard_info(self) -> list[dict]:
+        """Every shard's statistics, in shard order."""
+        return list(await asyncio.gather(*(s.info() for s in self.shards)))
 
-    async def _on_actor_thread(self, fn, *args):
+    async def shard_weights(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every shard's weights and biases (for tests and small models only)."""
+        return list(await asyncio.gather(*(s.get_weights() for s in self.shards)))
+
+    # -- plumbing ----------------------------------------------------------------------------
+    async def _on_kernel_thread(self, fn, *args):
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.worker.executors["actor"], partial(fn, *args))
+        return await loop.run_in_executor(KERNEL_THREAD, partial(fn, *args))
 
     async def _compute(self, fn, *args):
-        """Run model arithmetic on the worker's actor thread, like the shards' methods, so
-        numba kernels never run from two threads of one process at once."""
+        """Run model arithmetic on the kernel thread, like the local shard's methods, so
+        numba kernels never run from two threads of this process at once."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self.worker.executors["actor"], partial(self._timed, fn, *args)
-        )
+        return await loop.run_in_executor(KERNEL_THREAD, partial(self._timed, fn, *args))
 
     def _timed(self, fn, *args):
         """``fn(*args)`` with this worker's threads, its time counted as hidden-layer work
@@ -383,7 +384,7 @@ class Coordinator:
 
 
 class _DirectCalls:
-    """An actor's methods called in-process (they return coroutines, like actor calls)."""
+    """A shard's methods called in-process (they return coroutines, like actor calls)."""
 
     def __init__(self, target, run) -> None:
         self._target = target

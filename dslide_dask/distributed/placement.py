@@ -29,6 +29,7 @@ def place_shards(
     cfg: SlideConfig,
     n_labels: int,
     n_shards: int | None = None,
+    *,
     coordinator_load: float = 0.15,
 ) -> Placement:
     """Choose workers for the shards of an output layer of ``n_labels`` neurons.

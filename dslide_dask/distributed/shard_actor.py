@@ -11,34 +11,33 @@ import numpy as np
 from dslide_dask.checkpoint import Folder, open_checkpoint
 from dslide_dask.checkpoint.model import restore_shard, write_shard
 from dslide_dask.data.csr import CSR
+from dslide_dask.distributed.specs import ShardSpec
 from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
-from dslide_dask.model.config import SlideConfig
-from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.wide_shard import SoftmaxPartials, WideShard
 from dslide_dask.model.wire import Packed, pack, unpack
+from dslide_dask.omp import passive_wait
 
 
 class ShardActor:
     """Weights, optimiser state and LSH tables of one shard, built and kept on its worker.
 
-    Methods run on the worker's single actor thread; numba uses ``n_threads`` of them.
-    Activations arrive and gradients leave packed (:mod:`dslide_dask.model.wire`).
-    With ``restore`` (a checkpoint URL) the shard loads its rows from there, whatever
+    Methods run on the worker's single actor thread; numba uses ``spec.n_threads`` of
+    them. Activations arrive and gradients leave packed (:mod:`dslide_dask.model.wire`).
+    With ``spec.restore`` (a checkpoint URL) the shard loads its rows from there, whatever
     sharding wrote them; checkpoints are written by the shard straight to storage.
     """
 
-    def __init__(
-        self, cfg: dict, dim_in: int, layout: ShardLayout, shard_index: int, n_threads: int,
-        wire_dtype: str, restore: str | None = None, storage_options: dict | None = None,
-    ) -> None:  # fmt: skip
+    def __init__(self, spec: ShardSpec) -> None:
         raise_malloc_thresholds()
-        self.n_threads = n_threads
-        self.wire_dtype = wire_dtype
-        numba.set_num_threads(n_threads)
-        cfg = SlideConfig.from_dict(cfg)
-        self.shard = WideShard(cfg, dim_in, layout, shard_index, initialize=restore is None)
-        if restore is not None:
-            restore_shard(open_checkpoint(restore, storage_options), self.shard)
+        passive_wait()
+        self.n_threads = spec.n_threads
+        self.wire_dtype = spec.wire_dtype
+        numba.set_num_threads(spec.n_threads)
+        self.shard = WideShard(
+            spec.cfg, spec.dim_in, spec.layout, spec.shard_index, initialize=spec.restore is None
+        )
+        if spec.restore is not None:
+            restore_shard(open_checkpoint(spec.restore, spec.storage_options), self.shard)
         self.busy_seconds = 0.0
         self.calls = 0
 

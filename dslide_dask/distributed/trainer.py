@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,12 +13,15 @@ from dslide_dask.checkpoint import CheckpointPolicy, open_checkpoint
 from dslide_dask.checkpoint.model import check_shape
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
+from dslide_dask.data.stream import Stream
 from dslide_dask.distributed import live_metrics
 from dslide_dask.distributed.coordinator import Coordinator
 from dslide_dask.distributed.errors import ShardLostError
 from dslide_dask.distributed.placement import Placement, place_shards
 from dslide_dask.distributed.shard_actor import ShardActor
+from dslide_dask.distributed.specs import CoordinatorSpec, ShardSpec
 from dslide_dask.model.config import SlideConfig
+from dslide_dask.trainer import StepCallback
 
 #: Steps per coordinator call: the client hears about progress this often.
 STEPS_PER_CALL = 10
@@ -43,11 +45,12 @@ class Recovery:
 
 
 class DistributedTrainer:
-    """A SLIDE network whose output layer is sharded over Dask workers.
+    """A :class:`~dslide_dask.trainer.Trainer` whose output layer is sharded over Dask
+    workers.
 
-    Each shard is an actor pinned to its worker (never migrated); a coordinator actor,
-    beside shard 0, holds the hidden layers and runs the steps. The client only starts
-    things and collects per-step statistics.
+    Each shard is an actor pinned to its worker (never migrated), except shard 0, which
+    the coordinator actor holds on its worker beside the hidden layers; the coordinator
+    runs the steps. The client only starts things and collects per-step statistics.
 
     ``checkpoint`` has the model written as the policy says (every shard straight to
     storage). Then a worker lost mid-run is survived: the model is placed again on the
@@ -63,6 +66,7 @@ class DistributedTrainer:
         cfg: SlideConfig,
         n_features: int,
         n_labels: int,
+        *,
         n_shards: int | None = None,
         wire_dtype: str = "float16",
         pipeline: bool = True,
@@ -106,32 +110,67 @@ class DistributedTrainer:
         if n_shards is not None:
             n_shards = min(n_shards, len(workers))
         self.placement: Placement = place_shards(
-            workers, cfg, self.n_labels, n_shards, self.coordinator_load
+            workers, cfg, self.n_labels, n_shards, coordinator_load=self.coordinator_load
         )
         token = uuid.uuid4().hex[:8]
         threads = [int(workers[w].get("nthreads", 1)) for w in self.placement.workers]
-        self._futures = [
+        layout = self.placement.layout
+
+        def shard(s: int) -> ShardSpec:
+            return ShardSpec(
+                cfg=cfg,
+                dim_in=cfg.hidden[-1],
+                layout=layout,
+                shard_index=s,
+                n_threads=threads[s],
+                wire_dtype=self.wire_dtype,
+                restore=restore,
+                storage_options=self.storage_options,
+            )
+
+        spec = CoordinatorSpec(
+            cfg=cfg,
+            n_features=self.n_features,
+            n_labels=self.n_labels,
+            layout=layout,
+            shard_workers=tuple(self.placement.workers),
+            n_threads=threads[0],
+            wire_dtype=self.wire_dtype,
+            pipeline=self.pipeline,
+            local_shard=shard(0),
+            checkpoint=self.policy,
+            restore=restore,
+            storage_options=self.storage_options,
+            run_name=self.name,
+        )
+        # the coordinator (with shard 0) and the other shards are built side by side
+        coordinator = client.submit(
+            Coordinator,
+            spec,
+            actor=True,
+            workers=[self.placement.workers[0]],
+            allow_other_workers=False,
+            key=f"coordinator-{token}",
+        )
+        others = [
             client.submit(
-                ShardActor, cfg.to_dict(), cfg.hidden[-1], self.placement.layout, s, threads[s],
-                self.wire_dtype, restore, self.storage_options, actor=True, workers=[w],
-                allow_other_workers=False, key=f"wide-shard-{s}-{token}",
+                ShardActor,
+                shard(s),
+                actor=True,
+                workers=[w],
+                allow_other_workers=False,
+                key=f"wide-shard-{s}-{token}",
             )
             for s, w in enumerate(self.placement.workers)
-        ]  # fmt: skip
-        self.shards = [self._wait(f) for f in self._futures]
-        coordinator = client.submit(
-            Coordinator, cfg.to_dict(), self.n_features, self.n_labels, self.placement.layout,
-            self.shards, list(self.placement.workers), threads[0], self.wire_dtype,
-            self.pipeline, self.policy, restore, self.storage_options, self.name,
-            actor=True, workers=[self.placement.workers[0]], allow_other_workers=False,
-            key=f"coordinator-{token}",
-        )  # fmt: skip
-        self._futures.append(coordinator)
+            if s > 0
+        ]
+        self._futures = [coordinator, *others]
         self.coordinator = self._wait(coordinator)
+        self._wait(self.coordinator.connect([self._wait(f) for f in others]))
 
     @property
     def n_shards(self) -> int:
-        return len(self.shards)
+        return len(self.placement.workers)
 
     @property
     def step(self) -> int:
@@ -141,38 +180,22 @@ class DistributedTrainer:
     def train(
         self,
         data: XCDataset | str,
-        batch_size: int,
-        epochs: int = 1,
-        seed: int = 0,
-        shuffle: bool = True,
-        callback: Callable[[dict], None] | None = None,
-        first_epoch: int = 0,
+        stream: Stream,
+        callback: StepCallback | None = None,
         storage_options: dict | None = None,
-        skip_bad_lines: bool = False,
-        first_batch: int = 0,
     ) -> list[dict]:
-        """Train on ``data``: a data set (sent once to the coordinator's worker) or a URL
-        that worker streams straight from storage, from batch ``first_batch`` of epoch
-        ``first_epoch``. Returns the new per-step statistics and calls ``callback`` with
-        each."""
-        last_epoch = first_epoch + epochs
+        """Train on the batches ``stream`` draws from ``data``: a data set (sent once to
+        the coordinator's worker) or a URL that worker streams straight from storage.
+        Returns the new per-step statistics and calls ``callback`` with each."""
         start_len = len(self.history)
-
-        def set_data(epoch: int, batch: int) -> None:
-            self._wait(
-                self.coordinator.set_data(
-                    data, storage_options, batch_size, last_epoch - epoch, seed, shuffle,
-                    epoch, skip_bad_lines, batch,
-                )
-            )  # fmt: skip
-
-        set_data(first_epoch, first_batch)
+        self._wait(self.coordinator.set_data(data, stream, storage_options))
         while True:
             try:
                 chunk = self._wait(self.coordinator.run(STEPS_PER_CALL))
             except Exception as err:
-                restart = self._recover(err, start_len, (first_epoch, first_batch))
-                set_data(*restart)
+                epoch, batch = self._recover(err, start_len, stream)
+                rest = stream.from_position(epoch, batch)
+                self._wait(self.coordinator.set_data(data, rest, storage_options))
                 continue
             for stats in chunk:
                 self.history.append(stats)
@@ -181,7 +204,7 @@ class DistributedTrainer:
             if len(chunk) < STEPS_PER_CALL:
                 return self.history[start_len:]
 
-    def _recover(self, err: Exception, start_len: int, start: tuple[int, int]) -> tuple[int, int]:
+    def _recover(self, err: Exception, start_len: int, stream: Stream) -> tuple[int, int]:
         """After ``err``: if a model worker was lost and a checkpoint (or this call's
         start, when nothing came before) can stand in for it, rebuild the model there;
         the data position to go on from. Otherwise raise."""
@@ -207,7 +230,7 @@ class DistributedTrainer:
         self.close()
         self._await_replacements(len(self.placement.workers))
         if ckpt is None:  # back to this call's start: a fresh model
-            restored, position, restore = 0, start, None
+            restored, position, restore = 0, (stream.first_epoch, stream.first_batch), None
         else:
             restored, restore = ckpt.step, ckpt.url
             position = (ckpt.meta["position"]["epoch"], ckpt.meta["position"]["batch"])
@@ -254,24 +277,27 @@ class DistributedTrainer:
         data: XCDataset | str,
         ks: tuple[int, ...] = (1, 3, 5),
         exact: bool = True,
+        *,
         max_points: int | None = None,
         storage_options: dict | None = None,
     ) -> dict[str, float]:
         """P@k, nDCG@k and (once trained) PSP@k, PSnDCG@k on a data set or URL,
         computed on the cluster."""
         return self._wait(
-            self.coordinator.evaluate(data, storage_options, tuple(ks), exact, max_points)
+            self.coordinator.evaluate(
+                data, storage_options, ks=tuple(ks), exact=exact, max_points=max_points
+            )
         )
 
     def shard_info(self) -> list[dict]:
-        return [self._wait(s.info()) for s in self.shards]
+        return self._wait(self.coordinator.shard_info())
 
     def hidden_weights(self) -> list[np.ndarray]:
         return self._wait(self.coordinator.hidden_weights())
 
     def shard_weights(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """Every shard's weights, fetched to the client (tests, small models only)."""
-        return [self._wait(s.get_weights()) for s in self.shards]
+        return self._wait(self.coordinator.shard_weights())
 
     def close(self) -> None:
         """Release the actors (and the model they hold)."""

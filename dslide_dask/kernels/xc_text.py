@@ -4,6 +4,9 @@ The body parser never raises: it returns an error record (code, 1-based line, of
 token's byte range, a value) and the caller builds the message. Floats are parsed and
 formatted here (digits, '.', exponent), so that ``parse(format(x))`` is exactly
 :func:`quantize6` of ``x`` and ``format(parse(s)) == s`` for 6-significant-digit ``s``.
+
+Over 400 lines: the parser and the formatter are one contract (each the other's inverse),
+checked together.
 """
 
 import numba

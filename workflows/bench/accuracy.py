@@ -23,6 +23,8 @@ reports it):
 is P@1 against the time a user would have waited for that model. The first run after
 installing (or changing) the engine includes compiling its kernels, which numba then
 caches on disk; run twice to see the steady state.
+
+Over 400 lines: the five contenders' runners beside the one benchmark that compares them.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ import numpy as np
 
 from dslide_workflows.args import add_storage_arguments, positive_int, storage_options
 from dslide_workflows.bench import engine as engine_bench
-from dslide_workflows.cli import make_classifier
+from dslide_workflows.bench.data import bench_data, check_data_args, load_datasets, save_datasets
+from dslide_workflows.classifier import make_classifier
 
 SUMMARY = "time to accuracy: SLIDE engine vs dense PyTorch and label-tree libraries"
 CONTENDERS = ("engine", "engine-cluster", "engine-ensemble", "dense", "omikuji", "napkinxc")
@@ -136,10 +139,10 @@ def prepare_data(args: argparse.Namespace, folder: Path) -> tuple[Path, dict[str
     """The .npz the contenders load (shuffled prefixes of train and test) and a
     description; URL data are read once here, presets come from bench engine's cache."""
     if args.preset is not None:
-        spec = engine_bench.check_data_args(args.preset, 1, 1)
+        spec = check_data_args(args.preset, 1, 1)
         n_train = args.train_points or min(PRESET_POINTS[0], spec.n_train)
         n_test = args.test_points or min(PRESET_POINTS[1], spec.n_test)
-        return engine_bench.bench_data(
+        return bench_data(
             args.preset, n_train, n_test, args.data_seed, args.cache_dir, args.refresh_data
         )
     from dslide_dask.data.batches import load
@@ -156,7 +159,7 @@ def prepare_data(args: argparse.Namespace, folder: Path) -> tuple[Path, dict[str
     train = train.shuffled(args.data_seed).slice(0, args.train_points or train.n_points)
     test = test.shuffled(args.data_seed + 1).slice(0, args.test_points or test.n_points)
     path = folder / "data.npz"
-    engine_bench.save_datasets(path, train, test)
+    save_datasets(path, train, test)
     print(f"data: read {args.train} and {args.test} in {time.perf_counter() - t0:.1f} s")
     info = {"train": args.train, "test": args.test, "seed": args.data_seed}
     info.update(train_points=train.n_points, test_points=test.n_points)
@@ -452,7 +455,7 @@ def run(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="dslide-bench-accuracy-") as tmp:
         data, info = prepare_data(args, Path(tmp))
-        train, test = engine_bench.load_datasets(data)
+        train, test = load_datasets(data)
         description = _describe(info, train, test)
         if "omikuji" in args.contenders and "omikuji" not in missing:
             from dslide_dask.data.xc_text import write_xc
@@ -484,7 +487,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dslide_workflows.bench.accuracy``: the benchmark, or one contender."""
+    """``python -m dslide_workflows.bench.accuracy --worker ...``: one contender."""
     return engine_bench.bench_main("accuracy", RUNNERS, argv)
 
 

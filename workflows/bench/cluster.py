@@ -34,13 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from dslide_workflows.args import key_value, positive_int
+from dslide_workflows.bench.cluster_report import write_report
+from dslide_workflows.bench.data import bench_data, check_data_args, load_datasets
 from dslide_workflows.bench.distributed import DEFAULTS as DSLIDE_DEFAULTS
-from dslide_workflows.bench.engine import (
-    BUSY_CORES,
-    bench_data,
-    check_data_args,
-    load_datasets,
-)
+from dslide_workflows.bench.host import other_cpu
 from dslide_workflows.cluster.netns import (
     EmulatedCluster,
     NetnsUnavailable,
@@ -55,8 +52,6 @@ SUMMARY = "dslide-dask vs PyTorch DDP on emulated nodes with shaped links (needs
 DEFAULT_RATES = "unlimited,10gbit,1gbit,100mbit"
 SCHEDULER_PORT = 8786
 MASTER_PORT = 29500
-#: Steps per coordinator call of DistributedTrainer: dslide-dask's warm-up is a multiple.
-STEPS_PER_CALL = 10
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -112,7 +107,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--warmup",
         type=int,
         default=10,
-        help=f"untimed dslide-dask steps, a multiple of {STEPS_PER_CALL} (default: 10)",
+        help="untimed dslide-dask steps, a multiple of the steps per coordinator call "
+        "(10; default: 10)",
     )
     r.add_argument(
         "--ddp-steps",
@@ -153,6 +149,8 @@ def check_args(args: argparse.Namespace) -> tuple[list[int], list[int | None]]:
     rates = [parse_rate(r) for r in str(args.rates).split(",") if r.strip()]
     if not rates:
         raise ValueError("--rates must list at least one link rate")
+    from dslide_dask.distributed.trainer import STEPS_PER_CALL
+
     if args.warmup % STEPS_PER_CALL or not 0 < args.warmup < args.steps:
         raise ValueError(f"--warmup must be a multiple of {STEPS_PER_CALL} in (0, --steps)")
     if not 0 <= args.ddp_warmup < min(args.ddp_steps, args.steps):
@@ -181,7 +179,7 @@ def _wait_all(net: EmulatedCluster, procs: list[subprocess.Popen], what: str, lo
         if any(c not in (None, 0) for c in codes):
             for p in procs:
                 net.stop(p)
-            from dslide_workflows.cli import JobFailed
+            from dslide_workflows.errors import JobFailed
 
             raise JobFailed(f"{what} failed (exit codes {codes}); see {log}")
         if all(c == 0 for c in codes):
@@ -232,6 +230,7 @@ def dslide_runner(config: dict[str, Any]) -> None:
     from distributed import Client
 
     from dslide_dask import SlideConfig
+    from dslide_dask.data.stream import Stream
     from dslide_dask.distributed import DistributedTrainer
     from dslide_dask.distributed.trainer import STEPS_PER_CALL as PER_CALL
 
@@ -249,8 +248,8 @@ def dslide_runner(config: dict[str, Any]) -> None:
     with Client(config["scheduler"], timeout=60) as client:
         client.wait_for_workers(config["nodes"], timeout=120)
         with DistributedTrainer(client, cfg, train.n_features, train.n_labels) as trainer:
-            history = trainer.train(train.slice(0, steps * batch), batch, epochs=1,
-                                    seed=config["seed"], shuffle=False, callback=mark)  # fmt: skip
+            stream = Stream(batch, seed=config["seed"], shuffle=False)
+            history = trainer.train(train.slice(0, steps * batch), stream, callback=mark)
             t1, c1 = time.perf_counter(), read_counters(config["switch"])
             timed = steps - warmup
             out = {
@@ -294,7 +293,7 @@ def run_ddp(net: EmulatedCluster, config: dict, logs: Path, port: int) -> dict:
 # -- the benchmark ---------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> int:
     """``dslide bench cluster``: every node count x link rate x contender, then a report."""
-    from dslide_workflows.cli import JobFailed
+    from dslide_workflows.errors import JobFailed
 
     nodes, rates = check_args(args)
     try:
@@ -380,182 +379,21 @@ def _row(contender: str, n: int, rate: int | None, result: dict) -> dict:
     return row
 
 
-@contextlib.contextmanager
-def other_cpu(out: dict) -> Iterator[None]:
-    """Set ``out["other_cpu_cores"]``: CPU the machine spent outside this process tree
-    during the block, in cores (timings are inflated when it is high)."""
-    t0, busy0, ours0 = time.perf_counter(), _process_cpu_seconds(), _tree_cpu_seconds()
-    yield
-    wall, busy1, ours1 = time.perf_counter() - t0, _process_cpu_seconds(), _tree_cpu_seconds()
-    if busy0 is not None and busy1 is not None:
-        out["other_cpu_cores"] = max(0.0, (busy1 - busy0) - (ours1 - ours0)) / wall
-
-
-def _process_cpu_seconds() -> float | None:
-    """CPU seconds since boot of all processes (user, nice, system) and of other guests of
-    the hypervisor (steal), from /proc/stat; not interrupts, where the kernel moves our own
-    packets between the veths."""
-    try:
-        with open("/proc/stat") as f:
-            user, nice, system, _, _, _, _, steal = (int(v) for v in f.readline().split()[1:9])
-    except (OSError, ValueError):
-        return None
-    return (user + nice + system + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def _tree_cpu_seconds() -> float:
-    """CPU seconds of this process, its reaped children and its live descendants."""
-    import psutil
-
-    me = psutil.Process()
-    t = me.cpu_times()
-    total = t.user + t.system + t.children_user + t.children_system
-    for child in me.children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            c = child.cpu_times()
-            total += c.user + c.system
-    return total
-
-
 def _jsonable(d: dict) -> dict:
     return {k: v if isinstance(v, int | float | str | bool | type(None)) else str(v)
             for k, v in d.items() if k != "func"}  # fmt: skip
 
 
-# -- report ---------------------------------------------------------------------------------
-def write_report(out: Path, report: dict) -> None:
-    """cluster.json, cluster.md (table) and cluster.png (plot) under ``out``; print the table."""
-    (out / "cluster.json").write_text(json.dumps(report, indent=2, default=str))
-    table = format_table(report)
-    (out / "cluster.md").write_text(table + "\n")
-    plot(report, out / "cluster.png")
-    print()
-    print(table)
-    print(f"\nwritten: {out / 'cluster.md'}, {out / 'cluster.png'}, {out / 'cluster.json'}")
-
-
-def _pairs(rows: list[dict]) -> list[tuple[int, str, dict | None, dict | None]]:
-    """(nodes, link, dslide row, DDP row) in run order."""
-    keys = list(dict.fromkeys((r["nodes"], r["link"]) for r in rows))
-    by = {(r["nodes"], r["link"], r["contender"]): r for r in rows}
-    return [(n, link, by.get((n, link, "dslide-dask")), by.get((n, link, "ddp")))
-            for n, link in keys]  # fmt: skip
-
-
-def format_table(report: dict) -> str:
-    """One markdown table: both contenders per node count and link rate, and the ratios."""
-    rows = report["rows"]
-    base = {(r["nodes"], r["contender"]): r for r in rows[::-1]}  # first rate of each
-    lines = [
-        "| nodes | link | dslide s/step | DDP s/step | dslide epoch | DDP epoch | DDP/dslide "
-        "| dslide bytes/step | DDP bytes/step | dslide/DDP bytes | dslide vs first link "
-        "| P@1 dslide | P@1 DDP |",
-        "|---" * 13 + "|",
-    ]
-    for n, link, s, d in _pairs(rows):
-        first = base.get((n, "dslide-dask"))
-        cells = [
-            str(n), link, _get(s, "seconds_per_step", "{:.3f}"),
-            _get(d, "seconds_per_step", "{:.2f}"), _duration(s), _duration(d),
-            f"{d['seconds_per_step'] / s['seconds_per_step']:.0f}x" if s and d else "-",
-            _bytes(s), _bytes(d),
-            f"{100 * s['bytes_per_step'] / d['bytes_per_step']:.3f}%" if s and d else "-",
-            f"{s['seconds_per_step'] / first['seconds_per_step']:.2f}x" if s and first else "-",
-            _get(s, "P@1", "{:.4f}"), _get(d, "P@1", "{:.4f}"),
-        ]  # fmt: skip
-        lines.append("| " + " | ".join(cells) + " |")
-    samples = next((r["samples"] for r in rows if "P@1" in r), None)
-    lines.append("")
-    lines.append(
-        f"Epoch = s/step x {report['steps_per_epoch']:,} steps (one pass over "
-        f"{report['data']['spec']['n_train']:,} rows at batch {report['args']['batch_size']}), "
-        "extrapolated from the timed steps. Bytes: all nodes' sent bytes on their links "
-        "(switch port counters) per step."
-        + (f" P@1 on {report['data']['test_points']:,} test rows after {samples:,} samples, "
-           "measured at the first link rate." if samples else "")
-    )  # fmt: skip
-    busy = [r for r in rows if r.get("other_cpu_cores", 0.0) > BUSY_CORES]
-    if busy:
-        lines += ["", f"Timings inflated by other work on the machine (> {BUSY_CORES} cores):"]
-    for r in busy:
-        run = f"{r['contender']}, {r['nodes']} nodes, {r['link']}"
-        lines.append(f"- other processes used {r['other_cpu_cores']:.1f} cores during {run}")
-    return "\n".join(lines)
-
-
-def _get(row: dict | None, key: str, fmt: str) -> str:
-    return fmt.format(row[key]) if row and row.get(key) is not None else "-"
-
-
-def _duration(row: dict | None) -> str:
-    if not row:
-        return "-"
-    s = row["seconds_per_epoch"]
-    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
-
-
-def _bytes(row: dict | None) -> str:
-    if not row or row.get("bytes_per_step") is None:
-        return "-"
-    b = row["bytes_per_step"]
-    return (
-        f"{b / 1e3:.0f} KB" if b < 1e6 else f"{b / 1e6:.1f} MB" if b < 1e9 else f"{b / 1e9:.2f} GB"
-    )
-
-
-def plot(report: dict, path: Path) -> None:
-    """Time per epoch and bytes per step against the link rate, one line a contender x nodes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = report["rows"]
-    links = list(dict.fromkeys(r["link"] for r in rows))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for (contender, n), style in _series(rows):
-        mine = {r["link"]: r for r in rows if r["contender"] == contender and r["nodes"] == n}
-        xs = [i for i, link in enumerate(links) if link in mine]
-        label = f"{contender}, {n} nodes"
-        for ax, key, scale in (
-            (axes[0], "seconds_per_epoch", 3600),
-            (axes[1], "bytes_per_step", 1e6),
-        ):
-            ys = [mine[links[i]][key] / scale for i in xs]
-            ax.plot(xs, ys, marker="o", label=label, **style)
-    for ax, title in ((axes[0], "time per epoch (h, extrapolated)"),
-                      (axes[1], "bytes on the wire per step (MB)")):  # fmt: skip
-        ax.set_yscale("log")
-        ax.set_xticks(range(len(links)), links)
-        ax.set_xlabel("link rate (each node)")
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend()
-    fig.suptitle(f"{report['data']['preset']}: dslide-dask vs PyTorch DDP (gloo), emulated nodes")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def _series(rows: list[dict]) -> list[tuple[tuple[str, int], dict]]:
-    """Line style of each (contender, nodes): colour by node count, dashed for DDP."""
-    keys = list(dict.fromkeys((r["contender"], r["nodes"]) for r in rows))
-    sizes = sorted({n for _, n in keys})
-    return [
-        (k, {"color": f"C{sizes.index(k[1])}", "ls": "-" if k[0] == "dslide-dask" else "--"})
-        for k in keys
-    ]
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dslide_workflows.bench.cluster``: the benchmark, or its in-namespace runner."""
+    """``python -m dslide_workflows.bench.cluster --runner CONFIG``: the dslide-dask run
+    inside the head namespace. The benchmark itself is ``dslide bench cluster``."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--runner"]:
-        dslide_runner(json.loads(argv[1]))
-        return 0
-    from dslide_workflows.cli import main as cli_main
-
-    return cli_main(["bench", "cluster", *argv])
+    if len(argv) != 2 or argv[0] != "--runner":
+        print("usage: python -m dslide_workflows.bench.cluster --runner CONFIG_JSON "
+              "(the benchmark itself: dslide bench cluster)", file=sys.stderr)  # fmt: skip
+        return 2
+    dslide_runner(json.loads(argv[1]))
+    return 0
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def train_rank(args: argparse.Namespace) -> dict[str, Any] | None:
     import torch.distributed as dist
 
     from dslide_dask.metrics import precision_at_k
-    from dslide_workflows.bench.engine import load_datasets
+    from dslide_workflows.bench.data import load_datasets
     from dslide_workflows.bench.torch_dense import build_model, peak_rss_mb, predict_topk
 
     if not 0 <= args.warmup < args.steps:

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from dslide_workflows.args import key_value
-from dslide_workflows.bench.engine import ENGINE_DEFAULTS, bench_data, load_datasets
+from dslide_workflows.bench.data import bench_data, load_datasets
+from dslide_workflows.bench.engine import ENGINE_DEFAULTS
 
 SUMMARY = "in-process engine vs LocalCluster of 1, 2, 4 workers: speed, bytes, P@k"
 
@@ -50,13 +51,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_one(name: str, make_trainer, train, test, batch_size: int, seed: int) -> dict:
     """Set up, train one pass, evaluate; timings and traffic of one contender."""
+    from dslide_dask.data.stream import Stream
+
     t0 = time.perf_counter()
     trainer = make_trainer()
     t1 = time.perf_counter()
     try:
-        history = trainer.train(train, batch_size, epochs=1, seed=seed)
+        history = trainer.train(train, Stream(batch_size, seed=seed))
         t2 = time.perf_counter()
-        shards = trainer.shard_info() if hasattr(trainer, "shard_info") else []
+        shards = trainer.shard_info()
         scores = trainer.evaluate(test)
     finally:
         trainer.close()

@@ -18,15 +18,10 @@ until the first batch was done: construction plus compilation plus one step.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import hashlib
 import importlib.util
 import json
 import os
-import resource
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,21 +30,17 @@ from typing import Any
 import numpy as np
 
 from dslide_workflows.args import key_value
-from dslide_workflows.cli import JobFailed, add_model_arguments, classifier_params, make_classifier
+from dslide_workflows.bench.contender import bench_main, run_contender
+from dslide_workflows.bench.data import (
+    bench_data,
+    check_data_args,
+    default_cache_dir,
+)
+from dslide_workflows.bench.host import BUSY_CORES
+from dslide_workflows.classifier import add_model_arguments, classifier_params, make_classifier
 
 SUMMARY = "SLIDE engine vs dense PyTorch full softmax: speed, P@k, memory"
 CONTENDERS = ("engine", "dense")
-CACHE_FORMAT = 1  # bump when the cached arrays change meaning
-#: CPU use by other processes (in cores) during a contender's run that earns a warning.
-BUSY_CORES = 0.2
-
-
-def default_cache_dir() -> Path:
-    """``$DSLIDE_CACHE_DIR``, else ``$XDG_CACHE_HOME/dslide-dask``, else ``~/.cache/...``."""
-    if os.environ.get("DSLIDE_CACHE_DIR"):
-        return Path(os.environ["DSLIDE_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "dslide-dask"
 
 
 #: Engine parameters of this benchmark unless overridden with --engine-opt: one pass over
@@ -131,90 +122,6 @@ def add_engine_opt(group: argparse._ArgumentGroup, example: str) -> None:
     )
 
 
-# -- data --------------------------------------------------------------------------------------
-def check_data_args(preset: str, train_points: int, test_points: int):
-    """The preset's spec, once the point counts are known to fit it."""
-    from dslide_dask.data import synthetic
-
-    spec = synthetic.resolve_spec(preset)
-    if not 1 <= train_points <= spec.n_train:
-        raise ValueError(f"--train-points must be in [1, {spec.n_train}], got {train_points}")
-    if not 1 <= test_points <= spec.n_test:
-        raise ValueError(f"--test-points must be in [1, {spec.n_test}], got {test_points}")
-    return spec
-
-
-def bench_data(
-    preset: str,
-    train_points: int,
-    test_points: int,
-    seed: int = 0,
-    cache_dir: Path | None = None,
-    refresh: bool = False,
-    log: Callable[[str], None] = print,
-) -> tuple[Path, dict[str, Any]]:
-    """The cached .npz of the benchmark's train/test prefixes (made if missing) and a
-    description of it. Train and test are shuffled before taking the prefixes (real XC
-    files are sorted by label)."""
-    from dslide_dask.data import synthetic
-
-    spec = check_data_args(preset, train_points, test_points)
-    key = json.dumps([CACHE_FORMAT, dataclasses.asdict(spec), synthetic.CHUNK_POINTS, seed])
-    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    name = f"{preset}-seed{seed}-train{train_points}-test{test_points}-{digest}.npz"
-    path = Path(cache_dir or default_cache_dir()) / "bench" / name
-    info = {
-        "preset": preset,
-        "seed": seed,
-        "train_points": train_points,
-        "test_points": test_points,
-        "spec": dataclasses.asdict(spec),
-        "cache": str(path),
-    }
-    if path.exists() and not refresh:
-        log(f"data: cached {path}")
-        return path, info
-    t0 = time.perf_counter()
-    train, test = synthetic.make_synthetic(spec, seed=seed)
-    train = train.shuffled(seed).slice(0, train_points)
-    test = test.shuffled(seed + 1).slice(0, test_points)
-    save_datasets(path, train, test)
-    log(f"data: generated {preset} and cached {path} in {time.perf_counter() - t0:.1f} s")
-    return path, info
-
-
-def save_datasets(path: Path, train, test) -> None:
-    """Write train/test XCDatasets to one .npz (atomically: temp file, then rename)."""
-    arrays: dict[str, np.ndarray] = {}
-    for split, ds in (("train", train), ("test", test)):
-        arrays[f"{split}_X_indptr"] = ds.X.indptr
-        arrays[f"{split}_X_indices"] = ds.X.indices
-        arrays[f"{split}_X_data"] = ds.X.values()
-        arrays[f"{split}_Y_indptr"] = ds.Y.indptr
-        arrays[f"{split}_Y_indices"] = ds.Y.indices
-    arrays["shape"] = np.array([train.n_features, train.n_labels], np.int64)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz.tmp", delete=False) as f:
-        np.savez(f, **arrays)
-    os.replace(f.name, path)
-
-
-def load_datasets(path: Path):
-    """The (train, test) XCDatasets written by :func:`save_datasets`."""
-    from dslide_dask.data import CSR, XCDataset
-
-    with np.load(path) as z:
-        n_features, n_labels = (int(v) for v in z["shape"])
-        out = []
-        for split in ("train", "test"):
-            X = CSR(
-                z[f"{split}_X_indptr"], z[f"{split}_X_indices"], z[f"{split}_X_data"], n_features
-            )
-            Y = CSR(z[f"{split}_Y_indptr"], z[f"{split}_Y_indices"], None, n_labels)
-            out.append(XCDataset(X, Y))
-    return out[0], out[1]
-
-
 # -- contenders (each runs in its own process) -------------------------------------------------
 def _progress(name: str, total: int, every: int) -> Callable[[int, int], None]:
     t0 = time.perf_counter()
@@ -292,82 +199,6 @@ def run_dense(train, test, config: dict[str, Any], **extra: Any) -> dict[str, An
 
 
 RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {"engine": run_engine, "dense": run_dense}
-
-
-def worker(
-    name: str,
-    data: Path,
-    config: dict[str, Any],
-    result: Path,
-    runners: dict[str, Callable[..., dict[str, Any]]] = RUNNERS,
-) -> None:
-    """Child process body: load the data, run one contender, write its result as JSON."""
-    from dslide_workflows.bench.torch_dense import peak_rss_mb
-
-    train, test = load_datasets(data)
-    data_rss = peak_rss_mb()
-    out = runners[name](train, test, config)
-    out["data_rss_mb"] = data_rss
-    result.write_text(json.dumps(out, default=str))
-
-
-def run_contender(
-    name: str, data: Path, config: dict[str, Any], module: str = "dslide_workflows.bench.engine"
-) -> dict[str, Any]:
-    """Run one contender in a fresh interpreter limited to ``threads`` threads: ``python -m
-    module --worker name ...`` (the benchmark's own ``main``)."""
-    threads = str(config["classifier"]["n_threads"])
-    env = dict(
-        os.environ,
-        NUMBA_NUM_THREADS=threads,
-        OMP_NUM_THREADS=threads,
-        MKL_NUM_THREADS=threads,
-        OPENBLAS_NUM_THREADS=threads,
-    )
-    with tempfile.TemporaryDirectory(prefix="dslide-bench-") as tmp:
-        result = Path(tmp) / "result.json"
-        cmd = [
-            sys.executable,
-            "-m",
-            module,
-            "--worker",
-            name,
-            "--data",
-            str(data),
-            "--config",
-            json.dumps(config),
-            "--result",
-            str(result),
-        ]
-        busy0, child0, t0 = _busy_cpu_seconds(), _children_cpu_seconds(), time.perf_counter()
-        proc = subprocess.run(cmd, env=env)
-        busy1, child1, wall = _busy_cpu_seconds(), _children_cpu_seconds(), time.perf_counter()
-        if proc.returncode != 0 or not result.exists():
-            raise JobFailed(
-                f"the {name} contender failed (exit {proc.returncode}); its output is above"
-            )
-        out = json.loads(result.read_text())
-    out["process_seconds"] = wall - t0
-    if busy0 is not None and busy1 is not None:  # CPU time nobody of ours used, in cores
-        out["other_cpu_cores"] = max(0.0, (busy1 - busy0) - (child1 - child0)) / (wall - t0)
-    return out
-
-
-def _busy_cpu_seconds() -> float | None:
-    """Non-idle CPU seconds of the whole machine since boot (Linux), else None."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    guest = sum(fields[8:10])  # already counted in user/nice
-    return (sum(fields) - idle - guest) / os.sysconf("SC_CLK_TCK")
-
-
-def _children_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 # -- report ------------------------------------------------------------------------------------
@@ -497,28 +328,8 @@ def _host() -> dict[str, Any]:
     }
 
 
-def bench_main(
-    bench: str, runners: dict[str, Callable[..., dict[str, Any]]], argv: list[str] | None = None
-) -> int:
-    """``python -m dslide_workflows.bench.BENCH``: ``dslide bench BENCH``, or with
-    ``--worker NAME`` one of its contenders (the body of :func:`run_contender`'s child)."""
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--worker"]:
-        p = argparse.ArgumentParser(prog=f"dslide bench {bench} --worker")
-        p.add_argument("--worker", choices=tuple(runners), required=True)
-        p.add_argument("--data", type=Path, required=True)
-        p.add_argument("--config", type=json.loads, required=True)
-        p.add_argument("--result", type=Path, required=True)
-        a = p.parse_args(argv)
-        worker(a.worker, a.data, a.config, a.result, runners)
-        return 0
-    from dslide_workflows.cli import main as cli_main
-
-    return cli_main(["bench", bench, *argv])
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``python -m dslide_workflows.bench.engine``: the benchmark, or one worker."""
+    """``python -m dslide_workflows.bench.engine --worker ...``: one contender."""
     return bench_main("engine", RUNNERS, argv)
 
 

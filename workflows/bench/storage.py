@@ -29,13 +29,12 @@ import hashlib
 import json
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from dslide_workflows.args import positive_int
-from dslide_workflows.bench.engine import default_cache_dir
+from dslide_workflows.bench.data import default_cache_dir
 
 SUMMARY = "read training data from a local S3 server with Dask workers: MB/s, text vs converted"
 BUCKET = "dslide-bench"
@@ -62,6 +61,7 @@ def bench_files(
 ) -> tuple[Path, Path]:
     """The cached training text of ``preset`` and its converted folder (made if missing)."""
     from dslide_dask.data import binary, synthetic
+    from dslide_dask.data.convert import convert
 
     spec = synthetic.resolve_spec(preset, n_test=0)  # the train split does not depend on it
     key = json.dumps([dataclasses.asdict(spec), synthetic.CHUNK_POINTS, seed, chunk_points])
@@ -77,7 +77,7 @@ def bench_files(
     manifest = conv / "manifest.json"
     stale = not manifest.exists() or json.loads(manifest.read_text())["version"] != binary.VERSION
     if refresh or stale:
-        s = binary.convert(str(text), str(conv), chunk_points=chunk_points)
+        s = convert(str(text), str(conv), chunk_points=chunk_points)
         print(f"data: converted in {s.seconds:.1f} s: {s.n_chunks} chunks")
     return text, conv
 
@@ -220,14 +220,3 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m dslide_workflows.bench.storage [flags]``."""
-    from dslide_workflows.cli import main as cli_main
-
-    return cli_main(["bench", "storage", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

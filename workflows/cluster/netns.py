@@ -17,6 +17,9 @@ bridges and the tbf qdisc (netem for delays); :func:`check_available` says what 
 missing. Cleanup (processes, namespaces and with them the links) runs on leaving the
 ``with`` block, on SIGINT/SIGTERM/SIGHUP and at interpreter exit; namespaces left by a
 killed run (its pid gone) are removed by the next run.
+
+Over 400 lines: setup and cleanup of the namespaces are kept side by side, so that
+everything set up is visibly torn down.
 """
 
 from __future__ import annotations

@@ -1,0 +1,46 @@
+"""What the client sends to build each actor: one frozen, picklable spec per boundary.
+
+An actor's constructor runs on a worker from arguments pickled on the client; fields
+named in a spec cannot be silently mis-bound there the way a long positional list can.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dslide_dask.checkpoint import CheckpointPolicy
+from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.layout import ShardLayout
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """One shard of the wide layer: which rows, how to compute and ship them."""
+
+    cfg: SlideConfig
+    dim_in: int  #: width of the last hidden layer
+    layout: ShardLayout
+    shard_index: int
+    n_threads: int  #: numba threads on the shard's worker
+    wire_dtype: str  #: dtype of activations and gradients on the wire
+    restore: str | None = None  #: a checkpoint URL to load the rows from
+    storage_options: dict | None = None
+
+
+@dataclass(frozen=True)
+class CoordinatorSpec:
+    """The coordinator of one model: its hidden layers and how it drives the shards."""
+
+    cfg: SlideConfig
+    n_features: int
+    n_labels: int
+    layout: ShardLayout
+    shard_workers: tuple[str, ...]  #: the worker of each shard, in shard order
+    n_threads: int
+    wire_dtype: str
+    pipeline: bool  #: overlap the shards' step t+1 with the hidden layers' update of t
+    local_shard: ShardSpec  #: shard 0, which the coordinator holds itself
+    checkpoint: CheckpointPolicy | None = None
+    restore: str | None = None
+    storage_options: dict | None = None
+    run_name: str = "default"  #: the run's name on the dashboard

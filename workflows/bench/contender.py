@@ -1,0 +1,106 @@
+"""Each contender of a benchmark in its own fresh interpreter, limited to its threads:
+the parent's :func:`run_contender` starts ``python -m dslide_workflows.bench.BENCH
+--worker NAME``, whose :func:`bench_main` runs it and writes its result."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dslide_workflows.bench.data import load_datasets
+from dslide_workflows.bench.host import busy_cpu_seconds
+from dslide_workflows.errors import JobFailed
+
+
+def worker(
+    name: str,
+    data: Path,
+    config: dict[str, Any],
+    result: Path,
+    runners: dict[str, Callable[..., dict[str, Any]]],
+) -> None:
+    """Child process body: load the data, run one contender, write its result as JSON."""
+    from dslide_workflows.bench.torch_dense import peak_rss_mb
+
+    train, test = load_datasets(data)
+    data_rss = peak_rss_mb()
+    out = runners[name](train, test, config)
+    out["data_rss_mb"] = data_rss
+    result.write_text(json.dumps(out, default=str))
+
+
+def run_contender(
+    name: str, data: Path, config: dict[str, Any], module: str = "dslide_workflows.bench.engine"
+) -> dict[str, Any]:
+    """Run one contender in a fresh interpreter limited to ``threads`` threads: ``python -m
+    module --worker name ...`` (the benchmark's own ``main``)."""
+    threads = str(config["classifier"]["n_threads"])
+    env = dict(
+        os.environ,
+        NUMBA_NUM_THREADS=threads,
+        OMP_NUM_THREADS=threads,
+        MKL_NUM_THREADS=threads,
+        OPENBLAS_NUM_THREADS=threads,
+    )
+    with tempfile.TemporaryDirectory(prefix="dslide-bench-") as tmp:
+        result = Path(tmp) / "result.json"
+        cmd = [
+            sys.executable,
+            "-m",
+            module,
+            "--worker",
+            name,
+            "--data",
+            str(data),
+            "--config",
+            json.dumps(config),
+            "--result",
+            str(result),
+        ]
+        busy0, child0, t0 = busy_cpu_seconds(), _children_cpu_seconds(), time.perf_counter()
+        proc = subprocess.run(cmd, env=env)
+        busy1, child1, wall = busy_cpu_seconds(), _children_cpu_seconds(), time.perf_counter()
+        if proc.returncode != 0 or not result.exists():
+            raise JobFailed(
+                f"the {name} contender failed (exit {proc.returncode}); its output is above"
+            )
+        out = json.loads(result.read_text())
+    out["process_seconds"] = wall - t0
+    if busy0 is not None and busy1 is not None:  # CPU time nobody of ours used, in cores
+        out["other_cpu_cores"] = max(0.0, (busy1 - busy0) - (child1 - child0)) / (wall - t0)
+    return out
+
+
+def _children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def bench_main(
+    bench: str, runners: dict[str, Callable[..., dict[str, Any]]], argv: list[str] | None = None
+) -> int:
+    """``python -m dslide_workflows.bench.BENCH --worker NAME ...``: one of its contenders,
+    the body of :func:`run_contender`'s child. The benchmark itself is ``dslide bench
+    BENCH``."""
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(
+        prog=f"python -m dslide_workflows.bench.{bench}",
+        description=f"One contender of `dslide bench {bench}`, run in a fresh interpreter "
+        f"by the benchmark; run the benchmark itself with `dslide bench {bench}`.",
+    )
+    p.add_argument("--worker", choices=tuple(runners), required=True)
+    p.add_argument("--data", type=Path, required=True)
+    p.add_argument("--config", type=json.loads, required=True)
+    p.add_argument("--result", type=Path, required=True)
+    a = p.parse_args(argv)
+    worker(a.worker, a.data, a.config, a.result, runners)
+    return 0

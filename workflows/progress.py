@@ -1,0 +1,65 @@
+"""Progress of a training run: a bar over steps, step records into the run folder, and
+evaluation on the test set every so many steps."""
+
+from __future__ import annotations
+
+import time
+
+from dslide_workflows.run_settings import RunSettings
+from dslide_workflows.summary import format_scores
+
+
+class Progress:
+    """A progress bar over steps, with periodic evaluation on the test set."""
+
+    def __init__(
+        self, run: RunSettings, trainer, test, quiet: bool, log_every: int = 0, folder=None
+    ) -> None:
+        self.folder = folder
+        self.log_every = log_every
+        self.quiet = quiet
+        self.run = run
+        self.trainer = trainer
+        self.test = test
+        self.evaluations: list[dict] = []
+        self.bar = None
+        self.samples = 0
+        self.t0 = time.perf_counter()
+
+    def __call__(self, stats: dict) -> None:
+        if self.bar is None:  # made at the first step: an early error leaves no bar behind
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(unit="step", disable=self.quiet, dynamic_ncols=True)
+        if self.folder is not None:
+            self.folder.add("step", stats)
+        self.samples += stats["samples"]
+        rate = self.samples / (time.perf_counter() - self.t0)
+        self.bar.update(1)
+        self.bar.set_postfix(loss=f"{stats['loss']:.3f}", samples_s=f"{rate:.0f}",
+                             refresh=False)  # fmt: skip
+        if self.log_every and stats["step"] % self.log_every == 0:
+            print(f"  step {stats['step']:>6}  samples {self.samples:>9}  "
+                  f"loss {stats['loss']:8.4f}  active/example {stats['active']:8.1f}  "
+                  f"{rate:8.0f} samples/s", flush=True)  # fmt: skip
+        every = self.run.eval_every
+        if every and self.test is not None and stats["step"] % every == 0:
+            scores = self.trainer.evaluate(
+                self.test, max_points=self.run.eval_points,
+                storage_options=self.run.storage_options,
+            )  # fmt: skip
+            self.record_eval(scores)
+            self.bar.write(f"step {stats['step']}: " + format_scores(scores))
+
+    def record_eval(self, scores: dict) -> None:
+        """Keep P@k at the current step (once a step)."""
+        step = self.trainer.step
+        if self.evaluations and self.evaluations[-1]["step"] == step:
+            return
+        self.evaluations.append({"step": step, **scores})
+        if self.folder is not None:
+            self.folder.add("eval", {"step": step, **scores})
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
