@@ -35,6 +35,7 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.partitions import ordered_map
 from dslide_dask.kernels import synthetic as K
+from dslide_dask.kernels.tables import mix64
 from dslide_dask.kernels.xc_text import format_rows
 
 CHUNK_POINTS = 2048  # part of the determinism contract: changing it changes the data
@@ -206,10 +207,7 @@ def derive_seed(*parts: int) -> int:
 
 
 def _splitmix(x: int) -> int:
-    z = (x + 0x9E3779B97F4A7C15) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
+    return int(mix64(np.uint64((x + 0x9E3779B97F4A7C15) & _MASK64)))
 
 
 class _Generator:

@@ -8,30 +8,19 @@ seeds, not on numpy/numba random internals or on how many threads run the chunks
 import numba
 import numpy as np
 
+from dslide_dask.kernels.tables import mix64
 from dslide_dask.kernels.xc_text import quantize6, shell_sort
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_S30 = np.uint64(30)
-_S27 = np.uint64(27)
-_S31 = np.uint64(31)
 _S11 = np.uint64(11)
 _INV53 = 1.0 / 9007199254740992.0
 _HASH = 0x9E3779B1
 
 
 @numba.njit(cache=True, nogil=True)
-def _mix(z: np.uint64) -> np.uint64:
-    z = (z ^ (z >> _S30)) * _M1
-    z = (z ^ (z >> _S27)) * _M2
-    return z ^ (z >> _S31)
-
-
-@numba.njit(cache=True, nogil=True)
 def _next(state: np.ndarray) -> np.uint64:
     state[0] += _GOLDEN
-    return _mix(state[0])
+    return mix64(state[0])
 
 
 @numba.njit(cache=True, nogil=True)
@@ -57,7 +46,7 @@ def _normal(state: np.ndarray) -> float:
 def new_state(seed: np.uint64) -> np.ndarray:
     """A fresh stream state for ``seed``."""
     s = np.empty(1, np.uint64)
-    s[0] = _mix(np.uint64(seed) + _GOLDEN)
+    s[0] = mix64(np.uint64(seed) + _GOLDEN)
     return s
 
 
@@ -131,7 +120,7 @@ def make_signatures(
     nf = len(sig_prob)
     p = 0
     for lab in range(n_labels):
-        s[0] = _mix(seed ^ _mix(np.uint64(lab) + _GOLDEN))
+        s[0] = mix64(seed ^ mix64(np.uint64(lab) + _GOLDEN))
         size = min(sig_min + _randint(s, sig_max - sig_min + 1), nf)
         start = p
         attempts = 0

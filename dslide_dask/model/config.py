@@ -16,8 +16,8 @@ LR_SCHEDULES = ("cosine", "linear", "constant")
 AUTO_RANGE_POW_MAX = 18
 #: Neurons per bucket that range_pow=None aims at: as SLIDE's reference Amazon-670K
 #: setup (2**18 buckets), so L tables yield a few hundred neurons and random padding
-#: supplies the rest of min_active (with ~20 a bucket the tables alone gave 1,100 and no
-#: random negatives: one-pass P@1 0.003 instead of 0.028 on amazon-670k).
+#: supplies the rest of min_active (fuller buckets leave no room for random negatives,
+#: and the sampled softmax then learns far less).
 AUTO_NEURONS_PER_BUCKET = 2.5
 
 #: The learning rate lr=None picks, below and from MANY_LABELS labels.
@@ -34,8 +34,7 @@ class SlideConfig:
     hidden: tuple[int, ...] = (128,)
     #: None: chosen by the number of labels when the model meets its data
     #: (:meth:`for_data`): 1e-2, or 2e-2 from 100K labels, where each label's row is
-    #: active in few steps of a pass (one pass over amazon-670k: P@1 0.149 with 1e-2,
-    #: 0.191 with 2e-2; the real Debian set, 26.6K labels: 0.837 against 0.795).
+    #: active in few steps of a pass (the README's benchmarks give the figures).
     lr: float | None = None
     #: How lr moves over a fit: ``warmup_steps`` of linear warm-up, then ``stable_steps``
     #: at ``lr``, then a decay (half cosine or line) that reaches ``lr * lr_floor`` at step
