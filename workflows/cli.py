@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from dslide_workflows import convert, report, train
+from dslide_workflows import convert, predict, report, train
 from dslide_workflows.args import (
     add_storage_arguments,
     hidden_sizes,
@@ -250,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_train_parser(sub)
     report.add_report_parser(sub)
     convert.add_convert_parser(sub)
+    predict.add_predict_parser(sub)
     _add_bench(sub)
     return parser
 

@@ -3,13 +3,32 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from dslide_dask.kernels import hashing, tables
+from dslide_dask.kernels import hashing, tables, topk
 from dslide_dask.model.config import SlideConfig
 
 _BLOCK = 1 << 15  # rows hashed at a time when (re)building: bounds temporary memory
+
+
+@dataclass(frozen=True)
+class LSHQuery:
+    """How a serving top-k probes the tables: the best ``k`` of the neurons found in
+    the first ``tables`` tables (0: all), scoring at most ``candidates`` of them, those
+    found in the most tables (0: all found). Fewer tables or candidates: faster, lower
+    recall."""
+
+    k: int
+    tables: int = 0
+    candidates: int = 0
+
+    def __post_init__(self) -> None:
+        for name, lo in (("k", 1), ("tables", 0), ("candidates", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < lo:
+                raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
 
 
 class LSHIndex:
@@ -63,6 +82,18 @@ class LSHIndex:
             tables.insert(
                 self.ids, self.counts, self.buckets(block), items, self.policy, self.seed + start
             )
+
+    def search(
+        self, vectors: np.ndarray, W: np.ndarray, bias: np.ndarray, query: LSHQuery
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Serving top-k of ``vectors @ W.T + bias`` over the rows the tables retrieve
+        (see :func:`~dslide_dask.kernels.topk.lsh_topk`): ``(local ids, scores,
+        candidates scored per vector)``. Inference only: the tables are read, not changed."""
+        n_tables = min(query.tables or self.cfg.L, self.cfg.L)
+        return topk.lsh_topk(
+            np.ascontiguousarray(vectors, np.float32), W, bias, self.buckets(vectors),
+            self.ids, self.counts, n_tables, query.candidates, query.k,
+        )  # fmt: skip
 
     def occupancy(self) -> dict[str, float]:
         """Mean and max bucket fill, and the fraction of buckets that overflowed."""

@@ -1,0 +1,222 @@
+"""Batch inference graphs and the serving LSH top-k, with real parts: a 2-worker
+LocalCluster of processes, the local S3 server, the ``dslide`` command line."""
+
+import contextlib
+import dataclasses
+import logging
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from dask.utils import key_split
+
+from dslide_dask import SlideConfig
+from dslide_dask.checkpoint.model import load_network, save_network
+from dslide_dask.checkpoint.store import CheckpointStore, open_checkpoint
+from dslide_dask.data.dataset import XCDataset
+from dslide_dask.data.synthetic import make_synthetic
+from dslide_dask.data.xc_text import write_xc
+from dslide_dask.inference import (
+    PredictSpec,
+    model_cache,
+    predict_topk_scores,
+    read_predictions,
+    topk_blocks,
+)
+from dslide_dask.inference.recall import recall_at_k
+from dslide_dask.model.lsh_index import LSHQuery
+from dslide_dask.model.network import SlideNetwork
+from dslide_workflows.cli import main
+from tests.conftest import BUCKET
+
+CFG = SlideConfig(hidden=(32,), K=3, L=12, range_pow=6, bucket_capacity=16, seed=3)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return make_synthetic("tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def net(tiny):
+    train, _ = tiny
+    return SlideNetwork(CFG, train.n_features, train.n_labels, n_shards=2)
+
+
+# -- the serving LSH top-k -------------------------------------------------------------------
+def retrieved(shard, h, tables):
+    """The local neurons in the first ``tables`` tables' buckets of each row (Python)."""
+    buckets = shard.index.buckets(h)
+    cap = shard.index.ids.shape[2]
+    out = []
+    for row in buckets:
+        found = set()
+        for t in range(tables):
+            n = min(shard.index.counts[t, row[t]], cap)
+            found.update(shard.index.ids[t, row[t], :n].tolist())
+        out.append(found)
+    return out
+
+
+@pytest.mark.parametrize("tables", [1, 4, 12])
+def test_lsh_topk_is_the_exact_topk_of_the_retrieved_neurons(net, tiny, tables):
+    _, test = tiny
+    h, _ = net.hidden.forward(test.X.slice_rows(0, 200))
+    shard = net.shards[1]
+    ids, scores = shard.topk(h, 5, exact=False, query=LSHQuery(5, tables=tables))
+    logits = h @ shard.W.T + shard.bias
+    for i, found in enumerate(retrieved(shard, h, tables)):
+        local = np.array(sorted(found), np.int64)
+        best = local[np.argsort(-logits[i, local], kind="stable")[:5]]
+        n = min(5, len(local))
+        np.testing.assert_allclose(scores[i, :n], logits[i, best[:n]], rtol=1e-5, atol=1e-5)
+        assert set(shard.layout.to_local(ids[i, :n]).tolist()) <= found
+        assert (ids[i, n:] == -1).all() and np.isneginf(scores[i, n:]).all()
+
+
+def test_candidates_cap_scores_at_most_that_many(net, tiny):
+    _, test = tiny
+    h, _ = net.hidden.forward(test.X.slice_rows(0, 100))
+    index, shard = net.shards[0].index, net.shards[0]
+    _, scores, n_scored = index.search(h, shard.W, shard.bias, LSHQuery(5, candidates=7))
+    assert n_scored.max() <= 7
+    everything = index.search(h, shard.W, shard.bias, LSHQuery(5))[2]
+    assert (n_scored == np.minimum(everything, 7)).all()
+
+
+def test_more_tables_never_lose_recall(net, tiny):
+    _, test = tiny
+    X = test.X.slice_rows(0, 300)
+    exact = predict_topk_scores(net, X, PredictSpec("m", k=5))[0]
+    recalls = []
+    for tables in (1, 3, 12):
+        ids = predict_topk_scores(net, X, PredictSpec("m", k=5, exact=False, tables=tables))[0]
+        recalls.append(recall_at_k(ids, exact))
+    assert recalls == sorted(recalls) and recalls[-1] > 0
+
+
+@pytest.mark.parametrize(
+    "bad", [{"k": 0}, {"tables": -1}, {"candidates": -2}, {"k": 2.5}, {"k": True}]
+)
+def test_bad_query_settings_are_named(bad):
+    name = next(iter(bad))
+    with pytest.raises(ValueError, match=name):
+        PredictSpec("m", **bad)
+
+
+# -- graphs on a cluster, from and to S3 -------------------------------------------------------
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",
+            silence_logs=logging.ERROR,
+        ) as cluster,  # fmt: skip
+        Client(cluster) as client,
+    ):
+        client.wait_for_workers(2)
+        yield client
+
+
+@pytest.fixture(scope="module")
+def on_s3(s3, net, tiny):
+    """The model and the test split (3 part files) on the local S3 server."""
+    _, test = tiny
+    root = f"s3://{BUCKET}/infer"
+    ckpt = save_network(CheckpointStore(f"{root}/model", s3), net)
+    bounds = [0, 300, 650, test.n_points]
+    for j, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        write_xc(f"{root}/test/part-{j}.txt", test.slice(a, b), s3)
+    return root, ckpt.url
+
+
+def s3_flags(so):
+    return ["--storage-option", f"key={so['key']}", "--storage-option",
+            f"secret={so['secret']}", "--storage-option",
+            f"client_kwargs.endpoint_url={so['client_kwargs']['endpoint_url']}"]  # fmt: skip
+
+
+@contextlib.contextmanager
+def stream(client):
+    from distributed import get_task_stream
+
+    with get_task_stream(client) as ts:
+        yield ts
+
+
+@pytest.mark.parametrize("lsh", [False, True])
+def test_predict_cli_on_s3_equals_one_process(client, s3, on_s3, tiny, lsh, capsys):
+    root, model = on_s3
+    _, test = tiny
+    out = f"{root}/out-{'lsh' if lsh else 'exact'}"
+    flags = ["--lsh", "--tables", "6", "--candidates", "40"] if lsh else []
+    with stream(client) as ts:
+        code = main(["predict", f"{root}/model", f"{root}/test", out, "--k", "5", *flags,
+                     "--scheduler-address", client.scheduler.address, "--no-progress",
+                     *s3_flags(s3)])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    ids, scores = read_predictions(out, s3)
+    spec = PredictSpec(model, k=5, exact=not lsh, tables=6, candidates=40)
+    want_ids, want_scores = predict_topk_scores(load_network(open_checkpoint(model, s3)), test.X,
+                                                spec)  # fmt: skip
+    assert ids.shape == (test.n_points, 5)
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_allclose(scores, want_scores, rtol=1e-5)
+    names = {key_split(t["key"]) for t in ts.data}
+    assert {"read-rows", "hidden", "shard-topk", "merge-write", "write-manifest"} <= names
+    loads = client.run(lambda: model_cache.loads)
+    assert all(n <= 1 for n in loads.values())  # one model: read once per worker, at most
+    assert "rows/s" in capsys.readouterr().out
+
+
+def test_dask_array_topk_equals_one_process(client, s3, on_s3, tiny):
+    _, model = on_s3
+    _, test = tiny
+    X = test.X.slice_rows(0, 500)
+    rows = sp.csr_matrix((X.values(), X.indices, X.indptr), shape=X.shape)
+    dX = da.from_array(rows, chunks=(128, X.n_cols), asarray=False)
+    spec = PredictSpec(model, k=3, storage_options=s3)
+    got = topk_blocks(dX, spec).compute()
+    want = predict_topk_scores(load_network(open_checkpoint(model, s3)), X, spec)[0]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["missing-model", "TEST", "OUT"], "no checkpoint here"),
+        (["MODEL", "TEST", "OUT", "--k", "0"], "--k"),
+        (["MODEL", "TEST", "OUT", "--k", "100000"], "k must be at most"),
+        (["MODEL", "OTHER", "OUT"], "features, the model"),
+        (["MODEL", "TEST", "OUT", "--lsh", "--tables", "-1"], "tables"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path, net, tiny, args, says, capsys):
+    _, test = tiny
+    model = save_network(CheckpointStore(str(tmp_path / "model")), net).url
+    write_xc(str(tmp_path / "test.txt"), test.slice(0, 10))
+    few = test.slice(0, 10)
+    wide = XCDataset(dataclasses.replace(few.X, n_cols=few.n_features + 5), few.Y)
+    write_xc(str(tmp_path / "other.txt"), wide)
+    names = {"MODEL": model, "TEST": str(tmp_path / "test.txt"),
+             "OTHER": str(tmp_path / "other.txt"), "OUT": str(tmp_path / "out"),
+             "missing-model": str(tmp_path / "nothing")}  # fmt: skip
+    try:
+        code = main(["predict", *[names.get(a, a) for a in args], "--workers", "1"])
+    except SystemExit as exit_:  # argparse's errors
+        code = exit_.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and says in err[0], err
+    assert "Traceback" not in err[0]
+
+
+def test_recall_at_k_counts_shared_ids_and_not_missing_ones():
+    exact = np.array([[1, 2, 3], [4, 5, 6]])
+    found = np.array([[3, 1, 9], [-1, -1, 6]])
+    assert recall_at_k(found, exact) == pytest.approx((2 / 3 + 1 / 3) / 2)
