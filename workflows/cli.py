@@ -160,13 +160,13 @@ def _format_scores(scores: dict[str, float]) -> str:
 
 # -- bench -------------------------------------------------------------------------------------
 def _add_bench(sub: argparse._SubParsersAction) -> None:
-    from dslide_workflows.bench import accuracy, cluster, distributed, engine, storage
+    from dslide_workflows.bench import accuracy, cluster, distributed, engine, storage, topk
 
     p = sub.add_parser("bench", help="benchmarks", description="Benchmarks.")
     bench = p.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
     for name, module in (
         ("engine", engine), ("distributed", distributed), ("storage", storage),
-        ("cluster", cluster), ("accuracy", accuracy),
+        ("cluster", cluster), ("accuracy", accuracy), ("topk", topk),
     ):  # fmt: skip
         q = bench.add_parser(
             name,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -103,6 +103,43 @@ class LSHIndex:
             "max_offered": int(self.counts.max()),
             "overflowed": float((self.counts > self.cfg.bucket_capacity).mean()),
         }
+
+
+class MIPSIndex:
+    """Serving tables for the largest logits ``h @ w + b``: SimHash over the rows of a
+    weight matrix under the asymmetric transform that turns inner products into cosines
+    (Neyshabur & Srebro, 2015): item ``[w, b, sqrt(M^2 - |w|^2 - b^2)] / M`` with ``M``
+    the largest ``|[w, b]|``, query ``[h, 1, 0]``. Training's tables hash raw rows to
+    sample neurons; these aim at the best ones. Inference only."""
+
+    def __init__(self, W: np.ndarray, bias: np.ndarray, cfg: SlideConfig, seed: int) -> None:
+        cfg = replace(cfg, hash_family="simhash")
+        self.cfg = cfg
+        self.tables = LSHIndex(W.shape[1] + 2, cfg, seed, W.shape[0])
+        self.range_pow = self.tables.range_pow
+        sq = np.einsum("ij,ij->i", W, W) + bias.astype(np.float64) ** 2
+        self.M = float(np.sqrt(sq.max(initial=0.0))) or 1.0
+        t = self.tables
+        tables.clear(t.counts)
+        for start in range(0, W.shape[0], _BLOCK):
+            stop = min(start + _BLOCK, W.shape[0])
+            rest = np.sqrt(np.maximum(self.M**2 - sq[start:stop], 0.0))
+            items = np.hstack([W[start:stop], bias[start:stop, None], rest[:, None]])
+            items = (items / self.M).astype(np.float32)
+            ids = np.arange(start, stop, dtype=np.int32)
+            tables.insert(t.ids, t.counts, t.buckets(items), ids, t.policy, t.seed + start)
+
+    def search(
+        self, vectors: np.ndarray, W: np.ndarray, bias: np.ndarray, query: LSHQuery
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """As :meth:`LSHIndex.search`, hashing the transformed queries."""
+        h = np.ascontiguousarray(vectors, np.float32)
+        keys = np.hstack([h, np.ones((len(h), 1), np.float32), np.zeros((len(h), 1), np.float32)])
+        t = self.tables
+        return topk.lsh_topk(
+            h, W, bias, t.buckets(keys), t.ids, t.counts,
+            min(query.tables or self.cfg.L, self.cfg.L), query.candidates, query.k,
+        )  # fmt: skip
 
 
 class RebuildSchedule:

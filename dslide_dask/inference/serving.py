@@ -1,0 +1,26 @@
+"""Serving settings a trained model can be given without retraining."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dslide_dask.model.lsh_index import LSHIndex, MIPSIndex
+from dslide_dask.model.network import SlideNetwork
+
+
+def reindex(net: SlideNetwork, mips: bool = False, **overrides) -> None:
+    """Give every shard new LSH tables for serving, hashed from its weights: with
+    ``overrides`` of the config (e.g. more tables ``L``, codes ``K``,
+    ``bucket_capacity``, ``range_pow``), and with ``mips`` the inner-product transform
+    of :class:`~dslide_dask.model.lsh_index.MIPSIndex` (SimHash). Training's own tables
+    are made for sampling, not for recall. Config checks name a bad value."""
+    if not overrides and not mips:
+        return
+    for shard in net.shards:
+        cfg = dataclasses.replace(shard.index.cfg, **overrides)
+        if mips:
+            shard.serving_index = MIPSIndex(shard.W, shard.bias, cfg, shard.index.seed)
+        else:
+            index = LSHIndex(shard.dim_in, cfg, shard.index.seed, shard.n_local)
+            index.rebuild(shard.W)
+            shard.serving_index = index
