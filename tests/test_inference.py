@@ -3,6 +3,7 @@ LocalCluster of processes, the local S3 server, the ``dslide`` command line."""
 
 import contextlib
 import dataclasses
+import json
 import logging
 
 import dask.array as da
@@ -11,7 +12,7 @@ import pytest
 import scipy.sparse as sp
 from dask.utils import key_split
 
-from dslide_dask import SlideConfig
+from dslide_dask import SlideClassifier, SlideConfig
 from dslide_dask.checkpoint.model import load_network, save_network
 from dslide_dask.checkpoint.store import CheckpointStore, open_checkpoint
 from dslide_dask.data.dataset import XCDataset
@@ -25,6 +26,7 @@ from dslide_dask.inference import (
     topk_blocks,
 )
 from dslide_dask.inference.recall import recall_at_k
+from dslide_dask.inference.serving import reindex
 from dslide_dask.model.lsh_index import LSHQuery
 from dslide_dask.model.network import SlideNetwork
 from dslide_workflows.cli import main
@@ -83,6 +85,20 @@ def test_candidates_cap_scores_at_most_that_many(net, tiny):
     assert n_scored.max() <= 7
     everything = index.search(h, shard.W, shard.bias, LSHQuery(5))[2]
     assert (n_scored == np.minimum(everything, 7)).all()
+
+
+def test_mips_tables_find_more_of_the_exact_topk_than_trainings(tiny):
+    train, test = tiny
+    params = {k: getattr(CFG, k) for k in ("K", "L", "range_pow", "bucket_capacity", "seed")}
+    clf = SlideClassifier(hidden=(32,), epochs=1, lr=1e-2, n_shards=2, **params)
+    fresh = clf.fit(train.X, train.Y).trainer_.network
+    X = test.X.slice_rows(0, 300)
+    exact = predict_topk_scores(fresh, X, PredictSpec("m", k=5))[0]
+    lsh = PredictSpec("m", k=5, exact=False)
+    before = recall_at_k(predict_topk_scores(fresh, X, lsh)[0], exact)
+    reindex(fresh, mips=True)
+    after = recall_at_k(predict_topk_scores(fresh, X, lsh)[0], exact)
+    assert after > before and after > 0.5, (before, after)
 
 
 def test_more_tables_never_lose_recall(net, tiny):
@@ -150,28 +166,38 @@ def stream(client):
         yield ts
 
 
-@pytest.mark.parametrize("lsh", [False, True])
-def test_predict_cli_on_s3_equals_one_process(client, s3, on_s3, tiny, lsh, capsys):
+WAYS = {
+    "exact": ([], {}),
+    "lsh": (["--lsh", "--tables", "6", "--candidates", "40"],
+            {"exact": False, "tables": 6, "candidates": 40}),
+    "mips": (["--lsh", "--mips", "--index", "L=16", "--candidates", "30"],
+             {"exact": False, "candidates": 30, "mips": True, "index": (("L", 16),)}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_predict_cli_on_s3_equals_one_process(client, s3, on_s3, tiny, way, capsys):
     root, model = on_s3
     _, test = tiny
-    out = f"{root}/out-{'lsh' if lsh else 'exact'}"
-    flags = ["--lsh", "--tables", "6", "--candidates", "40"] if lsh else []
+    out = f"{root}/out-{way}"
+    flags, settings = WAYS[way]
     with stream(client) as ts:
         code = main(["predict", f"{root}/model", f"{root}/test", out, "--k", "5", *flags,
                      "--scheduler-address", client.scheduler.address, "--no-progress",
                      *s3_flags(s3)])  # fmt: skip
     assert code == 0, capsys.readouterr().err
     ids, scores = read_predictions(out, s3)
-    spec = PredictSpec(model, k=5, exact=not lsh, tables=6, candidates=40)
-    want_ids, want_scores = predict_topk_scores(load_network(open_checkpoint(model, s3)), test.X,
-                                                spec)  # fmt: skip
+    spec = PredictSpec(model, k=5, **settings)
+    reference = load_network(open_checkpoint(model, s3))
+    reindex(reference, spec.mips, **dict(spec.index))
+    want_ids, want_scores = predict_topk_scores(reference, test.X, spec)
     assert ids.shape == (test.n_points, 5)
     np.testing.assert_array_equal(ids, want_ids)
     np.testing.assert_allclose(scores, want_scores, rtol=1e-5)
     names = {key_split(t["key"]) for t in ts.data}
     assert {"read-rows", "hidden", "shard-topk", "merge-write", "write-manifest"} <= names
     loads = client.run(lambda: model_cache.loads)
-    assert all(n <= 1 for n in loads.values())  # one model: read once per worker, at most
+    assert all(n <= len(WAYS) - 1 for n in loads.values())  # once per model and tables
     assert "rows/s" in capsys.readouterr().out
 
 
@@ -195,6 +221,8 @@ def test_dask_array_topk_equals_one_process(client, s3, on_s3, tiny):
         (["MODEL", "TEST", "OUT", "--k", "100000"], "k must be at most"),
         (["MODEL", "OTHER", "OUT"], "features, the model"),
         (["MODEL", "TEST", "OUT", "--lsh", "--tables", "-1"], "tables"),
+        (["MODEL", "TEST", "OUT", "--lsh", "--index", "lr=1"], "index setting 'lr'"),
+        (["MODEL", "TEST", "OUT", "--lsh", "--index", "L=0"], "L must be"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, net, tiny, args, says, capsys):
@@ -220,3 +248,22 @@ def test_recall_at_k_counts_shared_ids_and_not_missing_ones():
     exact = np.array([[1, 2, 3], [4, 5, 6]])
     found = np.array([[3, 1, 9], [-1, -1, 6]])
     assert recall_at_k(found, exact) == pytest.approx((2 / 3 + 1 / 3) / 2)
+
+
+def test_bench_topk_reports_recall_and_speed_per_setting(tmp_path, net, tiny, capsys):
+    _, test = tiny
+    model = save_network(CheckpointStore(str(tmp_path / "model")), net).url
+    write_xc(str(tmp_path / "test.txt"), test.slice(0, 120))
+    out = tmp_path / "bench.json"
+    code = main(["bench", "topk", "--model", model, "--data", str(tmp_path / "test.txt"),
+                 "--setting", "0:0", "--setting", "4:20", "--mips", "--index", "L=16",
+                 "--latency-rows", "5", "--repeat", "1", "--json", str(out)])  # fmt: skip
+    assert code == 0
+    result = json.loads(out.read_text())
+    assert [r["setting"] for r in result["results"]] == ["exact", "0:0", "4:20"]
+    exact, full, cut = result["results"]
+    assert exact["recall"] == 1.0 and 0 < cut["recall"] <= full["recall"] <= 1
+    assert cut["scored_per_row"] <= 20 * len(net.shards)  # C is per shard
+    assert all(r["rows_per_s"] > 0 for r in result["results"])
+    assert result["index"] == {"L": 16} and result["mips"] is True
+    assert "recall@5" in capsys.readouterr().out

@@ -13,7 +13,12 @@ import os
 import time
 from contextlib import ExitStack
 
-from dslide_workflows.args import add_storage_arguments, positive_int, storage_options
+from dslide_workflows.args import (
+    add_storage_arguments,
+    key_value,
+    positive_int,
+    storage_options,
+)
 
 
 def add_predict_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +39,11 @@ def add_predict_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tables", type=int, default=0, metavar="T",
                    help="with --lsh: hash tables probed (default: 0, all)")  # fmt: skip
     p.add_argument("--candidates", type=int, default=0, metavar="C",
-                   help="with --lsh: labels scored per row (default: 0, all found)")  # fmt: skip
+                   help="with --lsh: labels scored a row and shard (default: 0: all)")  # fmt: skip
+    p.add_argument("--mips", action="store_true",
+                   help="with --lsh: serving tables under the inner-product transform")  # fmt: skip
+    p.add_argument("--index", type=key_value, action="append", default=[], metavar="K=V",
+                   help="with --lsh: serving tables' L, K, range_pow, bucket_capacity")  # fmt: skip
     p.add_argument("--partition-mb", type=positive_int, default=64, metavar="MB",
                    help="split text input into byte ranges of MB (default: 64)")  # fmt: skip
     p.add_argument("--scheduler-address", metavar="ADDR",
@@ -59,7 +68,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     so = storage_options(args.storage_option)
     spec = PredictSpec(
         resolve(args.model, so).url, k=args.k, exact=not args.lsh, tables=args.tables,
-        candidates=args.candidates, storage_options=so,
+        candidates=args.candidates, storage_options=so, mips=args.mips,
+        index=tuple(args.index),
     )  # fmt: skip
     source = open_source(args.input, so, args.partition_mb << 20)
     check_input(spec, source)  # bad input fails here, before a cluster starts

@@ -17,10 +17,12 @@ import numpy as np
 from dask.delayed import delayed
 from distributed import Client, progress
 
+from dslide_dask.checkpoint.model import config_of
 from dslide_dask.data.csr import as_csr
 from dslide_dask.data.source import DataSource
 from dslide_dask.inference import model_cache, tasks
 from dslide_dask.inference.output import write_manifest
+from dslide_dask.inference.serving import serving_config
 from dslide_dask.inference.spec import PredictSpec
 
 
@@ -34,6 +36,7 @@ def check_input(spec: PredictSpec, source: DataSource) -> int:
         )
     if spec.k > n_labels:
         raise ValueError(f"k must be at most the model's {n_labels} labels, got {spec.k}")
+    serving_config(config_of(ckpt), dict(spec.index))
     return len(ckpt.meta["shards"])
 
 
@@ -53,7 +56,8 @@ def prediction_graph(spec: PredictSpec, source: DataSource, out_url: str, n_shar
             delayed(tasks.merge_write)(spec, tops, out_url, i,
                                        dask_key_name=f"merge-write-{token}-{i}")
         )  # fmt: skip
-    info = {name: getattr(spec, name) for name in ("k", "exact", "tables", "candidates")}
+    names = ("k", "exact", "tables", "candidates", "mips")
+    info = {name: getattr(spec, name) for name in names} | {"index": dict(spec.index)}
     info.update(model=spec.model_url, input=source.url)
     return delayed(write_manifest)(
         out_url, entries, info, spec.storage_options, dask_key_name=f"write-manifest-{token}"
@@ -75,7 +79,7 @@ def predict_to_storage(
 
 
 def _block_topk(block, spec: PredictSpec) -> np.ndarray:
-    net = model_cache.model(spec.model_url, spec.storage_options)
+    net = model_cache.model(spec)
     X = as_csr(block, net.n_features, name="X")
     return tasks.predict_topk_scores(net, X, spec)[0]
 

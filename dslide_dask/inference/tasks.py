@@ -25,13 +25,13 @@ def read_rows(part: Partition) -> CSR:
 
 def hidden(spec: PredictSpec, X: CSR) -> np.ndarray:
     """Last hidden activations of the rows."""
-    h, _ = model_cache.model(spec.model_url, spec.storage_options).hidden.forward(X)
+    h, _ = model_cache.model(spec).hidden.forward(X)
     return h
 
 
 def shard_topk(spec: PredictSpec, h: np.ndarray, shard: int) -> tuple[np.ndarray, np.ndarray]:
     """One shard's best k ``(global ids, scores)`` per row."""
-    net = model_cache.model(spec.model_url, spec.storage_options)
+    net = model_cache.model(spec)
     query = None if spec.exact else spec.query()
     return net.shards[shard].topk(h, spec.k, spec.exact, query=query)
 

@@ -17,8 +17,8 @@ _BLOCK = 1 << 15  # rows hashed at a time when (re)building: bounds temporary me
 class LSHQuery:
     """How a serving top-k probes the tables: the best ``k`` of the neurons found in
     the first ``tables`` tables (0: all), scoring at most ``candidates`` of them, those
-    found in the most tables (0: all found). Fewer tables or candidates: faster, lower
-    recall."""
+    found in the most tables (0: all found), in each shard. Fewer tables or candidates:
+    faster, lower recall."""
 
     k: int
     tables: int = 0

@@ -6,7 +6,7 @@ on ``--threads`` numba threads (default 1: one core):
 
 - exact: every label scored (blocked matrix products and a streaming top-k);
 - each ``--setting T:C``: the LSH top-k probing the first T tables (0: all) and scoring
-  at most C candidates (0: all found), those found in the most tables.
+  at most C candidates per shard (0: all found), those found in the most tables.
 
 For each: recall@k against the exact top-k (the share of the exact k found), rows/s
 scoring the rows in batches of ``--batch`` (throughput), and the latency of answering
