@@ -27,7 +27,7 @@ from dslide_dask.inference import (
 )
 from dslide_dask.inference.recall import recall_at_k
 from dslide_dask.inference.serving import reindex
-from dslide_dask.model.lsh_index import LSHQuery
+from dslide_dask.model.lsh_index import LSHQuery, MIPSIndex
 from dslide_dask.model.network import SlideNetwork
 from dslide_workflows.cli import main
 from tests.conftest import BUCKET
@@ -99,6 +99,28 @@ def test_mips_tables_find_more_of_the_exact_topk_than_trainings(tiny):
     reindex(fresh, mips=True)
     after = recall_at_k(predict_topk_scores(fresh, X, lsh)[0], exact)
     assert after > before and after > 0.5, (before, after)
+
+
+def test_mips_ranges_hold_every_row_once_and_return_true_logits(net, tiny):
+    _, test = tiny
+    shard = net.shards[0]
+    cfg = dataclasses.replace(CFG, bucket_capacity=1024)
+    index = MIPSIndex(shard.W, shard.bias, cfg, seed=1, ranges=3)
+    held = np.concatenate([np.unique(t.ids[0][:, :1024][np.arange(1024) < t.counts[0][:, None]])
+                           for t in index.ranges])  # fmt: skip
+    assert sorted(held.tolist()) == list(range(shard.n_local))  # table 0 of each range
+    h, _ = net.hidden.forward(test.X.slice_rows(0, 50))
+    ids, scores, scored = index.search(h, shard.W, shard.bias, LSHQuery(5, candidates=30))
+    logits = h @ shard.W.T + shard.bias
+    found = ids >= 0
+    np.testing.assert_allclose(
+        scores[found],
+        np.take_along_axis(logits, np.where(found, ids, 0), 1)[found],
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    assert (np.diff(scores, axis=1)[np.isfinite(scores[:, 1:])] <= 0).all()
+    assert scored.max() <= 30
 
 
 def test_more_tables_never_lose_recall(net, tiny):

@@ -108,38 +108,74 @@ class LSHIndex:
 class MIPSIndex:
     """Serving tables for the largest logits ``h @ w + b``: SimHash over the rows of a
     weight matrix under the asymmetric transform that turns inner products into cosines
-    (Neyshabur & Srebro, 2015): item ``[w, b, sqrt(M^2 - |w|^2 - b^2)] / M`` with ``M``
-    the largest ``|[w, b]|``, query ``[h, 1, 0]``. Training's tables hash raw rows to
-    sample neurons; these aim at the best ones. Inference only."""
+    (Neyshabur & Srebro, 2015): item ``[v, b, sqrt(M^2 - |v|^2 - b^2)] / M``, query
+    ``[h, 1, 0]``. Training's tables hash raw rows to sample neurons; these aim at the
+    best ones. Inference only.
 
-    def __init__(self, W: np.ndarray, bias: np.ndarray, cfg: SlideConfig, seed: int) -> None:
+    ``v = w - mean(w)``: trained rows share a large common direction, which would put
+    most rows in a few buckets; it shifts every logit of a query equally, so the ranking
+    is the same. Rows are split into ``ranges`` by norm, each range its own tables with
+    its own ``M`` (norm-ranging, Yan et al. 2018): with one ``M`` the few long rows make
+    every other row's last coordinate dominate, and the buckets collapse again.
+    """
+
+    def __init__(
+        self, W: np.ndarray, bias: np.ndarray, cfg: SlideConfig, seed: int, ranges: int = 4
+    ) -> None:
         cfg = replace(cfg, hash_family="simhash")
         self.cfg = cfg
-        self.tables = LSHIndex(W.shape[1] + 2, cfg, seed, W.shape[0])
-        self.range_pow = self.tables.range_pow
-        sq = np.einsum("ij,ij->i", W, W) + bias.astype(np.float64) ** 2
-        self.M = float(np.sqrt(sq.max(initial=0.0))) or 1.0
-        t = self.tables
-        tables.clear(t.counts)
-        for start in range(0, W.shape[0], _BLOCK):
-            stop = min(start + _BLOCK, W.shape[0])
-            rest = np.sqrt(np.maximum(self.M**2 - sq[start:stop], 0.0))
-            items = np.hstack([W[start:stop], bias[start:stop, None], rest[:, None]])
-            items = (items / self.M).astype(np.float32)
-            ids = np.arange(start, stop, dtype=np.int32)
-            tables.insert(t.ids, t.counts, t.buckets(items), ids, t.policy, t.seed + start)
+        n = W.shape[0]
+        self.mean = W.mean(axis=0, dtype=np.float64).astype(np.float32)
+        sq = np.empty(n, np.float64)
+        for start in range(0, n, _BLOCK):
+            v = W[start : start + _BLOCK] - self.mean
+            sq[start : start + _BLOCK] = np.einsum("ij,ij->i", v, v)
+        sq += bias.astype(np.float64) ** 2
+        order = np.argsort(sq, kind="stable")
+        groups = [g for g in np.array_split(order, max(1, min(ranges, n))) if len(g)]
+        self.ranges = []
+        for r, rows in enumerate(groups):
+            rows = np.sort(rows).astype(np.int32)
+            index = LSHIndex(W.shape[1] + 2, cfg, seed + 7919 * r, len(rows))
+            M = float(np.sqrt(sq[rows].max())) or 1.0
+            tables.clear(index.counts)
+            for start in range(0, len(rows), _BLOCK):
+                ids = rows[start : start + _BLOCK]
+                rest = np.sqrt(np.maximum(M**2 - sq[ids], 0.0))
+                items = np.hstack([W[ids] - self.mean, bias[ids, None], rest[:, None]]) / M
+                buckets = index.buckets(items.astype(np.float32))
+                tables.insert(index.ids, index.counts, buckets, ids, index.policy, seed + start)
+            self.ranges.append(index)
+        self.range_pow = self.ranges[0].range_pow
 
     def search(
         self, vectors: np.ndarray, W: np.ndarray, bias: np.ndarray, query: LSHQuery
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """As :meth:`LSHIndex.search`, hashing the transformed queries."""
+        """As :meth:`LSHIndex.search` (``query.candidates`` shared by the ranges)."""
         h = np.ascontiguousarray(vectors, np.float32)
-        keys = np.hstack([h, np.ones((len(h), 1), np.float32), np.zeros((len(h), 1), np.float32)])
-        t = self.tables
-        return topk.lsh_topk(
-            h, W, bias, t.buckets(keys), t.ids, t.counts,
-            min(query.tables or self.cfg.L, self.cfg.L), query.candidates, query.k,
-        )  # fmt: skip
+        n = len(h)
+        keys = np.hstack([h, np.ones((n, 1), np.float32), np.zeros((n, 1), np.float32)])
+        n_tables = min(query.tables or self.cfg.L, self.cfg.L)
+        cap = -(-query.candidates // len(self.ranges)) if query.candidates else 0
+        parts, scored = [], np.zeros(n, np.int64)
+        for index in self.ranges:
+            ids, scores, n_scored = topk.lsh_topk(
+                h, W, bias, index.buckets(keys), index.ids, index.counts, n_tables, cap,
+                query.k,
+            )  # fmt: skip
+            parts.append((ids, scores))
+            scored += n_scored
+        if len(parts) == 1:
+            return (*parts[0], scored)
+        ids = np.concatenate([p[0] for p in parts], axis=1)
+        scores = np.concatenate([p[1] for p in parts], axis=1)
+        best = np.argsort(-scores, axis=1, kind="stable")[:, : query.k]
+        return np.take_along_axis(ids, best, 1), np.take_along_axis(scores, best, 1), scored
+
+    def occupancy(self) -> dict[str, float]:
+        """:meth:`LSHIndex.occupancy` of each norm range's tables."""
+        return {f"range{r}.{k}": v for r, t in enumerate(self.ranges)
+                for k, v in t.occupancy().items()}  # fmt: skip
 
 
 class RebuildSchedule:
