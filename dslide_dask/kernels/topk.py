@@ -58,45 +58,67 @@ def lsh_topk(
     n_tables: int,
     max_candidates: int,
     k: int,
+    seen: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Serving top-k: score only the neurons found in the first ``n_tables`` tables'
     buckets of each query ``h[i]`` (bucket ids ``buckets[i]``). With more than
     ``max_candidates`` (> 0) distinct neurons found, the ones found in the most tables
-    are scored (ties: lower id). Returns ``(local ids, scores, candidates scored)``;
-    ids -1 and scores -inf where fewer than k were found."""
+    are scored (ties: first found). Returns ``(local ids, scores, candidates scored)``;
+    ids -1 and scores -inf where fewer than k were found.
+
+    ``seen`` is zeroed scratch ``[slots, n_neurons]`` (left zeroed): slot s counts the
+    tables that found each neuron for rows s, s + slots, ... (no sort, no per-row
+    allocation of the layer's size)."""
     n = h.shape[0]
     dim = h.shape[1]
     cap = table_ids.shape[2]
+    slots = seen.shape[0]
     top_ids = np.full((n, k), -1, np.int64)
     top_scores = np.full((n, k), -np.inf, np.float32)
     n_scored = np.zeros(n, np.int32)
-    for i in numba.prange(n):
-        pool = np.empty(n_tables * cap, np.int32)
-        m = 0
-        for t in range(n_tables):
-            b = buckets[i, t]
-            for j in range(min(table_counts[t, b], cap)):
-                pool[m] = table_ids[t, b, j]
-                m += 1
-        pool = np.sort(pool[:m])
-        uniq = np.empty(m, np.int32)
-        freq = np.empty(m, np.int32)
-        u = 0
-        for j in range(m):
-            if u > 0 and uniq[u - 1] == pool[j]:
-                freq[u - 1] += 1
+    for s in numba.prange(slots):
+        count = seen[s]
+        found = np.empty(n_tables * cap, np.int32)
+        chosen = np.empty(n_tables * cap, np.int32)
+        hist = np.zeros(n_tables + 2, np.int64)
+        for i in range(s, n, slots):
+            u = 0
+            for t in range(n_tables):
+                b = buckets[i, t]
+                for j in range(min(table_counts[t, b], cap)):
+                    c = table_ids[t, b, j]
+                    if count[c] == 0:
+                        found[u] = c
+                        u += 1
+                    count[c] += 1
+            m = u
+            if 0 < max_candidates < u:
+                hist[:] = 0
+                for j in range(u):
+                    hist[min(count[found[j]], n_tables)] += 1
+                cut = n_tables + 1  # lowest count kept; those above it all fit
+                above = 0
+                while cut > 1 and above + hist[cut - 1] <= max_candidates:
+                    cut -= 1
+                    above += hist[cut]
+                room = max_candidates - above  # of the neurons found cut - 1 times
+                m = 0
+                for j in range(u):
+                    f = min(count[found[j]], n_tables)
+                    if f >= cut or (f == cut - 1 and room > 0):
+                        if f < cut:
+                            room -= 1
+                        chosen[m] = found[j]
+                        m += 1
             else:
-                uniq[u] = pool[j]
-                freq[u] = 1
-                u += 1
-        chosen = uniq[:u]
-        if 0 < max_candidates < u:
-            order = np.argsort(-freq[:u], kind="mergesort")[:max_candidates]
-            chosen = uniq[order]
-        n_scored[i] = chosen.shape[0]
-        for c in chosen:
-            score = bias[c]
-            for d in range(dim):
-                score += h[i, d] * W[c, d]
-            _push(top_ids[i], top_scores[i], c, score)
+                chosen[:u] = found[:u]
+            for j in range(u):
+                count[found[j]] = 0
+            n_scored[i] = m
+            for j in range(m):
+                c = chosen[j]
+                score = bias[c]
+                for d in range(dim):
+                    score += h[i, d] * W[c, d]
+                _push(top_ids[i], top_scores[i], c, score)
     return top_ids, top_scores, n_scored

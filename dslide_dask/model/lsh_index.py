@@ -3,14 +3,32 @@
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, replace
 
+import numba
 import numpy as np
 
 from dslide_dask.kernels import hashing, tables, topk
 from dslide_dask.model.config import SlideConfig
 
 _BLOCK = 1 << 15  # rows hashed at a time when (re)building: bounds temporary memory
+
+
+_local = threading.local()
+
+
+def seen_scratch(n_rows: int, n_items: int) -> np.ndarray:
+    """Zeroed counters ``[slots, n_items]`` for :func:`~dslide_dask.kernels.topk.lsh_topk`
+    (which leaves them zeroed): one set per calling thread, kept across calls, so a
+    one-row query does not clear a layer-sized array (threads of a Dask worker may
+    query at once)."""
+    slots = max(1, min(n_rows, numba.get_num_threads()))
+    kept = _local.__dict__.setdefault("seen", {})  # by layer size: shards may differ
+    scratch = kept.get(n_items)
+    if scratch is None or scratch.shape[0] < slots:
+        scratch = kept[n_items] = np.zeros((slots, n_items), np.int32)
+    return scratch[:slots]
 
 
 @dataclass(frozen=True)
@@ -93,6 +111,7 @@ class LSHIndex:
         return topk.lsh_topk(
             np.ascontiguousarray(vectors, np.float32), W, bias, self.buckets(vectors),
             self.ids, self.counts, n_tables, query.candidates, query.k,
+            seen_scratch(len(vectors), W.shape[0]),
         )  # fmt: skip
 
     def occupancy(self) -> dict[str, float]:
@@ -161,7 +180,7 @@ class MIPSIndex:
         for index in self.ranges:
             ids, scores, n_scored = topk.lsh_topk(
                 h, W, bias, index.buckets(keys), index.ids, index.counts, n_tables, cap,
-                query.k,
+                query.k, seen_scratch(n, W.shape[0]),
             )  # fmt: skip
             parts.append((ids, scores))
             scored += n_scored
