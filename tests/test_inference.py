@@ -289,3 +289,16 @@ def test_bench_topk_reports_recall_and_speed_per_setting(tmp_path, net, tiny, ca
     assert all(r["rows_per_s"] > 0 for r in result["results"])
     assert result["index"] == {"L": 16} and result["mips"] is True
     assert "recall@5" in capsys.readouterr().out
+
+
+def test_shard_task_scores_in_batches_as_one_call(tmp_path, net, tiny, monkeypatch):
+    from dslide_dask.inference import tasks
+
+    _, test = tiny
+    model = save_network(CheckpointStore(str(tmp_path / "model")), net).url
+    spec = PredictSpec(model, k=4)
+    h, _ = net.hidden.forward(test.X.slice_rows(0, 300))
+    whole = tasks.shard_topk(spec, h, 1)
+    monkeypatch.setattr(tasks, "BATCH", 64)
+    np.testing.assert_array_equal(tasks.shard_topk(spec, h, 1)[0], whole[0])
+    np.testing.assert_array_equal(whole[0], net.shards[1].topk(h, 4)[0])

@@ -29,11 +29,20 @@ def hidden(spec: PredictSpec, X: CSR) -> np.ndarray:
     return h
 
 
+BATCH = 4096  # rows scored at a time: the exact top-k's score block is rows x 16K floats
+
+
 def shard_topk(spec: PredictSpec, h: np.ndarray, shard: int) -> tuple[np.ndarray, np.ndarray]:
-    """One shard's best k ``(global ids, scores)`` per row."""
-    net = model_cache.model(spec)
+    """One shard's best k ``(global ids, scores)`` per row, ``BATCH`` rows at a time."""
+    part = model_cache.model(spec).shards[shard]
     query = None if spec.exact else spec.query()
-    return net.shards[shard].topk(h, spec.k, spec.exact, query=query)
+    ids = np.empty((len(h), spec.k), np.int64)
+    scores = np.empty((len(h), spec.k), np.float32)
+    for start in range(0, len(h), BATCH):
+        stop = min(start + BATCH, len(h))
+        ids[start:stop], scores[start:stop] = part.topk(h[start:stop], spec.k, spec.exact,
+                                                        query=query)  # fmt: skip
+    return ids, scores
 
 
 def merge_write(spec: PredictSpec, parts: list, out_url: str, index: int) -> dict:
@@ -42,7 +51,7 @@ def merge_write(spec: PredictSpec, parts: list, out_url: str, index: int) -> dic
 
 
 def predict_topk_scores(
-    net: SlideNetwork, X: CSR, spec: PredictSpec, batch_size: int = 4096
+    net: SlideNetwork, X: CSR, spec: PredictSpec, batch_size: int = BATCH
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k ``(ids, scores)`` of rows ``X`` in this process: the same arithmetic as a
     prediction graph (the reference its output is checked against)."""
