@@ -302,3 +302,11 @@ def test_shard_task_scores_in_batches_as_one_call(tmp_path, net, tiny, monkeypat
     monkeypatch.setattr(tasks, "BATCH", 64)
     np.testing.assert_array_equal(tasks.shard_topk(spec, h, 1)[0], whole[0])
     np.testing.assert_array_equal(whole[0], net.shards[1].topk(h, 4)[0])
+
+
+def test_a_run_folder_means_its_final_model_over_its_latest_checkpoint(tmp_path, net):
+    run = tmp_path / "run"
+    save_network(CheckpointStore(str(run / "checkpoints")), net, extra={"which": "checkpoint"})
+    assert model_cache.resolve(str(run)).meta["which"] == "checkpoint"
+    save_network(CheckpointStore(str(run / "model")), net, extra={"which": "model"})
+    assert model_cache.resolve(str(run)).meta["which"] == "model"

@@ -28,12 +28,9 @@ def resolve(url: str, storage_options: dict | None = None) -> Checkpoint:
     """The checkpoint a model URL names: a checkpoint folder, a checkpoint store, or a
     run folder (its final ``model/``, else its latest checkpoint)."""
     try:
+        return open_checkpoint(url.rstrip("/") + "/model", storage_options)
+    except CheckpointError:
         return open_checkpoint(url, storage_options)
-    except CheckpointError as first:
-        try:
-            return open_checkpoint(url.rstrip("/") + "/model", storage_options)
-        except CheckpointError:
-            raise first from None
 
 
 def model(spec: PredictSpec) -> SlideNetwork:
