@@ -7,6 +7,7 @@ import json
 import logging
 
 import dask.array as da
+import fsspec
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -221,6 +222,7 @@ def test_predict_cli_on_s3_equals_one_process(client, s3, on_s3, tiny, way, caps
     loads = client.run(lambda: model_cache.loads)
     assert all(n <= len(WAYS) - 1 for n in loads.values())  # once per model and tables
     assert "rows/s" in capsys.readouterr().out
+    assert len(fsspec.filesystem("s3", **s3).ls(out)) == 4  # 3 parts and the manifest
 
 
 def test_dask_array_topk_equals_one_process(client, s3, on_s3, tiny):
@@ -310,3 +312,9 @@ def test_a_run_folder_means_its_final_model_over_its_latest_checkpoint(tmp_path,
     assert model_cache.resolve(str(run)).meta["which"] == "checkpoint"
     save_network(CheckpointStore(str(run / "model")), net, extra={"which": "model"})
     assert model_cache.resolve(str(run)).meta["which"] == "model"
+
+
+def test_reading_an_incomplete_prediction_folder_names_its_manifest(tmp_path):
+    (tmp_path / "part-000000.npz").write_bytes(b"x")
+    with pytest.raises(ValueError, match="predictions.json: not found"):
+        read_predictions(str(tmp_path))

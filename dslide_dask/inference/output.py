@@ -42,6 +42,15 @@ def write_part(url: str, index: int, arrays: tuple, storage_options: dict) -> di
     return {"file": part_name(index), "n_points": int(len(ids))}
 
 
+def clear_manifest(url: str, storage_options: dict) -> None:
+    """Remove an older run's ``predictions.json`` first: until the new one is written,
+    the folder must not look complete (its parts are being replaced)."""
+    fs, path = fsspec.core.url_to_fs(url, **storage_options)
+    target = posixpath.join(path, MANIFEST)
+    if fs.exists(target):
+        fs.rm(target)
+
+
 def write_manifest(url: str, parts: list[dict], info: dict, storage_options: dict) -> dict:
     """Write ``predictions.json`` (last: its presence means the output is complete)."""
     meta = {
