@@ -193,8 +193,9 @@ WAYS = {
     "exact": ([], {}),
     "lsh": (["--lsh", "--tables", "6", "--candidates", "40"],
             {"exact": False, "tables": 6, "candidates": 40}),
-    "mips": (["--lsh", "--mips", "--index", "L=16", "--candidates", "30"],
-             {"exact": False, "candidates": 30, "mips": True, "index": (("L", 16),)}),
+    "mips": (["--lsh", "--mips", "--index", "L=16", "--index", "ranges=3", "--candidates", "30"],
+             {"exact": False, "candidates": 30, "mips": True,
+              "index": (("L", 16), ("ranges", 3))}),
 }  # fmt: skip
 
 
@@ -247,6 +248,8 @@ def test_dask_array_topk_equals_one_process(client, s3, on_s3, tiny):
         (["MODEL", "TEST", "OUT", "--lsh", "--tables", "-1"], "tables"),
         (["MODEL", "TEST", "OUT", "--lsh", "--index", "lr=1"], "index setting 'lr'"),
         (["MODEL", "TEST", "OUT", "--lsh", "--index", "L=0"], "L must be"),
+        (["MODEL", "TEST", "OUT", "--lsh", "--mips", "--index", "ranges=0"], "'ranges' must"),
+        (["MODEL", "TEST", "OUT", "--lsh", "--index", "ranges=2"], "(--mips) only"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, net, tiny, args, says, capsys):

@@ -22,7 +22,7 @@ from dslide_dask.data.csr import as_csr
 from dslide_dask.data.source import DataSource
 from dslide_dask.inference import model_cache, tasks
 from dslide_dask.inference.output import clear_manifest, write_manifest
-from dslide_dask.inference.serving import serving_config
+from dslide_dask.inference.serving import RANGES, check_ranges, serving_config
 from dslide_dask.inference.spec import PredictSpec
 
 
@@ -36,7 +36,9 @@ def check_input(spec: PredictSpec, source: DataSource) -> int:
         )
     if spec.k > n_labels:
         raise ValueError(f"k must be at most the model's {n_labels} labels, got {spec.k}")
-    serving_config(config_of(ckpt), dict(spec.index))
+    index = dict(spec.index)
+    serving_config(config_of(ckpt), index)
+    check_ranges(index.get("ranges", RANGES), spec.mips)
     return len(ckpt.meta["shards"])
 
 

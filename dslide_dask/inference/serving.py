@@ -13,14 +13,18 @@ def reindex(net: SlideNetwork, mips: bool = False, **overrides) -> None:
     """Give every shard new LSH tables for serving, hashed from its weights: with
     ``overrides`` of the config (e.g. more tables ``L``, codes ``K``,
     ``bucket_capacity``, ``range_pow``), and with ``mips`` the inner-product transform
-    of :class:`~dslide_dask.model.lsh_index.MIPSIndex` (SimHash). Training's own tables
+    of :class:`~dslide_dask.model.lsh_index.MIPSIndex` (SimHash; ``ranges``: its norm
+    ranges, default 4). Training's own tables
     are made for sampling, not for recall. Config checks name a bad value."""
     if not overrides and not mips:
         return
+    overrides = dict(overrides)
+    ranges = overrides.pop("ranges", RANGES)
     cfg = serving_config(net.cfg, overrides)
+    check_ranges(ranges, mips)
     for shard in net.shards:
         if mips:
-            shard.serving_index = MIPSIndex(shard.W, shard.bias, cfg, shard.index.seed)
+            shard.serving_index = MIPSIndex(shard.W, shard.bias, cfg, shard.index.seed, ranges)
         else:
             index = LSHIndex(shard.dim_in, cfg, shard.index.seed, shard.n_local)
             index.rebuild(shard.W)
@@ -32,11 +36,24 @@ TABLE_FIELDS = ("L", "K", "range_pow", "bucket_capacity", "bucket_policy", "hash
                 "simhash_density", "bin_size", "code_bits")  # fmt: skip
 
 
+RANGES = 4  # MIPS norm ranges unless asked
+
+
+def check_ranges(ranges, mips: bool) -> None:
+    if isinstance(ranges, bool) or not isinstance(ranges, int) or not 1 <= ranges <= 64:
+        raise ValueError(f"index setting 'ranges' must be an integer in [1, 64], got {ranges!r}")
+    if ranges != RANGES and not mips:
+        raise ValueError("index setting 'ranges' is for the MIPS tables (--mips) only")
+
+
 def serving_config(cfg: SlideConfig, overrides: dict) -> SlideConfig:
-    """``cfg`` with serving tables' ``overrides``; a ValueError names a bad one."""
+    """``cfg`` with serving tables' ``overrides`` (``ranges`` aside: see
+    :func:`reindex`); a ValueError names a bad one."""
+    overrides = {k: v for k, v in overrides.items() if k != "ranges"}
     for name in overrides:
         if name not in TABLE_FIELDS:
-            raise ValueError(f"index setting {name!r}: not one of {', '.join(TABLE_FIELDS)}")
+            known = ", ".join((*TABLE_FIELDS, "ranges"))
+            raise ValueError(f"index setting {name!r}: not one of {known}")
     try:
         return dataclasses.replace(cfg, **overrides)
     except TypeError as err:
