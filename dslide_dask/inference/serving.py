@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.lsh_index import LSHIndex, MIPSIndex
 from dslide_dask.model.network import SlideNetwork
@@ -24,7 +26,10 @@ def reindex(net: SlideNetwork, mips: bool = False, **overrides) -> None:
     check_ranges(ranges, mips)
     for shard in net.shards:
         if mips:
-            shard.serving_index = MIPSIndex(shard.W, shard.bias, cfg, shard.index.seed, ranges)
+            defaults = mips_defaults(shard.n_local // ranges, overrides)
+            shard_cfg = dataclasses.replace(cfg, **defaults)
+            shard.serving_index = MIPSIndex(shard.W, shard.bias, shard_cfg, shard.index.seed,
+                                            ranges)  # fmt: skip
         else:
             index = LSHIndex(shard.dim_in, cfg, shard.index.seed, shard.n_local)
             index.rebuild(shard.W)
@@ -37,6 +42,19 @@ TABLE_FIELDS = ("L", "K", "range_pow", "bucket_capacity", "bucket_policy", "hash
 
 
 RANGES = 4  # MIPS norm ranges unless asked
+ROWS_PER_BUCKET = 32  # MIPS tables' aim unless K / range_pow are given
+
+
+def mips_defaults(n_rows: int, overrides: dict) -> dict:
+    """SimHash codes a table, buckets and slots for ``n_rows`` rows a range, where not
+    given: training's K (DWTA, 6) would leave SimHash only 2**6 buckets for them. Slots
+    are 4x the mean fill: rows still crowd some buckets, and a full bucket drops rows
+    (with 2x, 7% of the buckets overflowed on a Debian model)."""
+    bits = int(np.clip(round(np.log2(max(n_rows, 1) / ROWS_PER_BUCKET)), 2, 18))
+    out = {"K": bits, "range_pow": bits, "bucket_capacity": 4 * ROWS_PER_BUCKET}
+    if "K" in overrides:
+        out["range_pow"] = min(int(overrides["K"]), 18)
+    return {k: v for k, v in out.items() if k not in overrides}
 
 
 def check_ranges(ranges, mips: bool) -> None:
