@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from dslide_workflows import convert, report, train
+from dslide_workflows import convert, predict, report, train
 from dslide_workflows.args import (
     add_storage_arguments,
     key_value,
@@ -97,13 +97,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 # -- bench -------------------------------------------------------------------------------------
 def _add_bench(sub: argparse._SubParsersAction) -> None:
-    from dslide_workflows.bench import accuracy, cluster, distributed, engine, storage
+    from dslide_workflows.bench import accuracy, cluster, distributed, engine, storage, topk
 
     p = sub.add_parser("bench", help="benchmarks", description="Benchmarks.")
     bench = p.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
     for name, module in (
         ("engine", engine), ("distributed", distributed), ("storage", storage),
-        ("cluster", cluster), ("accuracy", accuracy),
+        ("cluster", cluster), ("accuracy", accuracy), ("topk", topk),
     ):  # fmt: skip
         q = bench.add_parser(
             name,
@@ -187,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_train_parser(sub)
     report.add_report_parser(sub)
     convert.add_convert_parser(sub)
+    predict.add_predict_parser(sub)
     _add_bench(sub)
     return parser
 

@@ -45,3 +45,80 @@ def topk_of_active(
         for j in range(n_active[i]):
             _push(top_ids[i], top_scores[i], active[i, j], logits[i, j])
     return top_ids, top_scores
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def lsh_topk(
+    h: np.ndarray,
+    W: np.ndarray,
+    bias: np.ndarray,
+    buckets: np.ndarray,
+    table_ids: np.ndarray,
+    table_counts: np.ndarray,
+    n_tables: int,
+    max_candidates: int,
+    k: int,
+    seen: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Serving top-k: score only the neurons found in the first ``n_tables`` tables'
+    buckets of each query ``h[i]`` (bucket ids ``buckets[i]``). With more than
+    ``max_candidates`` (> 0) distinct neurons found, the ones found in the most tables
+    are scored (ties: first found). Returns ``(local ids, scores, candidates scored)``;
+    ids -1 and scores -inf where fewer than k were found.
+
+    ``seen`` is zeroed scratch ``[slots, n_neurons]`` (left zeroed): slot s counts the
+    tables that found each neuron for rows s, s + slots, ... (no sort, no per-row
+    allocation of the layer's size)."""
+    n = h.shape[0]
+    dim = h.shape[1]
+    cap = table_ids.shape[2]
+    slots = seen.shape[0]
+    top_ids = np.full((n, k), -1, np.int64)
+    top_scores = np.full((n, k), -np.inf, np.float32)
+    n_scored = np.zeros(n, np.int32)
+    for s in numba.prange(slots):
+        count = seen[s]
+        found = np.empty(n_tables * cap, np.int32)
+        chosen = np.empty(n_tables * cap, np.int32)
+        hist = np.zeros(n_tables + 2, np.int64)
+        for i in range(s, n, slots):
+            u = 0
+            for t in range(n_tables):
+                b = buckets[i, t]
+                for j in range(min(table_counts[t, b], cap)):
+                    c = table_ids[t, b, j]
+                    if count[c] == 0:
+                        found[u] = c
+                        u += 1
+                    count[c] += 1
+            m = u
+            if 0 < max_candidates < u:
+                hist[:] = 0
+                for j in range(u):
+                    hist[min(count[found[j]], n_tables)] += 1
+                cut = n_tables + 1  # lowest count kept; those above it all fit
+                above = 0
+                while cut > 1 and above + hist[cut - 1] <= max_candidates:
+                    cut -= 1
+                    above += hist[cut]
+                room = max_candidates - above  # of the neurons found cut - 1 times
+                m = 0
+                for j in range(u):
+                    f = min(count[found[j]], n_tables)
+                    if f >= cut or (f == cut - 1 and room > 0):
+                        if f < cut:
+                            room -= 1
+                        chosen[m] = found[j]
+                        m += 1
+            else:
+                chosen[:u] = found[:u]
+            for j in range(u):
+                count[found[j]] = 0
+            n_scored[i] = m
+            for j in range(m):
+                c = chosen[j]
+                score = bias[c]
+                for d in range(dim):
+                    score += h[i, d] * W[c, d]
+                _push(top_ids[i], top_scores[i], c, score)
+    return top_ids, top_scores, n_scored

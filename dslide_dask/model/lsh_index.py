@@ -3,13 +3,50 @@
 from __future__ import annotations
 
 import math
+import threading
+from dataclasses import dataclass, replace
 
+import numba
 import numpy as np
 
-from dslide_dask.kernels import hashing, tables
+from dslide_dask.kernels import hashing, tables, topk
 from dslide_dask.model.config import SlideConfig
 
 _BLOCK = 1 << 15  # rows hashed at a time when (re)building: bounds temporary memory
+
+
+_local = threading.local()
+
+
+def seen_scratch(n_rows: int, n_items: int) -> np.ndarray:
+    """Zeroed counters ``[slots, n_items]`` for :func:`~dslide_dask.kernels.topk.lsh_topk`
+    (which leaves them zeroed): one set per calling thread, kept across calls, so a
+    one-row query does not clear a layer-sized array (threads of a Dask worker may
+    query at once)."""
+    slots = max(1, min(n_rows, numba.get_num_threads()))
+    kept = _local.__dict__.setdefault("seen", {})  # by layer size: shards may differ
+    scratch = kept.get(n_items)
+    if scratch is None or scratch.shape[0] < slots:
+        scratch = kept[n_items] = np.zeros((slots, n_items), np.int32)
+    return scratch[:slots]
+
+
+@dataclass(frozen=True)
+class LSHQuery:
+    """How a serving top-k probes the tables: the best ``k`` of the neurons found in
+    the first ``tables`` tables (0: all), scoring at most ``candidates`` of them, those
+    found in the most tables (0: all found), in each shard. Fewer tables or candidates:
+    faster, lower recall."""
+
+    k: int
+    tables: int = 0
+    candidates: int = 0
+
+    def __post_init__(self) -> None:
+        for name, lo in (("k", 1), ("tables", 0), ("candidates", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < lo:
+                raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
 
 
 class LSHIndex:
@@ -64,6 +101,19 @@ class LSHIndex:
                 self.ids, self.counts, self.buckets(block), items, self.policy, self.seed + start
             )
 
+    def search(
+        self, vectors: np.ndarray, W: np.ndarray, bias: np.ndarray, query: LSHQuery
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Serving top-k of ``vectors @ W.T + bias`` over the rows the tables retrieve
+        (see :func:`~dslide_dask.kernels.topk.lsh_topk`): ``(local ids, scores,
+        candidates scored per vector)``. Inference only: the tables are read, not changed."""
+        n_tables = min(query.tables or self.cfg.L, self.cfg.L)
+        return topk.lsh_topk(
+            np.ascontiguousarray(vectors, np.float32), W, bias, self.buckets(vectors),
+            self.ids, self.counts, n_tables, query.candidates, query.k,
+            seen_scratch(len(vectors), W.shape[0]),
+        )  # fmt: skip
+
     def occupancy(self) -> dict[str, float]:
         """Mean and max bucket fill, and the fraction of buckets that overflowed."""
         fill = np.minimum(self.counts, self.cfg.bucket_capacity)
@@ -72,6 +122,79 @@ class LSHIndex:
             "max_offered": int(self.counts.max()),
             "overflowed": float((self.counts > self.cfg.bucket_capacity).mean()),
         }
+
+
+class MIPSIndex:
+    """Serving tables for the largest logits ``h @ w + b``: SimHash over the rows of a
+    weight matrix under the asymmetric transform that turns inner products into cosines
+    (Neyshabur & Srebro, 2015): item ``[v, b, sqrt(M^2 - |v|^2 - b^2)] / M``, query
+    ``[h, 1, 0]``. Training's tables hash raw rows to sample neurons; these aim at the
+    best ones. Inference only.
+
+    ``v = w - mean(w)``: trained rows share a large common direction, which would put
+    most rows in a few buckets; it shifts every logit of a query equally, so the ranking
+    is the same. Rows are split into ``ranges`` by norm, each range its own tables with
+    its own ``M`` (norm-ranging, Yan et al. 2018): with one ``M`` the few long rows make
+    every other row's last coordinate dominate, and the buckets collapse again.
+    """
+
+    def __init__(
+        self, W: np.ndarray, bias: np.ndarray, cfg: SlideConfig, seed: int, ranges: int = 4
+    ) -> None:
+        cfg = replace(cfg, hash_family="simhash")
+        self.cfg = cfg
+        n = W.shape[0]
+        self.mean = W.mean(axis=0, dtype=np.float64).astype(np.float32)
+        sq = np.empty(n, np.float64)
+        for start in range(0, n, _BLOCK):
+            v = W[start : start + _BLOCK] - self.mean
+            sq[start : start + _BLOCK] = np.einsum("ij,ij->i", v, v)
+        sq += bias.astype(np.float64) ** 2
+        order = np.argsort(sq, kind="stable")
+        groups = [g for g in np.array_split(order, max(1, min(ranges, n))) if len(g)]
+        self.ranges = []
+        for r, rows in enumerate(groups):
+            rows = np.sort(rows).astype(np.int32)
+            index = LSHIndex(W.shape[1] + 2, cfg, seed + 7919 * r, len(rows))
+            M = float(np.sqrt(sq[rows].max())) or 1.0
+            tables.clear(index.counts)
+            for start in range(0, len(rows), _BLOCK):
+                ids = rows[start : start + _BLOCK]
+                rest = np.sqrt(np.maximum(M**2 - sq[ids], 0.0))
+                items = np.hstack([W[ids] - self.mean, bias[ids, None], rest[:, None]]) / M
+                buckets = index.buckets(items.astype(np.float32))
+                tables.insert(index.ids, index.counts, buckets, ids, index.policy, seed + start)
+            self.ranges.append(index)
+        self.range_pow = self.ranges[0].range_pow
+
+    def search(
+        self, vectors: np.ndarray, W: np.ndarray, bias: np.ndarray, query: LSHQuery
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """As :meth:`LSHIndex.search` (``query.candidates`` shared by the ranges)."""
+        h = np.ascontiguousarray(vectors, np.float32)
+        n = len(h)
+        keys = np.hstack([h, np.ones((n, 1), np.float32), np.zeros((n, 1), np.float32)])
+        n_tables = min(query.tables or self.cfg.L, self.cfg.L)
+        cap = -(-query.candidates // len(self.ranges)) if query.candidates else 0
+        parts, scored = [], np.zeros(n, np.int64)
+        for index in self.ranges:
+            ids, scores, n_scored = topk.lsh_topk(
+                h, W, bias, index.buckets(keys), index.ids, index.counts, n_tables, cap,
+                query.k, seen_scratch(n, W.shape[0]),
+            )  # fmt: skip
+            parts.append((ids, scores))
+            scored += n_scored
+        if len(parts) == 1:
+            return (*parts[0], scored)
+        ids = np.concatenate([p[0] for p in parts], axis=1)
+        scores = np.concatenate([p[1] for p in parts], axis=1)
+        best = np.argsort(-scores, axis=1, kind="stable")[:, : query.k]
+        return np.take_along_axis(ids, best, 1), np.take_along_axis(scores, best, 1), scored
+
+    def occupancy(self) -> dict[str, float]:
+        """:meth:`LSHIndex.occupancy` of each norm range's tables."""
+        return {f"range{r}.{k}": v for r, t in enumerate(self.ranges)
+                for k, v in t.occupancy().items()}  # fmt: skip
 
 
 class RebuildSchedule:

@@ -23,7 +23,7 @@ from dslide_dask.kernels import adam, topk, wide_layer
 from dslide_dask.kernels.tables import mix64
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.layout import ShardLayout
-from dslide_dask.model.lsh_index import LSHIndex, RebuildSchedule
+from dslide_dask.model.lsh_index import LSHIndex, LSHQuery, MIPSIndex, RebuildSchedule
 from dslide_dask.model.optimizer import adam_lr
 
 _STRATEGY = {
@@ -127,6 +127,8 @@ class WideShard:
         self.schedule = RebuildSchedule(cfg.rebuild_every, cfg.rebuild_growth, cfg.redraw_every)
         self._scratch = np.zeros((0, self.n_local), np.int32)
         self._pending: tuple | None = None
+        #: tables serving's LSH top-k probes instead of training's (set for serving only)
+        self.serving_index: LSHIndex | MIPSIndex | None = None
 
     # -- ids ------------------------------------------------------------------------------
     def global_ids(self, local: np.ndarray) -> np.ndarray:
@@ -303,14 +305,25 @@ class WideShard:
         return True
 
     # -- inference -----------------------------------------------------------------------
-    def topk(self, h: np.ndarray, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    def serving_tables(self) -> LSHIndex | MIPSIndex:
+        """The tables a serving LSH top-k probes: its own if given, else training's."""
+        return self.serving_index or self.index
+
+    def topk(
+        self, h: np.ndarray, k: int, exact: bool = True, *, query: LSHQuery | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Best k neurons of this shard per example: ``(global ids, scores)``, descending.
 
         ``exact`` scores every neuron (blocked matrix products); otherwise only the
-        neurons the LSH tables retrieve (ids -1 where fewer than k are found).
+        neurons the LSH tables retrieve (ids -1 where fewer than k are found): with a
+        ``query``, as serving does (tables probed, candidates scored; see
+        :class:`~dslide_dask.model.lsh_index.LSHQuery`), else as training samples them.
         """
         h = np.ascontiguousarray(h, np.float32)
         n = len(h)
+        if query is not None and not exact:
+            local_ids, scores, _ = self.serving_tables().search(h, self.W, self.bias, query)
+            return np.where(local_ids >= 0, self.global_ids(local_ids), -1), scores
         if exact:
             top_ids = np.full((n, k), -1, np.int64)
             top_scores = np.full((n, k), -np.inf, np.float32)
@@ -335,3 +348,13 @@ def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> np.ndarray
     scores = np.concatenate([p[1] for p in parts], axis=1)
     order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     return np.take_along_axis(ids, order, axis=1)
+
+
+def merge_topk_scores(
+    parts: list[tuple[np.ndarray, np.ndarray]], k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Global top-k ``(ids, scores)`` from every shard's ``(ids, scores)``."""
+    ids = np.concatenate([p[0] for p in parts], axis=1)
+    scores = np.concatenate([p[1] for p in parts], axis=1)
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(ids, order, axis=1), np.take_along_axis(scores, order, axis=1)

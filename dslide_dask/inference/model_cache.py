@@ -1,0 +1,51 @@
+"""One loaded model per worker process, kept across tasks.
+
+A model may be hundreds of MB: every task of a prediction graph asks for it, and only
+the first one on a worker reads it from storage. The cache is keyed by the resolved
+checkpoint URL (a checkpoint folder never changes once committed) and the serving
+tables asked for, and holds the newest few models only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from dslide_dask.checkpoint.arrays import CheckpointError
+from dslide_dask.checkpoint.model import load_network
+from dslide_dask.checkpoint.store import Checkpoint, open_checkpoint
+from dslide_dask.inference.serving import reindex
+from dslide_dask.inference.spec import PredictSpec
+from dslide_dask.model.network import SlideNetwork
+
+KEEP = 2  # models kept per process
+_models: OrderedDict[tuple, SlideNetwork] = OrderedDict()
+_lock = threading.Lock()
+loads = 0  # how many models this process read from storage (tests look)
+
+
+def resolve(url: str, storage_options: dict | None = None) -> Checkpoint:
+    """The checkpoint a model URL names: a checkpoint folder, a checkpoint store, or a
+    run folder (its final ``model/``, else its latest checkpoint)."""
+    try:
+        return open_checkpoint(url.rstrip("/") + "/model", storage_options)
+    except CheckpointError:
+        return open_checkpoint(url, storage_options)
+
+
+def model(spec: PredictSpec) -> SlideNetwork:
+    """The network of checkpoint ``spec.model_url`` with the serving tables ``spec``
+    asks for, loaded and hashed at most once per process."""
+    global loads
+    key = (spec.model_url, spec.mips, spec.index)
+    with _lock:  # threads of one worker wait for the first load instead of repeating it
+        net = _models.get(key)
+        if net is None:
+            net = load_network(open_checkpoint(spec.model_url, spec.storage_options))
+            reindex(net, spec.mips, **dict(spec.index))
+            loads += 1
+            _models[key] = net
+            while len(_models) > KEEP:
+                _models.popitem(last=False)
+        _models.move_to_end(key)
+        return net

@@ -1,0 +1,95 @@
+"""The format of batch predictions: a folder of per-partition ``.npz`` files.
+
+``part-000000.npz`` ... each hold ``ids`` (int64 ``[rows, k]``, label ids best first, -1
+where fewer than k were found) and ``scores`` (float32 ``[rows, k]``, the logits) of one
+input partition, in input order. ``predictions.json``, written last, lists them::
+
+    {"format": "dslide-predictions", "version": 1, "k": 5, "n_points": ...,
+     "parts": [{"file": "part-000000.npz", "n_points": ...}, ...], "model": ..., ...}
+
+Why npz (as the converted layout's chunks): one GET a part, opened by ``np.load``
+anywhere, no new dependency; Parquet would need pyarrow for two fixed-width columns.
+:func:`read_predictions` reads it all back in one call.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+
+import fsspec
+import numpy as np
+
+FORMAT = "dslide-predictions"
+VERSION = 1
+MANIFEST = "predictions.json"
+
+
+def part_name(index: int) -> str:
+    return f"part-{index:06d}.npz"
+
+
+def write_part(url: str, index: int, arrays: tuple, storage_options: dict) -> dict:
+    """Write one partition's ``(ids, scores)`` under folder ``url``; its manifest entry."""
+    ids, scores = arrays
+    buf = io.BytesIO()
+    np.savez(buf, ids=np.asarray(ids, np.int64), scores=np.asarray(scores, np.float32))
+    fs, path = fsspec.core.url_to_fs(url, **storage_options)
+    fs.makedirs(path, exist_ok=True)
+    with fs.open(posixpath.join(path, part_name(index)), "wb") as f:
+        f.write(buf.getvalue())
+    return {"file": part_name(index), "n_points": int(len(ids))}
+
+
+def clear_manifest(url: str, storage_options: dict) -> None:
+    """Remove an older run's ``predictions.json`` first: until the new one is written,
+    the folder must not look complete (its parts are being replaced)."""
+    fs, path = fsspec.core.url_to_fs(url, **storage_options)
+    target = posixpath.join(path, MANIFEST)
+    if fs.exists(target):
+        fs.rm(target)
+
+
+def write_manifest(url: str, parts: list[dict], info: dict, storage_options: dict) -> dict:
+    """Write ``predictions.json`` (last: its presence means the output is complete)."""
+    meta = {
+        "format": FORMAT,
+        "version": VERSION,
+        **info,
+        "n_points": sum(p["n_points"] for p in parts),
+        "parts": parts,
+    }
+    fs, path = fsspec.core.url_to_fs(url, **storage_options)
+    with fs.open(posixpath.join(path, MANIFEST), "w") as f:
+        json.dump(meta, f)
+    return meta
+
+
+def read_predictions(
+    url: str, storage_options: dict | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, scores)`` of every row of a prediction folder, in input order."""
+    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    where = fs.unstrip_protocol(posixpath.join(path, MANIFEST))
+    try:
+        meta = json.loads(fs.cat_file(posixpath.join(path, MANIFEST)))
+    except FileNotFoundError:
+        raise ValueError(f"{where}: not found (no predictions here, or not complete)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{where}: not valid JSON ({err})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ValueError(f"{where}: not a {FORMAT} manifest")
+    k = int(meta["k"])
+    files = [posixpath.join(path, p["file"]) for p in meta["parts"]]
+    blobs = fs.cat(files) if files else {}
+    ids, scores = [np.zeros((0, k), np.int64)], [np.zeros((0, k), np.float32)]
+    for name, entry in zip(files, meta["parts"], strict=True):
+        raw = blobs[name] if name in blobs else blobs[fs.unstrip_protocol(name)]
+        with np.load(io.BytesIO(raw)) as z:
+            if z["ids"].shape != (entry["n_points"], k):
+                raise ValueError(f"{name}: {z['ids'].shape} ids, the manifest says "
+                                 f"({entry['n_points']}, {k})")  # fmt: skip
+            ids.append(z["ids"])
+            scores.append(z["scores"])
+    return np.concatenate(ids), np.concatenate(scores)

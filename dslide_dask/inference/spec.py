@@ -1,0 +1,35 @@
+"""What a prediction task needs to know, as one frozen, picklable value."""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass, field
+
+from dslide_dask.model.lsh_index import LSHQuery
+
+
+@dataclass(frozen=True)
+class PredictSpec:
+    """Which model (a resolved checkpoint URL: workers cache the model under it), how
+    many labels per row, and how to find them: ``exact`` scores every label; otherwise
+    ``tables``/``candidates`` of :class:`~dslide_dask.model.lsh_index.LSHQuery`.
+    ``storage_options`` reach the model and the output. Keyword arguments after the URL."""
+
+    model_url: str
+    _: KW_ONLY
+    k: int = 5
+    exact: bool = True
+    tables: int = 0
+    candidates: int = 0
+    storage_options: dict = field(default_factory=dict)
+    #: serving tables built when a worker loads the model (see
+    #: :func:`~dslide_dask.inference.serving.reindex`): the MIPS transform, and
+    #: ``(name, value)`` config overrides such as ``(("L", 100),)``; empty: training's
+    mips: bool = False
+    index: tuple = ()
+
+    def __post_init__(self) -> None:
+        self.query()  # checks k, tables, candidates
+        object.__setattr__(self, "index", tuple(sorted(dict(self.index).items())))
+
+    def query(self) -> LSHQuery:
+        return LSHQuery(self.k, self.tables, self.candidates)

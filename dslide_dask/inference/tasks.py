@@ -1,0 +1,66 @@
+"""The work of one input partition, as the functions a prediction graph's tasks run.
+
+No Dask here: each function takes picklable values and the per-worker model from
+:mod:`.model_cache`. ``read -> hidden -> shard top-k (one per shard) -> merge and write``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dslide_dask.data.csr import CSR
+from dslide_dask.data.source import Partition, read_partition
+from dslide_dask.inference import model_cache
+from dslide_dask.inference.output import write_part
+from dslide_dask.inference.spec import PredictSpec
+from dslide_dask.model.network import SlideNetwork
+from dslide_dask.model.wide_shard import merge_topk_scores
+
+
+def read_rows(part: Partition) -> CSR:
+    """The feature rows of one input partition (labels, if any, are dropped)."""
+    data, _ = read_partition(part)
+    return data.X
+
+
+def hidden(spec: PredictSpec, X: CSR) -> np.ndarray:
+    """Last hidden activations of the rows."""
+    h, _ = model_cache.model(spec).hidden.forward(X)
+    return h
+
+
+BATCH = 4096  # rows scored at a time: the exact top-k's score block is rows x 16K floats
+
+
+def shard_topk(spec: PredictSpec, h: np.ndarray, shard: int) -> tuple[np.ndarray, np.ndarray]:
+    """One shard's best k ``(global ids, scores)`` per row, ``BATCH`` rows at a time."""
+    part = model_cache.model(spec).shards[shard]
+    query = None if spec.exact else spec.query()
+    ids = np.empty((len(h), spec.k), np.int64)
+    scores = np.empty((len(h), spec.k), np.float32)
+    for start in range(0, len(h), BATCH):
+        stop = min(start + BATCH, len(h))
+        ids[start:stop], scores[start:stop] = part.topk(h[start:stop], spec.k, spec.exact,
+                                                        query=query)  # fmt: skip
+    return ids, scores
+
+
+def merge_write(spec: PredictSpec, parts: list, out_url: str, index: int) -> dict:
+    """Merge every shard's top-k of partition ``index`` and write them under ``out_url``."""
+    return write_part(out_url, index, merge_topk_scores(parts, spec.k), spec.storage_options)
+
+
+def predict_topk_scores(
+    net: SlideNetwork, X: CSR, spec: PredictSpec, batch_size: int = BATCH
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k ``(ids, scores)`` of rows ``X`` in this process: the same arithmetic as a
+    prediction graph (the reference its output is checked against)."""
+    ids = np.empty((X.n_rows, spec.k), np.int64)
+    scores = np.empty((X.n_rows, spec.k), np.float32)
+    query = None if spec.exact else spec.query()
+    for start in range(0, X.n_rows, batch_size):
+        stop = min(start + batch_size, X.n_rows)
+        h, _ = net.hidden.forward(X.slice_rows(start, stop))
+        parts = [s.topk(h, spec.k, spec.exact, query=query) for s in net.shards]
+        ids[start:stop], scores[start:stop] = merge_topk_scores(parts, spec.k)
+    return ids, scores

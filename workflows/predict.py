@@ -1,0 +1,100 @@
+"""``dslide predict MODEL INPUT_URL OUTPUT_URL``: batch top-k predictions on a cluster.
+
+Only wiring: the graph and the work are :mod:`dslide_dask.inference`'s. Rows are read
+and results written by the workers, straight from and to storage; read them back with
+``dslide_dask.inference.read_predictions(OUTPUT_URL)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from contextlib import ExitStack
+
+from dslide_workflows.args import (
+    add_storage_arguments,
+    key_value,
+    positive_int,
+    storage_options,
+)
+
+
+def add_predict_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="top-k labels of every row of a data set, computed on a Dask cluster",
+        description="Predict the top-k labels (ids and scores) of every row of INPUT_URL "
+        "with the model at MODEL (a checkpoint, a model saved by SlideClassifier.save, or "
+        "a run folder), as named tasks on a Dask cluster that read the rows from storage "
+        "and write the results to the folder OUTPUT_URL (part-*.npz and predictions.json; "
+        "read back with dslide_dask.inference.read_predictions).",
+    )
+    p.add_argument("model", metavar="MODEL", help="model URL")
+    p.add_argument("input", metavar="INPUT_URL", help="rows: XC text or converted layout")
+    p.add_argument("output", metavar="OUTPUT_URL", help="folder for the predictions")
+    p.add_argument("--k", type=positive_int, default=5, help="labels per row (default: 5)")
+    p.add_argument("--lsh", action="store_true", help="LSH top-k instead of exact")
+    p.add_argument("--tables", type=int, default=0, metavar="T",
+                   help="with --lsh: hash tables probed (default: 0, all)")  # fmt: skip
+    p.add_argument("--candidates", type=int, default=0, metavar="C",
+                   help="with --lsh: labels scored a row and shard (default: 0: all)")  # fmt: skip
+    p.add_argument("--mips", action="store_true",
+                   help="with --lsh: serving tables under the inner-product transform")  # fmt: skip
+    p.add_argument("--index", type=key_value, action="append", default=[], metavar="K=V",
+                   help="with --lsh: serving tables' L, K, range_pow, bucket_capacity")  # fmt: skip
+    p.add_argument("--partition-mb", type=positive_int, default=64, metavar="MB",
+                   help="split text input into byte ranges of MB (default: 64)")  # fmt: skip
+    p.add_argument("--scheduler-address", metavar="ADDR",
+                   help="connect to this scheduler (default: $DASK_SCHEDULER_ADDRESS, "
+                   "else a new LocalCluster)")  # fmt: skip
+    p.add_argument("--workers", type=positive_int, metavar="N",
+                   help="LocalCluster workers (default: cores)")  # fmt: skip
+    p.add_argument("--threads-per-worker", type=positive_int, default=1, metavar="T")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_storage_arguments(p)
+    p.set_defaults(func=cmd_predict)
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from distributed import Client, LocalCluster
+
+    from dslide_dask.data.source import open_source
+    from dslide_dask.inference import PredictSpec, predict_to_storage
+    from dslide_dask.inference.graph import check_input
+    from dslide_dask.inference.model_cache import resolve
+
+    so = storage_options(args.storage_option)
+    spec = PredictSpec(
+        resolve(args.model, so).url, k=args.k, exact=not args.lsh, tables=args.tables,
+        candidates=args.candidates, storage_options=so, mips=args.mips,
+        index=tuple(args.index),
+    )  # fmt: skip
+    source = open_source(args.input, so, args.partition_mb << 20)
+    check_input(spec, source)  # bad input fails here, before a cluster starts
+    address = args.scheduler_address or os.environ.get("DASK_SCHEDULER_ADDRESS")
+    with ExitStack() as stack:
+        if address:
+            client = stack.enter_context(Client(address))
+        else:
+            cluster = stack.enter_context(
+                LocalCluster(
+                    n_workers=args.workers,
+                    threads_per_worker=args.threads_per_worker,
+                    silence_logs=logging.ERROR,
+                )  # fmt: skip
+            )
+            client = stack.enter_context(Client(cluster))
+        print(f"dashboard: {client.dashboard_link}")
+        t0 = time.perf_counter()
+        meta = predict_to_storage(client, spec, source, args.output,
+                                  show_progress=not args.no_progress)  # fmt: skip
+        seconds = time.perf_counter() - t0
+    n = meta["n_points"]
+    print(
+        f"predicted top-{spec.k} ({'exact' if spec.exact else 'lsh'}) of {n} rows in "
+        f"{len(meta['parts'])} partitions in {seconds:.1f} s ({n / max(seconds, 1e-9):.0f} "
+        f"rows/s) -> {args.output}"
+    )
+    return 0
