@@ -127,8 +127,8 @@ class LocalTrainer:
         max_points: int | None = None,
         storage_options: dict | None = None,
     ) -> dict[str, float]:
-        """P@k, nDCG@k and (once trained) PSP@k, PSnDCG@k on (the first ``max_points``
-        rows of) a data set or URL."""
+        """P@k, nDCG@k and (once trained) PSP@k, PSnDCG@k on (``max_points`` rows spread
+        over) a data set or URL."""
         data = load(data, storage_options, max_points, fits=(self.n_features, self.n_labels))
         return xc_metrics(
             self.topk(data.X, max(ks), exact), data.Y, ks, **self.labels.metric_args()

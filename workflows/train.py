@@ -66,7 +66,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--batch-size", type=positive_int)
     t.add_argument("--threads", type=positive_int, help="numba threads with --in-process")
     t.add_argument("--eval-every", type=int, metavar="STEPS", help="(default: 0, at the end)")
-    t.add_argument("--eval-points", type=int, metavar="N", help="test rows (default: 2000)")
+    t.add_argument("--eval-points", type=int, metavar="N",
+                   help="test rows, spread over the file (default: 2000)")  # fmt: skip
     t.add_argument("--seed", type=int)
     t.add_argument("--opt", type=key_value, action="append", default=[], metavar="K=V",
                    help="model parameter, e.g. lr=1e-2 hidden=[256] L=50 (repeatable)")  # fmt: skip
@@ -222,7 +223,7 @@ def _finish(folder, text: str, numbers: dict, model_url: str) -> None:
 
 
 def _data(run: RunSettings):
-    """Training source, test data (read and checked now, cut to --eval-points) and
+    """Training source, test data (read and checked now, --eval-points rows of it) and
     (n_features, n_labels)."""
     from dslide_dask.data import synthetic
     from dslide_dask.data.batches import plan, shape
@@ -231,7 +232,7 @@ def _data(run: RunSettings):
 
     if run.preset:
         train, test = synthetic.make_synthetic(run.preset, seed=run.seed)
-        return train, test.slice(0, run.eval_points), shape(train)
+        return train, test.sample(run.eval_points), shape(train)
     # headers only: the training data itself is read by the workers
     train = plan(run.train, run.storage_options)
     test = None
@@ -243,7 +244,7 @@ def _data(run: RunSettings):
             print(f"test data: {skipped} bad line(s) skipped in {run.test}")
         if len(test) == 0:
             raise ValueError(f"{run.test}: no points to evaluate on")
-        test = test.slice(0, run.eval_points)
+        test = test.sample(run.eval_points)
     if train.n_points == 0:
         raise ValueError(f"{run.train}: no points to train on (the header says 0)")
     return train, test, shape(train)

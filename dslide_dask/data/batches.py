@@ -34,14 +34,15 @@ def load(
     max_points: int | None = None,
     fits: tuple[int, int] | None = None,
 ) -> XCDataset:
-    """A data set in memory (the first ``max_points`` rows), e.g. for evaluation; with
+    """A data set in memory (``max_points`` rows spread over it: :meth:`XCDataset.sample`),
+    e.g. for evaluation; with
     ``fits=(n_features, n_labels)`` checked against a model (headers first)."""
     if fits is not None and not isinstance(source, XCDataset):
         check_fits(open_source(source, storage_options), *fits, what=source)
     data = source if isinstance(source, XCDataset) else read_dataset(source, storage_options)[0]
     if fits is not None:
         check_fits(data, *fits, what="the evaluation data")
-    return data if max_points is None else data.slice(0, max_points)
+    return data.sample(max_points)
 
 
 def shape(source: Source) -> tuple[int, int]:

@@ -46,6 +46,14 @@ class XCDataset:
     def shuffled(self, seed: int) -> XCDataset:
         return self.take(np.random.default_rng(seed).permutation(self.n_points))
 
+    def sample(self, n: int | None) -> XCDataset:
+        """At most ``n`` rows spread evenly over the set, in their order (None: all).
+        Not the first ``n``: XC files are often sorted (by label, by name), and a prefix
+        then scores a model on one corner of the data."""
+        if n is None or n >= self.n_points:
+            return self
+        return self.take(np.linspace(0, self.n_points - 1, n).round().astype(np.int64))
+
     def batches(self, batch_size: int) -> Iterator[XCDataset]:
         for start in range(0, self.n_points, batch_size):
             yield self.slice(start, start + batch_size)

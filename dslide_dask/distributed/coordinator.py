@@ -258,8 +258,8 @@ class Coordinator:
         exact: bool = True,
         max_points: int | None = None,
     ) -> dict[str, float]:
-        """P@k, nDCG@k and (once trained) PSP@k, PSnDCG@k on (the first ``max_points``
-        rows of) a data set or URL read here."""
+        """P@k, nDCG@k and (once trained) PSP@k, PSnDCG@k on (``max_points`` rows spread
+        over) a data set or URL read here."""
         fits = (self.n_features, self.n_labels)
         data = await asyncio.to_thread(load, source, storage_options, max_points, fits)
         topk = await self.topk(data.X, max(ks), exact)
