@@ -24,7 +24,7 @@ from dslide_dask.estimator import EXPECTED_FAILED_CHECKS, p_at_k_scorer
 
 #: Small enough for the checks' toy data sets (a few dozen rows, 2-10 features).
 SMALL = dict(hidden=(16,), K=2, L=4, range_pow=4, bin_size=4, min_active=8, max_active=64,
-             threshold=1, epochs=3, batch_size=32, n_threads=1, lr=0.05)  # fmt: skip
+             threshold=1, epochs=10, batch_size=32, n_threads=1, lr=0.05)  # fmt: skip
 NEW_TAGS = tuple(int(v) for v in sklearn.__version__.split(".")[:2]) >= (1, 6)
 #: On 1.5 the expected failures travel as the ``_xfail_checks`` tag instead.
 CHECK_KWARGS = {"expected_failed_checks": lambda _: EXPECTED_FAILED_CHECKS} if NEW_TAGS else {}
@@ -97,6 +97,9 @@ def test_predict_is_a_sparse_top_k_indicator_and_topk_is_positional(tiny):
         clf.predict_topk(Xt, 3, False)  # exact is keyword-only: no silent top-1
     lsh = clf.predict(Xt, top_k=5, exact=False)
     assert lsh.nnz <= 5 * test.n_points and lsh.has_sorted_indices
+    ids, scores = clf.predict_topk(Xt, 3, return_scores=True)  # napkinXC's top_k + scores
+    np.testing.assert_array_equal(ids, top)
+    assert scores.dtype == np.float32 and (np.diff(scores, axis=1) <= 0).all()
 
 
 def test_multiclass_y_is_a_list_of_classes():

@@ -627,24 +627,55 @@ class SlideClassifier(ClassifierMixin, BaseEstimator):
         return clf
 
     # -- inference -------------------------------------------------------------------------
-    def predict_topk(self, X, k: int = 5, *, exact: bool = True) -> np.ndarray:
+    def predict_topk(self, X, k: int = 5, *, exact: bool = True, return_scores: bool = False):
         """Top-k labels per row, best first: label ids (multi-class: the classes).
         ``exact=False``: LSH-retrieved labels only; -1 (multi-class: None) where fewer
-        than k are found."""
+        than k are found.
+
+        ``return_scores=True`` also returns their scores, ``(labels, scores)``: the output
+        layer's logits (float32, -inf where no label was found), comparable within a row
+        and across rows; a probability would need the softmax over every label, which top-k
+        inference never computes. In-process models only for now.
+        """
         self._check_fitted()
         Xc = self._features(X, reset=False)
         self._check_shapes(Xc.n_cols, None)
         k = _plain(k)
         check_int("k", k, 1, self.trainer_.n_labels)
+        scores = None
         with self._threads():
-            top = self.trainer_.topk(Xc, k, bool(exact))
-        if not self._multiclass:
-            return top
-        out = self.classes_[np.maximum(top, 0)]
-        if (top < 0).any():
-            out = out.astype(object)
-            out[top < 0] = None
-        return out
+            if return_scores:
+                top, scores = self._scored_topk(Xc, k, bool(exact))
+            else:
+                top = self.trainer_.topk(Xc, k, bool(exact))
+        if self._multiclass:
+            out = self.classes_[np.maximum(top, 0)]
+            if (top < 0).any():
+                out = out.astype(object)
+                out[top < 0] = None
+            top = out
+        return (top, scores) if return_scores else top
+
+    def _scored_topk(self, X: CSR, k: int, exact: bool, batch: int = 4096):
+        """Top-k ids and logits, merged from every shard's (ids, scores) in this process."""
+        if not isinstance(self.trainer_, LocalTrainer):
+            raise NotImplementedError(
+                "return_scores=True is not available for a model on a Dask cluster yet: "
+                "load it in-process (SlideClassifier.load(url)) to score"
+            )
+        net = self.trainer_.network
+        ids = np.empty((X.n_rows, k), np.int64)
+        scores = np.empty((X.n_rows, k), np.float32)
+        for start in range(0, X.n_rows, batch):
+            stop = min(start + batch, X.n_rows)
+            h, _ = net.hidden.forward(X.slice_rows(start, stop))
+            parts = [shard.topk(h, k, exact) for shard in net.shards]
+            all_ids = np.concatenate([p[0] for p in parts], axis=1)
+            all_scores = np.concatenate([p[1] for p in parts], axis=1)
+            order = np.argsort(-all_scores, axis=1, kind="stable")[:, :k]
+            ids[start:stop] = np.take_along_axis(all_ids, order, axis=1)
+            scores[start:stop] = np.take_along_axis(all_scores, order, axis=1)
+        return ids, scores
 
     def predict(self, X, top_k: int = 1, *, exact: bool = True):
         """Multi-label (scikit-learn's convention, kept sparse): a scipy CSR indicator
