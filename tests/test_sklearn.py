@@ -97,6 +97,8 @@ def test_predict_is_a_sparse_top_k_indicator_and_topk_is_positional(tiny):
         clf.predict_topk(Xt, 3, False)  # exact is keyword-only: no silent top-1
     lsh = clf.predict(Xt, top_k=5, exact=False)
     assert lsh.nnz <= 5 * test.n_points and lsh.has_sorted_indices
+    with pytest.raises(ValueError, match=r"top_k must be an integer in \[1, 1000\], got 0"):
+        clf.predict(Xt, 0)
     ids, scores = clf.predict_topk(Xt, 3, return_scores=True)  # napkinXC's top_k + scores
     np.testing.assert_array_equal(ids, top)
     assert scores.dtype == np.float32 and (np.diff(scores, axis=1) <= 0).all()

@@ -20,6 +20,7 @@ import numba
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import NotFittedError
+from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import type_of_target
 
 from dslide_dask.checkpoint import CheckpointPolicy, open_checkpoint
@@ -266,10 +267,8 @@ class SlideClassifier(ClassifierMixin, BaseEstimator):
         if isinstance(rs, int) and not isinstance(rs, bool):
             check_int("random_state", rs, 0, _MAX_SEED)
             return rs
-        if rs is None:
-            rs = np.random.mtrand._rand
-        if isinstance(rs, np.random.RandomState):
-            return int(rs.randint(np.iinfo(np.int32).max))
+        if rs is None or isinstance(rs, np.random.RandomState):
+            return int(check_random_state(rs).randint(np.iinfo(np.int32).max))
         if isinstance(rs, np.random.Generator):
             return int(rs.integers(_MAX_SEED))
         raise ValueError(
@@ -684,13 +683,16 @@ class SlideClassifier(ClassifierMixin, BaseEstimator):
         :meth:`predict_topk`)."""
         import scipy.sparse
 
+        self._check_fitted()
+        top_k = _plain(top_k)
+        check_int("top_k", top_k, 1, self.trainer_.n_labels)
+        if self._multiclass and top_k != 1:
+            raise ValueError(
+                f"top_k must be 1 for a multi-class model's predict, got {top_k!r}: "
+                "predict_topk(X, k) gives the k best classes"
+            )
         top = self.predict_topk(X, top_k, exact=exact)
         if self._multiclass:
-            if top_k != 1:
-                raise ValueError(
-                    f"top_k must be 1 for a multi-class model's predict, got {top_k!r}: "
-                    "predict_topk(X, k) gives the k best classes"
-                )
             return top[:, 0]
         n_labels = self.trainer_.n_labels
         counts = (top >= 0).sum(axis=1)
