@@ -3,9 +3,11 @@
 A dask array (chunks of scipy, pydata/sparse or numpy matrices) is read block row by
 block row into one :class:`~dslide_dask.data.csr.CSR`: sparse chunks stay sparse, and a
 block is computed where its chunks already are (the current client's workers, or the
-local scheduler) before only its non-zeros come here. A dask bag of ``(x, labels)``
-rows, and a dask dataframe with one column of feature rows and one of label lists, are
-read the same way, one partition at a time.
+local scheduler) before only its non-zeros come to this process (on a cluster the model
+then gets them from here, as any in-memory data). A dask bag of ``(x, labels)`` rows,
+and a dask dataframe with one column of feature rows and one of label lists (not yet
+covered by the tests: their environment has no pandas), are read the same way, one
+partition at a time.
 """
 
 from __future__ import annotations
