@@ -12,10 +12,15 @@ outputs reaches 0.8552; see the README's benchmarks.)
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
+from sklearn.base import BaseEstimator, clone
+from sklearn.utils import check_random_state
 
 from dslide_dask.data.inputs import labelled_data
 from dslide_dask.estimator import SlideClassifier
+from dslide_dask.estimator._fitted import topk_indicator
 from dslide_dask.metrics import label_counts, xc_metrics
 from dslide_dask.model.config import check_int
 
@@ -50,9 +55,10 @@ def borda_topk(member_topk: list[np.ndarray], k: int) -> np.ndarray:
     return out
 
 
-class SlideEnsemble:
+class SlideEnsemble(BaseEstimator):
     """``n_models`` copies of ``estimator`` (default: a :class:`SlideClassifier` with its
-    defaults), the i-th seeded ``seed + i``, trained one after another on the same data;
+    defaults), the i-th seeded ``random_state + i`` (an int; else seeds drawn from it),
+    trained one after another on the same data;
     predictions fused by :func:`borda_topk` over each member's top ``k_fuse`` (default:
     ``max(10, 2k)``).
 
@@ -70,29 +76,18 @@ class SlideEnsemble:
         self.n_models = n_models
         self.k_fuse = k_fuse
 
-    def get_params(self, deep: bool = True) -> dict:
-        return {"estimator": self.estimator, "n_models": self.n_models, "k_fuse": self.k_fuse}
-
-    def set_params(self, **params) -> SlideEnsemble:
-        for name, value in params.items():
-            if name not in self.get_params():
-                raise ValueError(f"unknown parameter {name!r} for SlideEnsemble")
-            setattr(self, name, value)
-        return self
-
-    def __repr__(self) -> str:
-        return f"SlideEnsemble(estimator={self.estimator!r}, n_models={self.n_models})"
-
     def fit(self, X, Y, callback=None) -> SlideEnsemble:
         """Train every member on ``(X, Y)`` (matrices, as :meth:`SlideClassifier.fit`);
         ``callback(member, model)`` after each, e.g. to score the ensemble so far."""
         check_int("n_models", self.n_models, 1, 1000)
         data = labelled_data(X, Y)
         base = self.estimator if self.estimator is not None else SlideClassifier()
-        params = base.get_params()
+        seeds = check_random_state(base.random_state).randint(0, 1 << 31, self.n_models)
+        if isinstance(base.random_state, numbers.Integral):
+            seeds = base.random_state + np.arange(self.n_models)
         self.members_ = []
         for i in range(self.n_models):
-            member = type(base)(**{**params, "seed": params["seed"] + i})
+            member = clone(base).set_params(random_state=int(seeds[i]))
             member.fit(data.X, data.Y)
             self.members_.append(member)
             if callback is not None:
@@ -104,21 +99,22 @@ class SlideEnsemble:
     def predict_topk(self, X, k: int = 5, exact: bool = True) -> np.ndarray:
         """Top-k label ids per row, best first, by the members' fused ranks."""
         self._check_fitted()
-        n_labels = self.members_[0].trainer_.n_labels
+        n_labels = self._n_labels
         check_int("k", k, 1, n_labels)
         k_fuse = self.k_fuse if self.k_fuse is not None else max(10, 2 * k)
         check_int("k_fuse", k_fuse, k, n_labels)
         return borda_topk([m.predict_topk(X, k_fuse, exact) for m in self.members_], k)
 
-    def predict(self, X, exact: bool = True) -> np.ndarray:
-        """The best label id of each row."""
-        return self.predict_topk(X, 1, exact)[:, 0]
+    def predict(self, X, top_k: int = 1, *, exact: bool = True):
+        """The ``top_k`` best labels of each row as a scipy CSR indicator matrix (as
+        :meth:`SlideClassifier.predict`)."""
+        return topk_indicator(self.predict_topk(X, top_k, exact), self._n_labels)
 
     def evaluate(self, X, Y, ks=(1, 3, 5), exact: bool = True) -> dict[str, float]:
         """P@k, nDCG@k, PSP@k and PSnDCG@k of the fused predictions (propensities from
         the training labels)."""
         self._check_fitted()
-        data = labelled_data(X, Y, self.members_[0].trainer_.n_labels)
+        data = labelled_data(X, Y, self._n_labels)
         top = self.predict_topk(data.X, max(ks), exact)
         return xc_metrics(top, data.Y, ks, self.label_counts_, self.n_train_)
 
@@ -130,6 +126,10 @@ class SlideEnsemble:
         """Release every member's model."""
         for member in getattr(self, "members_", []):
             member.close()
+
+    @property
+    def _n_labels(self) -> int:
+        return self.members_[0].trainer_.n_labels
 
     def _check_fitted(self) -> None:
         if not getattr(self, "members_", None):

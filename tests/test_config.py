@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from sklearn.exceptions import NotFittedError
 
 from dslide_dask import SlideClassifier, SlideConfig
 from dslide_dask.data.csr import CSR
@@ -76,7 +77,7 @@ def test_classifier_refuses_mismatched_inputs():
         clf.predict_topk(X_wide)
     with pytest.raises(ValueError, match=r"k must be an integer in \[1, 10\], got 11"):
         clf.predict_topk(X, k=11)
-    with pytest.raises(RuntimeError, match="not fitted yet"):
+    with pytest.raises(NotFittedError, match="not fitted yet"):
         SlideClassifier().predict(X)
     with pytest.raises(ValueError, match=r"label id 10 out of range \[0, 10\)"):
         CSR.from_lists([[10]], 10)

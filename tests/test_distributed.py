@@ -68,7 +68,7 @@ def test_sharded_training_learns_like_one_shard(client, tiny, n_shards):
     clf = SlideClassifier(epochs=8, client=client, n_shards=n_shards, **PARAMS)
     clf.fit(train.X, train.Y)
     assert clf.trainer_.n_shards == n_shards
-    local = SlideClassifier(epochs=8, **PARAMS).fit(train.X, train.Y)
+    local = SlideClassifier(epochs=8, client=False, **PARAMS).fit(train.X, train.Y)
     p1, p1_local = clf.score(test.X, test.Y), local.score(test.X, test.Y)
     live = live_metrics.snapshot(client)["runs"][clf.trainer_.name]  # the dashboard's view
     assert live["latest"]["step"] == clf.n_steps_

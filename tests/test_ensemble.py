@@ -62,7 +62,7 @@ def ensemble(tiny):
 
 def test_members_differ_by_seed_and_the_ensemble_learns(ensemble, tiny):
     train, test = tiny
-    assert [m.seed for m in ensemble.members_] == [5, 6]
+    assert [m.random_state for m in ensemble.members_] == [5, 6]
     w0, w1 = (m.trainer_.network.shards[0].W for m in ensemble.members_)
     assert not np.array_equal(w0, w1)
     scores = ensemble.evaluate(test.X, test.Y)
@@ -87,5 +87,5 @@ def test_misuse_says_what_is_wrong(tiny):
         SlideEnsemble().predict_topk(test.X)
     with pytest.raises(ValueError, match="n_models"):
         SlideEnsemble(n_models=0).fit(train.X, train.Y)
-    with pytest.raises(ValueError, match="unknown parameter"):
+    with pytest.raises(ValueError, match="n_estimators"):
         SlideEnsemble().set_params(n_estimators=3)

@@ -17,6 +17,7 @@ import datetime as dt
 import importlib.resources
 import math
 import re
+import tomllib
 import urllib.parse
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -72,17 +73,21 @@ OBJECT_META = {  # the metadata a manifest may set
 
 # -- the manifests -----------------------------------------------------------------------------
 def _load_manifests() -> list[tuple[str, dict]]:
-    """(where, object) for every document of every YAML file, and for every object in a
-    ConfigMap's ``*.yaml`` value (the nightly DaskJob template)."""
+    """(where, object) for every document of every YAML file (kustomization.yaml: the
+    ConfigMaps it generates), and for every object in a ConfigMap's ``*.yaml`` value."""
     found = []
     for path in sorted(K8S.glob("*.y*ml")):
-        for doc in yaml.safe_load_all(path.read_text()):
+        if path.name == "kustomization.yaml":
+            docs = _generated_config_maps(yaml.safe_load(path.read_text()))
+        else:
+            docs = yaml.safe_load_all(path.read_text())
+        for doc in docs:
             if doc is None:
                 continue
             where = f"{path.name}: {doc.get('kind')}/{(doc.get('metadata') or {}).get('name')}"
             found.append((where, doc))
-            if doc.get("kind") != "ConfigMap":
-                continue
+            if doc.get("kind") != "ConfigMap" or path.name == "kustomization.yaml":
+                continue  # a generated ConfigMap holds files that are loaded themselves
             for key, value in (doc.get("data") or {}).items():
                 if key.endswith((".yaml", ".yml")):
                     found += [
@@ -91,6 +96,19 @@ def _load_manifests() -> list[tuple[str, dict]]:
                         if isinstance(inner, dict) and "kind" in inner
                     ]
     return found
+
+
+def _generated_config_maps(kustomization: dict) -> list[dict]:
+    """The ConfigMaps kustomize makes from ``configMapGenerator`` (files as data, in the
+    kustomization's namespace), as ``kubectl apply -k`` would apply them."""
+    assert kustomization["generatorOptions"]["disableNameSuffixHash"], "mounted by name"
+    maps = []
+    for gen in kustomization["configMapGenerator"]:
+        data = {f: (K8S / f).read_text() for f in gen["files"]}
+        meta = {"name": gen["name"], "namespace": kustomization["namespace"],
+                "labels": gen.get("options", {}).get("labels", {})}  # fmt: skip
+        maps.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
+    return maps
 
 
 MANIFESTS = _load_manifests()
@@ -155,7 +173,7 @@ def quantity(text: str | int | float) -> float:
 def test_the_manifests_are_all_there():
     files = {where.split(":")[0] for where in IDS}
     assert {"daskjob.yaml", "cronjob.yaml"} <= files
-    assert any("[daskjob.yaml]" in where for where in DASKJOB_IDS), "no nightly template"
+    assert "kustomization.yaml: ConfigMap/dslide-nightly" in IDS, "no nightly template"
     assert any(obj["kind"] == "CronJob" for _, obj in MANIFESTS)
 
 
@@ -500,6 +518,26 @@ def test_one_image_runs_every_command():
         if line.strip() and not line.startswith("#")
     ]
     assert ignore[0] == "*" and "**/__pycache__" in ignore
+    assert "!workflows/k8s/requirements.lock" in ignore and "!LICENSE" in ignore
+
+
+def test_image_builds_from_the_lock_with_a_cache_and_a_warm_numba_cache():
+    dockerfile = (K8S / "Dockerfile").read_text()
+    lock = (K8S / "requirements.lock").read_text()
+    # dependencies from the lock, before the sources are copied (a layer kept until the
+    # lock changes), with pip's download cache mounted
+    assert dockerfile.index("-r requirements.lock") < dockerfile.index("COPY dslide_dask")
+    assert dockerfile.count("--mount=type=cache,target=/root/.cache/pip") >= 2
+    pins = dict(re.findall(r"^([a-z0-9._-]+)==(\S+)", lock, re.M))
+    project = tomllib.loads((K8S.parents[1] / "pyproject.toml").read_text())["project"]
+    for req in project["dependencies"] + project["optional-dependencies"]["s3"]:
+        dep = re.split(r"[\[<>=!~; ]", req, maxsplit=1)[0].lower()
+        assert dep in pins, f"{dep} is not in requirements.lock: run pip-compile (README.md)"
+    # numba's cache: in the non-root user's home, filled at build time as that user
+    cache = re.search(r"NUMBA_CACHE_DIR=(\S+)", dockerfile).group(1)
+    assert cache.startswith("/home/dslide/") and not cache.startswith("/tmp")
+    user_at = dockerfile.index("USER 10001")
+    assert dockerfile.index("dslide train", user_at) > user_at, "warmed as the Pods' user"
 
 
 # -- the nightly CronJob -----------------------------------------------------------------------
@@ -507,7 +545,9 @@ def test_cronjob_has_what_it_needs():
     cron = _one("CronJob", "dslide-nightly")
     namespace = cron["metadata"]["namespace"]
     in_file = [
-        o for where, o in MANIFESTS if where.startswith("cronjob.yaml:") and "[" not in where
+        o
+        for where, o in MANIFESTS
+        if where.startswith(("cronjob.yaml:", "kustomization.yaml:")) and "[" not in where
     ]
     assert {o["metadata"].get("namespace") for o in in_file} == {namespace}
     spec = cron["spec"]
@@ -539,6 +579,33 @@ def test_cronjob_has_what_it_needs():
     assert c["args"][:2] == ["python", f"{mount['mountPath']}/create_daskjob.py"]
     assert {"create_daskjob.py", "daskjob.yaml"} <= set(data)
     compile(data["create_daskjob.py"], "create_daskjob.py", "exec")
+    assert any(
+        r["apiGroups"] == [""] and r["resources"] == ["pods"] and r["verbs"] == ["get"]
+        for r in rules
+    ), "the creator reads earlier runs' runner Pods"
+    # the nightly template is the one-off manifest itself: nothing hand-copied
+    assert data["daskjob.yaml"] == (K8S / "daskjob.yaml").read_text()
+
+
+def test_the_nodes_the_readme_recommends_fit_a_worker_beside_the_runner_or_scheduler():
+    """2-vCPU / 8-GiB nodes keep about 1.9 CPU and 6 GiB allocatable: a runner or the
+    scheduler that does not fit beside a worker is never scheduled (and a runner's
+    activeDeadlineSeconds never starts counting)."""
+    readme = (K8S / "README.md").read_text()
+    assert "2-vCPU / 8-GiB" in readme
+    for where, job in DASKJOBS:
+        pods = pod_specs(job)
+
+        def requests(role, pods=pods):
+            pod = pods[role]
+            cpu = sum(quantity(c["resources"]["requests"]["cpu"]) for c in pod["containers"])
+            mem = sum(quantity(c["resources"]["requests"]["memory"]) for c in pod["containers"])
+            return cpu, mem
+
+        worker = requests("worker")
+        for other in ("job", "scheduler"):
+            cpu, mem = (a + b for a, b in zip(worker, requests(other), strict=True))
+            assert cpu <= 1.9 and mem <= 6 * 2**30, (where, other, cpu, mem / 2**30)
 
 
 class FakeAPI:
@@ -549,7 +616,15 @@ class FakeAPI:
 
     def __call__(self, method: str, path: str, body: dict | None = None) -> dict:
         self.calls.append((method, path, body))
+        if method == "GET" and "/pods/" in path:
+            name = path.rsplit("/", 1)[1]
+            return copy.deepcopy(self.pods.get(name, {"status": {"phase": "Running"}}))
         return {"items": copy.deepcopy(self.runs)} if method == "GET" else body or {}
+
+    pods: dict = {}  # runner Pod name -> Pod (default: running)
+
+    def daskjob_calls(self) -> list[str]:
+        return [m for m, p, _ in self.calls if "/pods/" not in p]
 
 
 def _run(name: str, status: str | None, created: str) -> dict:
@@ -568,6 +643,9 @@ def creator(tmp_path, monkeypatch):
     monkeypatch.setenv("DASKJOB_TEMPLATE", str(template))
     monkeypatch.setenv("POD_NAMESPACE", "dslide")
     monkeypatch.setenv("KEEP_FINISHED", "2")
+    (cron,) = pod_specs(_one("CronJob", "dslide-nightly"))["cron"]["containers"]
+    for var in ("RUN_PREFIX", "RUN_DEADLINE_SECONDS", "PENDING_MINUTES"):
+        monkeypatch.setenv(var, env_value(cron, var))
     module = {"__name__": "create_daskjob"}
     exec(compile(data["create_daskjob.py"], "create_daskjob.py", "exec"), module)
     return module
@@ -614,15 +692,41 @@ def test_creator_never_overlaps_runs(creator, monkeypatch, capsys):
     ]
     api = creator["api"] = FakeAPI(runs)
     assert creator["main"]() == 1
-    assert [m for m, _, _ in api.calls] == ["GET"]
+    assert api.daskjob_calls() == ["GET"]
     assert "still running: dslide-nightly-x, dslide-nightly-y" in capsys.readouterr().err
+
+
+def test_a_run_whose_runner_is_never_scheduled_is_deleted(creator, monkeypatch, capsys):
+    monkeypatch.setenv("JOB_NAME", f"dslide-nightly-{MINUTES}")
+    api = creator["api"] = FakeAPI([_run("dslide-nightly-x", "Running", "2025-01-01T01:00:00Z")])
+    unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                     "message": "0/4 nodes are available: 4 Insufficient cpu."}  # fmt: skip
+    api.pods = {"dslide-nightly-x-runner": {
+        "metadata": {"creationTimestamp": "2025-01-01T01:00:00Z"},
+        "status": {"phase": "Pending", "conditions": [unschedulable]},
+    }}  # fmt: skip
+    assert creator["main"]() == 0
+    assert [(m, p.split("?")[0].rsplit("/", 1)[-1]) for m, p, _ in api.calls] == [
+        ("GET", "daskjobs"), ("GET", "dslide-nightly-x-runner"),
+        ("DELETE", "dslide-nightly-x"), ("POST", "daskjobs"),
+    ]  # fmt: skip
+    assert "Insufficient cpu" in capsys.readouterr().err
+    job = api.calls[-1][2]
+    assert job["spec"]["job"]["spec"]["activeDeadlineSeconds"] == 82800  # the nightly deadline
+    # a young pending runner (nodes being added) is waited for
+    api = creator["api"] = FakeAPI([_run("dslide-nightly-x", "Running", "2025-01-01T01:00:00Z")])
+    fresh = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    api.pods = {"dslide-nightly-x-runner": {"metadata": {"creationTimestamp": fresh},
+                                            "status": {"phase": "Pending",
+                                                       "conditions": [unschedulable]}}}  # fmt: skip
+    assert creator["main"]() == 1
 
 
 def test_a_retried_creator_does_nothing(creator, monkeypatch):
     monkeypatch.setenv("JOB_NAME", f"dslide-nightly-{MINUTES}")
     api = creator["api"] = FakeAPI([_run(TONIGHT, "Running", "2025-01-01T01:00:00Z")])
     assert creator["main"]() == 0
-    assert [m for m, _, _ in api.calls] == ["GET"]
+    assert api.daskjob_calls() == ["GET"]
 
 
 def test_a_manual_run_is_named_after_now(creator):

@@ -1,0 +1,179 @@
+"""What a fitted ``SlideClassifier`` does: top-k inference (``predict`` kept sparse,
+``predict_topk`` with scores), P@k scores, and saving and loading the model."""
+
+from __future__ import annotations
+
+from typing import Self
+
+import numpy as np
+
+from dslide_dask.checkpoint import open_checkpoint
+from dslide_dask.checkpoint.model import config_of
+from dslide_dask.data.csr import CSR
+from dslide_dask.estimator._inputs import _plain
+from dslide_dask.local_trainer import LocalTrainer
+from dslide_dask.model.config import check_int
+
+
+def topk_indicator(top: np.ndarray, n_labels: int):
+    """Top-k label ids ``[rows, k]`` (-1: none) as scikit-learn's multi-label indicator:
+    a scipy CSR matrix of ``n_labels`` columns, never dense."""
+    import scipy.sparse
+
+    counts = (top >= 0).sum(axis=1)
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    # each row's ids sorted (scipy's canonical form), the -1s of exact=False dropped
+    ids = np.sort(np.where(top >= 0, top, n_labels), axis=1)
+    ids = ids[np.arange(top.shape[1]) < counts[:, None]]
+    data = np.ones(len(ids), np.int8)
+    return scipy.sparse.csr_matrix((data, ids, indptr), shape=(len(top), n_labels))
+
+
+class FittedMixin:
+    """Inference and persistence of :class:`SlideClassifier`."""
+
+    # -- persistence -----------------------------------------------------------------------
+    def save(self, url: str, storage_options: dict | None = None) -> str:
+        """Write the fitted model to ``url`` (any fsspec URL): plain arrays and JSON, no
+        pickle; on a cluster, every shard writes its own rows from its worker. Returns
+        the checkpoint's URL; :meth:`load` reads it back."""
+        self._check_fitted()
+        params = {k: _plain(v) for k, v in self.get_params().items() if k != "hidden"}
+        params["random_state"] = self.seed_  # the seed used, whatever drew it
+        extra = {"estimator": {**params, "epochs_done": self.epochs_done_, "evals": self.evals_}}
+        if self._multiclass:
+            extra["estimator"]["classes"] = self.classes_.tolist()
+        return self.trainer_.save(url, storage_options, extra)
+
+    @classmethod
+    def load(
+        cls, url: str, client=None, storage_options: dict | None = None,
+        n_shards: int | None = None,
+    ) -> Self:  # fmt: skip
+        """A fitted classifier from a model written by :meth:`save` (or any checkpoint,
+        e.g. a run folder's latest), in this process or on ``client``'s cluster, split
+        into ``n_shards`` (default: as saved in-process, one per worker on a cluster)."""
+        ckpt = open_checkpoint(url, storage_options)
+        saved = dict(ckpt.meta.get("estimator", {}))
+        epochs_done, evals = saved.pop("epochs_done", 0), saved.pop("evals", [])
+        classes = saved.pop("classes", None)
+        if "seed" in saved:  # saved before the parameter was random_state
+            saved["random_state"] = saved.pop("seed")
+        names = cls._get_param_names()
+        params = {k: v for k, v in saved.items() if k in names}
+        # what the user set wins over what a fit derived from it (the schedule's length)
+        recipe = config_of(ckpt).to_dict()
+        recipe["random_state"] = recipe.pop("seed")
+        clf = cls(**{**recipe, **params}).set_params(
+            hidden=tuple(ckpt.meta["config"]["hidden"]), n_shards=n_shards
+        )
+        clf.client = client
+        n_features, n_labels = ckpt.meta["n_features"], ckpt.meta["n_labels"]
+        cfg = clf.config()
+        if client is None:
+            clf.trainer_ = LocalTrainer(cfg, n_features, n_labels, n_shards or 1, restore=ckpt)
+        else:
+            from dslide_dask.distributed import DistributedTrainer  # distributed: on demand
+
+            clf.trainer_ = DistributedTrainer(
+                client, cfg, n_features, n_labels, n_shards=n_shards,
+                wire_dtype=clf.wire_dtype, pipeline=clf.pipeline, restore=ckpt.url,
+                storage_options=storage_options, name=clf.run_name,
+            )  # fmt: skip
+        clf.seed_ = cfg.seed
+        clf.epochs_done_, clf.evals_ = epochs_done, list(evals)
+        clf.n_features_in_ = n_features
+        clf._multiclass = classes is not None
+        clf.classes_ = np.asarray(classes) if classes is not None else np.arange(n_labels)
+        return clf
+
+    # -- inference -------------------------------------------------------------------------
+    def predict_topk(self, X, k: int = 5, *, exact: bool = True, return_scores: bool = False):
+        """Top-k labels per row, best first: label ids (multi-class: the classes).
+        ``exact=False``: LSH-retrieved labels only; -1 (multi-class: None) where fewer
+        than k are found.
+
+        ``return_scores=True`` also returns their scores, ``(labels, scores)``: the output
+        layer's logits (float32, -inf where no label was found), comparable within a row
+        and across rows; a probability would need the softmax over every label, which top-k
+        inference never computes. In-process models only for now.
+        """
+        self._check_fitted()
+        Xc = self._features(X, reset=False)
+        self._check_shapes(Xc.n_cols, None)
+        k = _plain(k)
+        check_int("k", k, 1, self.trainer_.n_labels)
+        scores = None
+        with self._threads():
+            if return_scores:
+                top, scores = self._scored_topk(Xc, k, bool(exact))
+            else:
+                top = self.trainer_.topk(Xc, k, bool(exact))
+        if self._multiclass:
+            out = self.classes_[np.maximum(top, 0)]
+            if (top < 0).any():
+                out = out.astype(object)
+                out[top < 0] = None
+            top = out
+        return (top, scores) if return_scores else top
+
+    def _scored_topk(self, X: CSR, k: int, exact: bool, batch: int = 4096):
+        """Top-k ids and logits, merged from every shard's (ids, scores) in this process."""
+        if not isinstance(self.trainer_, LocalTrainer):
+            raise NotImplementedError(
+                "return_scores=True is not available for a model on a Dask cluster yet: "
+                "load it in-process (SlideClassifier.load(url)) to score"
+            )
+        net = self.trainer_.network
+        ids = np.empty((X.n_rows, k), np.int64)
+        scores = np.empty((X.n_rows, k), np.float32)
+        for start in range(0, X.n_rows, batch):
+            stop = min(start + batch, X.n_rows)
+            h, _ = net.hidden.forward(X.slice_rows(start, stop))
+            parts = [shard.topk(h, k, exact) for shard in net.shards]
+            all_ids = np.concatenate([p[0] for p in parts], axis=1)
+            all_scores = np.concatenate([p[1] for p in parts], axis=1)
+            order = np.argsort(-all_scores, axis=1, kind="stable")[:, :k]
+            ids[start:stop] = np.take_along_axis(all_ids, order, axis=1)
+            scores[start:stop] = np.take_along_axis(all_scores, order, axis=1)
+        return ids, scores
+
+    def predict(self, X, top_k: int = 1, *, exact: bool = True):
+        """Multi-label (scikit-learn's convention, kept sparse): a scipy CSR indicator
+        matrix of shape ``(n_rows, n_labels)`` with the ``top_k`` best labels of each row
+        set. Multi-class: the best class of each row (``top_k`` must be 1; see
+        :meth:`predict_topk`)."""
+        self._check_fitted()
+        top_k = _plain(top_k)
+        check_int("top_k", top_k, 1, self.trainer_.n_labels)
+        if self._multiclass and top_k != 1:
+            raise ValueError(
+                f"top_k must be 1 for a multi-class model's predict, got {top_k!r}: "
+                "predict_topk(X, k) gives the k best classes"
+            )
+        top = self.predict_topk(X, top_k, exact=exact)
+        if self._multiclass:
+            return top[:, 0]
+        return topk_indicator(top, self.trainer_.n_labels)
+
+    def score(self, X, y, sample_weight=None, *, k: int = 1, exact: bool = True) -> float:
+        """Precision at k (P@k) on ``(X, y)`` (multi-class, k=1: the accuracy)."""
+        if sample_weight is not None:
+            raise ValueError("sample_weight is not supported: P@k weighs every row alike")
+        k = _plain(k)
+        return self.evaluate(X, y, ks=(k,), exact=exact)[f"P@{k}"]
+
+    def evaluate(self, X, Y, ks=(1, 3, 5), exact: bool = True) -> dict[str, float]:
+        """P@k and nDCG@k for each k in ``ks``, and PSP@k and PSnDCG@k (propensity-scored,
+        normalised by the best achievable; propensities from the labels trained on)."""
+        self._check_fitted()
+        ks = tuple(_plain(k) for k in ks)
+        data = self._held_out((X, Y), self.trainer_.n_labels)
+        self._check_shapes(data.n_features, data.n_labels)
+        with self._threads():
+            return self.trainer_.evaluate(data, ks, bool(exact))
+
+    def close(self) -> None:
+        """Release the fitted model (on a cluster: its actors and their memory)."""
+        if "trainer_" in self.__dict__:
+            self.trainer_.close()

@@ -1,0 +1,204 @@
+"""How ``SlideClassifier`` trains: ``fit`` (epochs, early stopping, evaluation during
+training) and ``partial_fit``, in this process or on the current Dask client's cluster."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Self
+
+import numpy as np
+
+from dslide_dask.checkpoint import CheckpointPolicy
+from dslide_dask.data.batches import Source, plan
+from dslide_dask.data.dataset import XCDataset
+from dslide_dask.data.stream import Stream
+from dslide_dask.estimator._inputs import _plain
+from dslide_dask.local_trainer import LocalTrainer
+from dslide_dask.model.config import check_int
+
+#: Called after every step with its statistics (step, samples, loss, active, seconds...).
+StepCallback = Callable[[dict], None]
+
+
+class TrainingMixin:
+    """Training of :class:`SlideClassifier` (sets ``trainer_``, ``seed_``,
+    ``epochs_done_``, ``evals_`` and, with early stopping, the validation scores)."""
+
+    def fit(
+        self,
+        X,
+        Y=None,
+        callback: StepCallback | None = None,
+        storage_options: dict | None = None,
+        eval_set: tuple | None = None,
+        eval_every: int | None = None,
+    ) -> Self:
+        """Train from scratch for ``epochs`` passes, shuffling the rows each epoch.
+
+        ``X`` may be a URL of training data (file, glob, folder, converted layout; ``Y``
+        None): it is then streamed from storage by this process or, on a cluster, by the
+        coordinator's worker, never through the client.
+
+        ``eval_set=(X_test, Y_test)`` records P@1/3/5 in :attr:`evals_` every
+        ``eval_every`` steps (default: after each epoch's worth of steps) and at the end.
+
+        With ``early_stopping``, ``validation_fraction`` of the rows (of a URL: the
+        ``eval_set``) are held out and scored (P@1) after each epoch; training stops once
+        ``n_iter_no_change`` epochs in a row gained no more than ``tol``, and the weights
+        of the best epoch are put back (:attr:`validation_scores_`,
+        :attr:`best_validation_score_`, :attr:`n_iter_`).
+        """
+        epochs = self._int("epochs", 1, 1 << 20)
+        batch_size = self._int("batch_size", 1, 1 << 20)
+        self.config()  # every parameter checked before the data is read
+        data = self._training_data(X, Y, storage_options)
+        seed = self._seed()
+        validation = None
+        if _plain(self.early_stopping):
+            data, validation = self._validation_split(data, eval_set, seed)
+        self._start(data, seed, -(-data.n_points // batch_size) * epochs, epochs)
+        if validation is None:
+            self._train(data, epochs, True, callback, eval_set, eval_every)
+        else:
+            self._train_early_stopping(data, validation, callback, eval_set, eval_every)
+        return self
+
+    def _validation_split(self, data: Source, eval_set, seed: int) -> tuple[Source, XCDataset]:
+        """``(training rows, validation rows)`` for early stopping."""
+        self._int("n_iter_no_change", 1, 1 << 20)
+        self._float("tol", 0.0, 1.0)
+        if not isinstance(data, XCDataset):
+            if eval_set is None:
+                raise ValueError(
+                    "early_stopping with training data from a URL needs eval_set=(X, Y) "
+                    "to validate on: its rows cannot be split off while streaming"
+                )
+            return data, self._held_out(eval_set, data.n_labels)
+        fraction = self._float("validation_fraction", 0.0, 1.0, low_open=True, high_open=True)
+        n_valid = round(data.n_points * fraction)
+        if not 1 <= n_valid < data.n_points:
+            raise ValueError(
+                f"validation_fraction={fraction} of {data.n_points} rows "
+                f"leaves {n_valid} to validate on and {data.n_points - n_valid} to train on; "
+                "both must be at least 1"
+            )
+        order = np.random.default_rng([seed, 0x5EED]).permutation(data.n_points)
+        return data.take(np.sort(order[n_valid:])), data.take(np.sort(order[:n_valid]))
+
+    def _train_early_stopping(
+        self, data: Source, validation: XCDataset, callback, eval_set, eval_every
+    ) -> None:
+        """Epoch by epoch, keeping the weights of the best validation P@1."""
+        self.validation_scores_: list[float] = []
+        self.best_validation_score_ = -np.inf
+        stale = 0
+        tol, patience = _plain(self.tol), _plain(self.n_iter_no_change)
+        for _ in range(_plain(self.epochs)):
+            self._train(data, 1, True, callback, eval_set, eval_every)
+            score = self.trainer_.evaluate(validation, ks=(1,))["P@1"]
+            self.validation_scores_.append(score)
+            if score > self.best_validation_score_ + tol:
+                self.best_validation_score_ = score
+                self.trainer_.remember()
+                stale = 0
+            else:
+                stale += 1
+                if stale >= patience:
+                    break
+        self.n_iter_ = len(self.validation_scores_)
+        if np.argmax(self.validation_scores_) != self.n_iter_ - 1:
+            self.trainer_.recall()
+
+    def partial_fit(
+        self, X, Y=None, classes=None, callback: StepCallback | None = None,
+        storage_options: dict | None = None,
+    ) -> Self:  # fmt: skip
+        """One pass over the rows in the given order (a URL: one shuffled pass); starts a
+        model on the first call (multi-class: of ``classes``, as scikit-learn's
+        ``partial_fit``, default the classes of that first ``y``)."""
+        if "trainer_" not in self.__dict__:
+            data = self._training_data(X, Y, storage_options, classes)
+            self._start(data, self._seed())
+        elif isinstance(X, str):
+            data = plan(X, storage_options)
+            self._check_shapes(data.n_features, data.n_labels)
+        else:
+            data = self._held_out((X, Y), self.trainer_.n_labels)
+        self._train(data, 1, False, callback)
+        return self
+
+    def _start(self, data: Source, seed: int, steps: int = 0, epochs: int = 1) -> None:
+        """A fresh model for ``data``; a fit of ``steps`` steps in ``epochs`` epochs sets
+        the lr schedule (0: unknown, as for ``partial_fit``)."""
+        if "trainer_" in self.__dict__:
+            self.trainer_.close()
+        cfg = replace(self.config(), seed=seed).for_data(data.n_labels, steps, steps // epochs)
+        policy = None
+        if self.checkpoint_url is not None:
+            every = self._int("checkpoint_every", 1, 1 << 40)
+            policy = CheckpointPolicy(self.checkpoint_url, every)
+        client = self._current_client()
+        if client is None:
+            self.trainer_ = LocalTrainer(cfg, data.n_features, data.n_labels, checkpoint=policy)
+        else:
+            from dslide_dask.distributed import DistributedTrainer  # distributed: on demand
+
+            self.trainer_ = DistributedTrainer(
+                client, cfg, data.n_features, data.n_labels, n_shards=_plain(self.n_shards),
+                wire_dtype=self.wire_dtype, pipeline=_plain(self.pipeline), checkpoint=policy,
+                name=self.run_name,
+            )  # fmt: skip
+        self.seed_ = seed
+        self.epochs_done_ = 0
+        self.evals_: list[dict] = []
+
+    def _current_client(self):
+        """The client given, else the current one as dask-ml finds it; None: this process.
+
+        ``distributed`` is looked up only if it was imported: without it there can be no
+        client, and training in one process then never pays for importing it.
+        """
+        if self._client is not None:
+            return self._client or None  # False: in this process
+        if "distributed" not in sys.modules:
+            return None
+        from distributed import default_client
+
+        try:
+            return default_client()
+        except ValueError:  # no current client
+            return None
+
+    def _train(
+        self, data: Source, epochs: int, shuffle: bool, callback, eval_set=None, eval_every=None
+    ) -> None:
+        batch_size = self._int("batch_size", 1, 1 << 20)
+        if eval_set is not None:
+            held_out = self._held_out(eval_set, self.trainer_.n_labels)
+            self._check_shapes(held_out.n_features, held_out.n_labels)
+            every = _plain(eval_every) or max(1, -(-data.n_points // batch_size))
+            check_int("eval_every", every, 1, 1 << 40)
+            callback = self._evaluating(callback, held_out, every)
+        with self._threads():
+            stream = Stream(batch_size, epochs, self.seed_, shuffle, first_epoch=self.epochs_done_)
+            self.trainer_.train(data, stream, callback)
+            self.epochs_done_ += epochs
+            if eval_set is not None and (not self.evals_ or self.evals_[-1]["step"] != self._step):
+                self._record_eval(held_out)
+
+    def _evaluating(self, callback, held_out: XCDataset, every: int) -> StepCallback:
+        """``callback``, then P@k on ``held_out`` every ``every`` steps."""
+
+        def step(stats: dict) -> None:
+            if callback is not None:
+                callback(stats)
+            if stats["step"] % every == 0:
+                self._record_eval(held_out)
+
+        return step
+
+    def _record_eval(self, held_out: XCDataset) -> None:
+        scores = self.trainer_.evaluate(held_out)  # on a cluster: also on the dashboard
+        self.evals_.append({"step": self._step, "epoch": self.epochs_done_, **scores})
