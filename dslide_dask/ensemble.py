@@ -96,30 +96,32 @@ class SlideEnsemble(BaseEstimator):
         self.n_train_ = data.n_points
         return self
 
-    def predict_topk(self, X, k: int = 5, exact: bool = True) -> np.ndarray:
+    def predict_topk(self, X, k: int = 5, *, exact: bool = True) -> np.ndarray:
         """Top-k label ids per row, best first, by the members' fused ranks."""
         self._check_fitted()
         n_labels = self._n_labels
         check_int("k", k, 1, n_labels)
         k_fuse = self.k_fuse if self.k_fuse is not None else max(10, 2 * k)
         check_int("k_fuse", k_fuse, k, n_labels)
-        return borda_topk([m.predict_topk(X, k_fuse, exact) for m in self.members_], k)
+        return borda_topk([m.predict_topk(X, k_fuse, exact=exact) for m in self.members_], k)
 
     def predict(self, X, top_k: int = 1, *, exact: bool = True):
         """The ``top_k`` best labels of each row as a scipy CSR indicator matrix (as
         :meth:`SlideClassifier.predict`)."""
-        return topk_indicator(self.predict_topk(X, top_k, exact), self._n_labels)
+        return topk_indicator(self.predict_topk(X, top_k, exact=exact), self._n_labels)
 
-    def evaluate(self, X, Y, ks=(1, 3, 5), exact: bool = True) -> dict[str, float]:
+    def evaluate(self, X, Y, ks=(1, 3, 5), *, exact: bool = True) -> dict[str, float]:
         """P@k, nDCG@k, PSP@k and PSnDCG@k of the fused predictions (propensities from
         the training labels)."""
         self._check_fitted()
         data = labelled_data(X, Y, self._n_labels)
-        top = self.predict_topk(data.X, max(ks), exact)
+        top = self.predict_topk(data.X, max(ks), exact=exact)
         return xc_metrics(top, data.Y, ks, self.label_counts_, self.n_train_)
 
-    def score(self, X, Y, k: int = 1, exact: bool = True) -> float:
+    def score(self, X, Y, sample_weight=None, *, k: int = 1, exact: bool = True) -> float:
         """Precision at k (P@k) on ``(X, Y)``."""
+        if sample_weight is not None:
+            raise ValueError("sample_weight is not supported: P@k weighs every row alike")
         return self.evaluate(X, Y, ks=(k,), exact=exact)[f"P@{k}"]
 
     def close(self) -> None:

@@ -25,10 +25,16 @@ def _listeners(pids: list[int]) -> set[tuple[str, int]]:
     }
 
 
+def _family() -> list[int]:
+    """This process and its children: the scheduler and nannies run here, workers below."""
+    return [os.getpid(), *(p.pid for p in psutil.Process().children(recursive=True))]
+
+
 def _train(tiny, **cluster_kw) -> tuple[float, set, set, set]:
     """P@1 of a 2-worker fit, and the cluster's comm addresses, HTTP ports and listeners."""
     train, test = tiny
     security = cluster_kw.get("security")
+    before = _listeners(_family())  # e.g. the S3 test server of another test module
     with (
         LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
@@ -43,8 +49,7 @@ def _train(tiny, **cluster_kw) -> tuple[float, set, set, set]:
         http.add(client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.http_server.port))
         clf = SlideClassifier(hidden=(64,), epochs=2, seed=0, client=client)
         clf.fit(train.X, train.Y)
-        pids = [p.pid for p in psutil.Process(os.getpid()).children(recursive=True)]
-        listening = _listeners([os.getpid(), *pids])
+        listening = _listeners(_family()) - before
         p1 = clf.score(test.X, test.Y)
         clf.close()
     return p1, comms, http, listening
