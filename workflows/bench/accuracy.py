@@ -348,7 +348,7 @@ def run_napkinxc(train, test, config: dict[str, Any]) -> dict[str, Any]:
     c = config["classifier"]
     X, Y = scipy_x(train.X), [train.Y.row(i).tolist() for i in range(train.n_points)]
     with tempfile.TemporaryDirectory(prefix="dslide-napkinxc-") as out:
-        model = PLT(out, threads=c["n_threads"], seed=c["random_state"])
+        model = PLT(out, threads=c["n_threads"], seed=make_classifier(c).config().seed)
         t0 = time.perf_counter()
         model.fit(X, Y)
         seconds = time.perf_counter() - t0

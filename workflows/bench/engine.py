@@ -191,7 +191,7 @@ def run_dense(train, test, config: dict[str, Any], **extra: Any) -> dict[str, An
         init_std=engine.init_std,
         threads=c["n_threads"],
         epochs=c["epochs"],
-        seed=c["random_state"],
+        seed=engine.seed,
         input_layer=config["dense_input"],
         progress=_progress("dense", train.n_points * c["epochs"], config["log_every"]),
         **extra,
