@@ -166,8 +166,12 @@ def test_cleanup_after_an_exception():
     assert sleeper.poll() is not None
 
 
+# A suite started in the background (``cmd &``, nohup, some CI runners) hands its children
+# SIGINT ignored, and Python then installs no KeyboardInterrupt handler: the child restores
+# Python's own, so that Ctrl-C means what it means in a terminal whoever started the suite.
 CHILD = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from dslide_workflows.cluster.netns import EmulatedCluster
     with EmulatedCluster(2, rate="100mbit") as net:
         sleeper = net.popen(net.nodes[1], ["sleep", "300"])
