@@ -111,12 +111,22 @@ class LocalTrainer:
         """Put back the weights :meth:`remember` kept; False if none were."""
         return self.network.recall()
 
-    def topk(self, X: CSR, k: int, exact: bool = True, batch_size: int = 4096) -> np.ndarray:
-        out = np.empty((X.n_rows, k), np.int64)
+    def topk(self, X: CSR, k: int, exact: bool = True) -> np.ndarray:
+        return self.topk_scores(X, k, exact)[0]
+
+    def topk_scores(
+        self, X: CSR, k: int, exact: bool = True, batch_size: int = 4096
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k label ids and their logits (float32, -inf where none was found), a
+        batch of rows at a time."""
+        ids = np.empty((X.n_rows, k), np.int64)
+        scores = np.empty((X.n_rows, k), np.float32)
         for start in range(0, X.n_rows, batch_size):
             stop = min(start + batch_size, X.n_rows)
-            out[start:stop] = self.network.topk(X.slice_rows(start, stop), k, exact)
-        return out
+            ids[start:stop], scores[start:stop] = self.network.topk_scores(
+                X.slice_rows(start, stop), k, exact
+            )
+        return ids, scores
 
     def evaluate(
         self,

@@ -59,6 +59,9 @@ class Trainer(Protocol):
     def topk(self, X: CSR, k: int, exact: bool = True) -> np.ndarray:
         """Top-k label ids of each row."""
 
+    def topk_scores(self, X: CSR, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k label ids of each row and their logits (float32, -inf where none)."""
+
     def save(self, url: str, storage_options: dict | None = None, extra: dict | None = None) -> str:
         """Write the model to ``url``; the checkpoint URL."""
 

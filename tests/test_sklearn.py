@@ -193,3 +193,56 @@ def test_dask_bag_of_rows(tiny):
     assert clf.n_features_in_ <= X.shape[1] and clf.n_steps_ == 2
     with pytest.raises(ValueError, match=r"\(x, labels\) pairs"):
         SlideClassifier(**FAST).fit(db.from_sequence([1, 2, 3]))
+
+
+def _made_on_a_worker(block):
+    """A chunk that refuses to be made outside a Dask worker (so a test can tell that
+    nothing computed it in the client process)."""
+    from distributed import get_worker
+
+    get_worker()  # ValueError outside a worker
+    return block
+
+
+def _on_workers(matrix, rows: int):
+    chunks = (rows, matrix.shape[1])
+    return da.from_array(matrix, chunks=chunks, asarray=False).map_blocks(
+        _made_on_a_worker, dtype=float
+    )
+
+
+def test_dask_collections_on_a_cluster_stay_on_the_workers(tiny, client):
+    X, Y, test = tiny
+    Xs, Ys = X[:1500], _scipy(Y)[:1500]
+    dX = _on_workers(Xs, 500)
+    dY = _on_workers(Ys, 300)
+    with pytest.raises(ValueError):
+        dX.compute(scheduler="sync")  # the chunks really cannot be made here
+    fitted = SlideClassifier(**FAST).fit(dX, dY)  # blocks made and kept on the workers
+    ref = SlideClassifier(**FAST).fit(Xs, Ys)  # the same model from rows sent by the client
+    assert type(fitted.trainer_).__name__ == "DistributedTrainer"
+    assert fitted.n_features_in_ == Xs.shape[1] and len(fitted.classes_) == Ys.shape[1]
+    Xt, Yt = _scipy(test.X)[:300], _scipy(test.Y)[:300]
+    dXt = _on_workers(Xt, 100)
+    dYt = _on_workers(Yt, 100)
+    top = fitted.predict_topk(dXt, 5)
+    assert isinstance(top, da.Array) and top.chunks == ((100, 100, 100), (5,))
+    np.testing.assert_array_equal(top.compute(), ref.predict_topk(Xt, 5))
+    assert fitted.score(dXt, dYt, k=3) == pytest.approx(ref.score(Xt, Yt, k=3))
+    ids, scores = fitted.predict_topk(Xt, 5, return_scores=True)  # scores from a cluster model
+    np.testing.assert_array_equal(ids, ref.predict_topk(Xt, 5))
+    assert (np.diff(scores, axis=1) <= 0).all()
+    fitted.close()
+    ref.close()
+
+
+def test_dask_bag_of_rows_on_a_cluster(tiny, client):
+    X, Y, _ = tiny
+    rows = [({int(j): float(v) for j, v in zip(X[i].indices, X[i].data, strict=True)},
+             list(Y.row(i))) for i in range(400)]  # fmt: skip
+    clf = SlideClassifier(**FAST).fit(db.from_sequence(rows, npartitions=4))
+    assert type(clf.trainer_).__name__ == "DistributedTrainer" and clf.n_steps_ == 2
+    assert clf.n_features_in_ <= X.shape[1] and len(clf.classes_) <= Y.n_cols
+    with pytest.raises(ValueError, match=r"\(x, labels\) pairs"):
+        SlideClassifier(**FAST).fit(db.from_sequence([1, 2, 3], npartitions=1))
+    clf.close()

@@ -128,6 +128,7 @@ def test_importing_the_package_is_light_and_changes_no_environment():
     """Users who train in one process pay for no Dask, and their environment is theirs."""
     script = (
         "import json, os, sys\n"
+        "import sklearn\n"  # it sets KMP_* variables of its own when imported
         "before = dict(os.environ)\n"
         "import dslide_dask\n"
         "heavy = sorted(m for m in ('distributed', 'tornado') if m in sys.modules)\n"

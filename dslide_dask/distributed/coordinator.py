@@ -37,7 +37,7 @@ from dslide_dask.metrics import TrainingLabels, xc_metrics
 from dslide_dask.model.hidden import HiddenLayers
 from dslide_dask.model.network import check_finite, step_stats
 from dslide_dask.model.optimizer import scheduled_lr
-from dslide_dask.model.wide_shard import combine_partials, merge_topk
+from dslide_dask.model.wide_shard import combine_partials, merge_topk_scores
 from dslide_dask.model.wire import pack, payload_bytes, sum_unpacked
 from dslide_dask.omp import passive_wait
 
@@ -268,15 +268,20 @@ class Coordinator:
             self._publish({"step": self.step, **scores})
         return scores
 
-    async def topk(self, X: CSR, k: int, exact: bool, batch_size: int = 4096) -> np.ndarray:
-        """Top-k label ids of each row, gathered from every shard."""
-        out = []
+    async def topk(
+        self, X: CSR, k: int, exact: bool, *, scores: bool = False, batch_size: int = 4096
+    ):
+        """Top-k label ids of each row from every shard; ``scores``: ``(ids, logits)``."""
+        ids, logits = [np.zeros((0, k), np.int64)], [np.zeros((0, k), np.float32)]
         for start in range(0, X.n_rows, batch_size):
             h, _ = await self._compute(self.hidden.forward, X.slice_rows(start, start + batch_size))
             h_wire = pack(h, self.wire_dtype)
             parts = await self._all([s.topk(h_wire, k, exact) for s in self.shards], "topk")
-            out.append(merge_topk(parts, k))
-        return np.concatenate(out) if out else np.zeros((0, k), np.int64)
+            top, top_scores = merge_topk_scores(parts, k)
+            ids.append(top)
+            logits.append(top_scores)
+        top = np.concatenate(ids)
+        return (top, np.concatenate(logits)) if scores else top
 
     # -- early stopping ----------------------------------------------------------------------
     async def remember(self) -> None:

@@ -15,6 +15,7 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.stream import Stream
 from dslide_dask.distributed import live_metrics
+from dslide_dask.distributed.cluster_data import ClusterData, on_coordinator, topk_array
 from dslide_dask.distributed.coordinator import Coordinator
 from dslide_dask.distributed.errors import ShardLostError
 from dslide_dask.distributed.placement import Placement, place_shards
@@ -179,23 +180,23 @@ class DistributedTrainer:
 
     def train(
         self,
-        data: XCDataset | str,
+        data: XCDataset | str | ClusterData,
         stream: Stream,
         callback: StepCallback | None = None,
         storage_options: dict | None = None,
     ) -> list[dict]:
         """Train on the batches ``stream`` draws from ``data``: a data set (sent once to
-        the coordinator's worker) or a URL that worker streams straight from storage.
+        the coordinator's worker), blocks on the cluster (:class:`ClusterData`, moved
+        there from their workers) or a URL that worker streams straight from storage.
         Returns the new per-step statistics and calls ``callback`` with each."""
         start_len = len(self.history)
-        self._wait(self.coordinator.set_data(data, stream, storage_options))
+        self._set_data(data, stream, storage_options)
         while True:
             try:
                 chunk = self._wait(self.coordinator.run(STEPS_PER_CALL))
             except Exception as err:
                 epoch, batch = self._recover(err, start_len, stream)
-                rest = stream.from_position(epoch, batch)
-                self._wait(self.coordinator.set_data(data, rest, storage_options))
+                self._set_data(data, stream.from_position(epoch, batch), storage_options)
                 continue
             for stats in chunk:
                 self.history.append(stats)
@@ -203,6 +204,21 @@ class DistributedTrainer:
                     callback(stats)
             if len(chunk) < STEPS_PER_CALL:
                 return self.history[start_len:]
+
+    def _set_data(self, data, stream: Stream, storage_options: dict | None) -> None:
+        """The coordinator trains next on ``data`` (blocks on the cluster go to it
+        straight from their workers)."""
+        if isinstance(data, ClusterData):
+            call = ("set_data", {"stream": stream}, data.n_features, data.n_labels)
+            self._wait(self._on_coordinator(call, data))
+        else:
+            self._wait(self.coordinator.set_data(data, stream, storage_options))
+
+    def _on_coordinator(self, call: tuple, data: ClusterData):
+        return self.client.submit(
+            on_coordinator, self.coordinator, call, *data.parts, pure=False,
+            workers=[self.placement.workers[0]], allow_other_workers=False,
+        )  # fmt: skip
 
     def _recover(self, err: Exception, start_len: int, stream: Stream) -> tuple[int, int]:
         """After ``err``: if a model worker was lost and a checkpoint (or this call's
@@ -264,6 +280,15 @@ class DistributedTrainer:
     def topk(self, X: CSR, k: int, exact: bool = True) -> np.ndarray:
         return self._wait(self.coordinator.topk(X, k, exact))
 
+    def topk_scores(self, X: CSR, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k ids and their logits (see :meth:`LocalTrainer.topk_scores`)."""
+        return self._wait(self.coordinator.topk(X, k, exact, scores=True))
+
+    def topk_array(self, rows, k: int, exact: bool = True):
+        """Top-k ids of a dask array of rows (columns in one chunk), as a dask array
+        computed where its blocks are."""
+        return topk_array(rows, self.coordinator, k, exact)
+
     def remember(self) -> None:
         """Every worker keeps a copy of its part of the weights (early stopping)."""
         self._wait(self.coordinator.remember())
@@ -274,15 +299,20 @@ class DistributedTrainer:
 
     def evaluate(
         self,
-        data: XCDataset | str,
+        data: XCDataset | str | ClusterData,
         ks: tuple[int, ...] = (1, 3, 5),
         exact: bool = True,
         *,
         max_points: int | None = None,
         storage_options: dict | None = None,
     ) -> dict[str, float]:
-        """P@k, nDCG@k and (once trained) PSP@k, PSnDCG@k on a data set or URL,
-        computed on the cluster."""
+        """P@k, nDCG@k and (once trained) PSP@k, PSnDCG@k on a data set, blocks on the
+        cluster or a URL, computed on the cluster."""
+        if isinstance(data, ClusterData):
+            kwargs = {"ks": tuple(ks), "exact": exact, "max_points": max_points}
+            n_features = max(data.n_features, self.n_features)  # a bag's blocks may be narrower
+            call = ("evaluate", kwargs, n_features, max(data.n_labels, self.n_labels))
+            return self._wait(self._on_coordinator(call, data))
         return self._wait(
             self.coordinator.evaluate(
                 data, storage_options, ks=tuple(ks), exact=exact, max_points=max_points

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Self
 
 import numpy as np
 
 from dslide_dask.checkpoint import open_checkpoint
 from dslide_dask.checkpoint.model import config_of
-from dslide_dask.data.csr import CSR
+from dslide_dask.estimator import collections
 from dslide_dask.estimator._inputs import _plain
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.model.config import check_int
@@ -27,6 +28,15 @@ def topk_indicator(top: np.ndarray, n_labels: int):
     ids = ids[np.arange(top.shape[1]) < counts[:, None]]
     data = np.ones(len(ids), np.int8)
     return scipy.sparse.csr_matrix((data, ids, indptr), shape=(len(top), n_labels))
+
+
+def _classes_of(classes: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """Label ids as the classes they stand for (None where no label was found)."""
+    out = classes[np.maximum(top, 0)]
+    if (top < 0).any():
+        out = out.astype(object)
+        out[top < 0] = None
+    return out
 
 
 class FittedMixin:
@@ -96,47 +106,35 @@ class FittedMixin:
         ``return_scores=True`` also returns their scores, ``(labels, scores)``: the output
         layer's logits (float32, -inf where no label was found), comparable within a row
         and across rows; a probability would need the softmax over every label, which top-k
-        inference never computes. In-process models only for now.
+        inference never computes.
+
+        A dask array ``X`` given to a model on a cluster gives a dask array: one task per
+        block, run where the block is, asks the model (with ``return_scores``, ``X`` is
+        read here and numpy arrays come back).
         """
         self._check_fitted()
-        Xc = self._features(X, reset=False)
-        self._check_shapes(Xc.n_cols, None)
         k = _plain(k)
         check_int("k", k, 1, self.trainer_.n_labels)
-        scores = None
+        if self._on_cluster(X) and not return_scores:
+            rows = collections.feature_blocks(X)
+            self._check_shapes(int(rows.shape[1]), None)
+            top = self.trainer_.topk_array(rows, k, bool(exact))
+            if self._multiclass:
+                dtype = self.classes_.dtype if exact else object
+                return top.map_blocks(partial(_classes_of, self.classes_), dtype=dtype)
+            return top
+        Xc = self._features(X, reset=False)
+        self._check_shapes(Xc.n_cols, None)
         with self._threads():
-            if return_scores:
-                top, scores = self._scored_topk(Xc, k, bool(exact))
-            else:
-                top = self.trainer_.topk(Xc, k, bool(exact))
+            top, scores = self.trainer_.topk_scores(Xc, k, bool(exact))
         if self._multiclass:
-            out = self.classes_[np.maximum(top, 0)]
-            if (top < 0).any():
-                out = out.astype(object)
-                out[top < 0] = None
-            top = out
+            top = _classes_of(self.classes_, top)
         return (top, scores) if return_scores else top
 
-    def _scored_topk(self, X: CSR, k: int, exact: bool, batch: int = 4096):
-        """Top-k ids and logits, merged from every shard's (ids, scores) in this process."""
-        if not isinstance(self.trainer_, LocalTrainer):
-            raise NotImplementedError(
-                "return_scores=True is not available for a model on a Dask cluster yet: "
-                "load it in-process (SlideClassifier.load(url)) to score"
-            )
-        net = self.trainer_.network
-        ids = np.empty((X.n_rows, k), np.int64)
-        scores = np.empty((X.n_rows, k), np.float32)
-        for start in range(0, X.n_rows, batch):
-            stop = min(start + batch, X.n_rows)
-            h, _ = net.hidden.forward(X.slice_rows(start, stop))
-            parts = [shard.topk(h, k, exact) for shard in net.shards]
-            all_ids = np.concatenate([p[0] for p in parts], axis=1)
-            all_scores = np.concatenate([p[1] for p in parts], axis=1)
-            order = np.argsort(-all_scores, axis=1, kind="stable")[:, :k]
-            ids[start:stop] = np.take_along_axis(all_ids, order, axis=1)
-            scores[start:stop] = np.take_along_axis(all_scores, order, axis=1)
-        return ids, scores
+    def _on_cluster(self, X) -> bool:
+        """Whether ``X`` is a Dask collection to be read where it is, by a model on a
+        cluster (a model in this process reads collections here)."""
+        return collections.is_dask_collection(X) and not isinstance(self.trainer_, LocalTrainer)
 
     def predict(self, X, top_k: int = 1, *, exact: bool = True):
         """Multi-label (scikit-learn's convention, kept sparse): a scipy CSR indicator
@@ -168,6 +166,10 @@ class FittedMixin:
         normalised by the best achievable; propensities from the labels trained on)."""
         self._check_fitted()
         ks = tuple(_plain(k) for k in ks)
+        if self._on_cluster(X) and not self._multiclass:
+            data = self._collection_data(X, Y, self.trainer_.client)
+            self._check_shapes(data.n_features, data.n_labels)
+            return self.trainer_.evaluate(data, ks, bool(exact))
         data = self._held_out((X, Y), self.trainer_.n_labels)
         self._check_shapes(data.n_features, data.n_labels)
         with self._threads():

@@ -33,20 +33,39 @@ class InputsMixin:
             self.classes_ = np.arange(source.n_labels)
             self.n_features_in_ = source.n_features
             return source
-        if Y is None:
-            if _is_rows(X):
-                Xc, Yc = _rows(X, None, None)
-                self._multiclass = False
-                self.classes_ = np.arange(Yc.n_cols)
-                self.n_features_in_ = Xc.n_cols
-                return labelled_data(Xc, Yc)
+        if Y is None and not collections.is_rows(X):
             raise ValueError(
                 "SlideClassifier requires y to be passed, but the target y is None (Y may be "
                 "None only for a URL, a dask bag of (x, labels) rows or a dask dataframe)"
             )
+        if collections.is_rows(X) or (
+            collections.is_dask_collection(X) and collections.is_dask_collection(Y)
+        ):
+            data = self._collection_data(X, Y, self._current_client())
+            self._multiclass = False
+            self.classes_ = np.arange(data.n_labels)
+            self.n_features_in_ = data.n_features
+            if data.n_labels < 2:
+                raise ValueError(
+                    f"Y has {data.n_labels} label: at least 2 are needed to learn to tell "
+                    "them apart"
+                )
+            return data
         Xc = self._features(X, reset=True)
         Y = self._labels_for_fit(Y, classes)
         return labelled_data(Xc, Y, len(self.classes_))
+
+    def _collection_data(self, X, Y, client):
+        """Dask collections (rows, or 2-D arrays ``X`` and ``Y``) as a data set: with a
+        ``client``, its blocks made and kept on the cluster for the model there, else
+        computed and stacked here."""
+        blocks = collections.dataset_blocks(X, Y)
+        if client is None:
+            data = collections.dataset_here(blocks)
+            return labelled_data(data.X, data.Y)
+        from dslide_dask.distributed.cluster_data import ClusterData
+
+        return ClusterData.persist(client, blocks)
 
     def _features(self, X, *, reset: bool) -> CSR:
         """``X`` as CSR: numpy, scipy and array-likes through scikit-learn's own checks
@@ -54,7 +73,7 @@ class InputsMixin:
         if isinstance(X, str):
             raise ValueError("X is a URL: only fit and evaluate read data from storage")
         if collections.is_dask_collection(X):
-            Xc = collections.csr_of_array(X, "X")
+            Xc = collections.csr_here(X, "X")
         elif isinstance(X, CSR) or type(X).__module__.startswith("sparse"):
             Xc = as_csr(X, name="X")
         else:
@@ -79,7 +98,7 @@ class InputsMixin:
         else:
             self._multiclass = False
             if collections.is_dask_collection(Y):
-                Y = collections.csr_of_array(Y, "Y", pattern=True)
+                Y = collections.csr_here(Y, "Y", pattern=True)
             elif not _is_sparse(Y) and hasattr(Y, "__array__"):
                 Y = np.asarray(Y)
             Y = as_csr(Y, pattern=True, name="Y")
@@ -103,7 +122,7 @@ class InputsMixin:
             indptr = np.concatenate([[0], np.cumsum(known)])
             return CSR(indptr, ids[known], None, len(self.classes_))
         if collections.is_dask_collection(Y):
-            return collections.csr_of_array(Y, "Y", pattern=True, n_cols=len(self.classes_))
+            return collections.csr_here(Y, "Y", pattern=True, n_cols=len(self.classes_))
         if not _is_sparse(Y) and hasattr(Y, "__array__"):
             return np.asarray(Y)
         return Y
@@ -160,16 +179,3 @@ def _one_d(Y):
 def _is_sparse(Y) -> bool:
     """scipy, pydata/sparse or CSR."""
     return isinstance(Y, CSR) or hasattr(Y, "tocsr") or type(Y).__module__.startswith("sparse")
-
-
-def _is_rows(X) -> bool:
-    """A Dask bag or dataframe of rows (labels inside, no ``Y``)."""
-    return collections.is_dask_collection(X) and (
-        hasattr(X, "npartitions") and not hasattr(X, "chunks")
-    )
-
-
-def _rows(X, n_features, n_labels):
-    if hasattr(X, "columns"):
-        return collections.rows_of_frame(X, n_features, n_labels)
-    return collections.rows_of_bag(X, n_features, n_labels)

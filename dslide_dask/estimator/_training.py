@@ -72,8 +72,9 @@ class TrainingMixin:
         if not isinstance(data, XCDataset):
             if eval_set is None:
                 raise ValueError(
-                    "early_stopping with training data from a URL needs eval_set=(X, Y) "
-                    "to validate on: its rows cannot be split off while streaming"
+                    "early_stopping with training data from a URL or Dask collections on a "
+                    "cluster needs eval_set=(X, Y) to validate on: their rows are not here "
+                    "to split off"
                 )
             return data, self._held_out(eval_set, data.n_labels)
         fraction = self._float("validation_fraction", 0.0, 1.0, low_open=True, high_open=True)

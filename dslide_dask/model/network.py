@@ -15,7 +15,7 @@ from dslide_dask.model.wide_shard import (
     SoftmaxPartials,
     WideShard,
     combine_partials,
-    merge_topk,
+    merge_topk_scores,
 )
 
 
@@ -104,5 +104,9 @@ class SlideNetwork:
 
     def topk(self, X: CSR, k: int, exact: bool = True) -> np.ndarray:
         """Top-k label ids per row (``exact``: over all labels; else LSH-retrieved only)."""
+        return self.topk_scores(X, k, exact)[0]
+
+    def topk_scores(self, X: CSR, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k label ids per row and their logits (-inf where none was found)."""
         h, _ = self.hidden.forward(X)
-        return merge_topk([shard.topk(h, k, exact) for shard in self.shards], k)
+        return merge_topk_scores([shard.topk(h, k, exact) for shard in self.shards], k)

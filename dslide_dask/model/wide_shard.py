@@ -342,14 +342,6 @@ class WideShard:
         return np.where(local_ids >= 0, self.global_ids(local_ids), -1), scores
 
 
-def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> np.ndarray:
-    """Global top-k ids from every shard's ``(ids, scores)``."""
-    ids = np.concatenate([p[0] for p in parts], axis=1)
-    scores = np.concatenate([p[1] for p in parts], axis=1)
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    return np.take_along_axis(ids, order, axis=1)
-
-
 def merge_topk_scores(
     parts: list[tuple[np.ndarray, np.ndarray]], k: int
 ) -> tuple[np.ndarray, np.ndarray]:
