@@ -117,3 +117,19 @@ def test_the_module_runs_one_contender_and_names_the_command(capsys) -> None:
     with pytest.raises(SystemExit) as exit_:
         accuracy.main(["--help"])
     assert exit_.value.code == 0 and "dslide bench accuracy" in capsys.readouterr().out
+
+
+def test_synthetic_bench_data_is_the_presets_first_rows(tmp_path: Path) -> None:
+    """Only the prefix is generated (amazon-3m's 1.7M rows never are), and it is exactly
+    the rows the whole split starts with."""
+    from dslide_workflows.bench.data import bench_data, load_datasets
+
+    path, _ = bench_data("tiny", 300, 100, seed=3, cache_dir=tmp_path, log=lambda _: None)
+    train, test = load_datasets(path)
+    full_train, full_test = make_synthetic("tiny", seed=3)
+    for got, full, n in ((train, full_train, 300), (test, full_test, 100)):
+        want = full.slice(0, n)
+        assert got.n_points == n
+        np.testing.assert_array_equal(got.X.indptr, want.X.indptr)
+        np.testing.assert_array_equal(got.X.indices, want.X.indices)
+        np.testing.assert_array_equal(got.Y.indices, want.Y.indices)
