@@ -17,6 +17,14 @@ from dslide_dask.data.stream import Stream
 from dslide_dask.distributed import live_metrics
 from dslide_dask.distributed.cluster_data import ClusterData, on_coordinator, topk_array
 from dslide_dask.distributed.coordinator import Coordinator
+from dslide_dask.distributed.elastic import (
+    STEPS_PER_CALL,
+    ElasticPolicy,
+    FollowsTheCluster,
+    KeepShardWorkers,
+    Move,
+    last_event,
+)
 from dslide_dask.distributed.errors import ShardLostError
 from dslide_dask.distributed.placement import Placement, place_shards
 from dslide_dask.distributed.shard_actor import ShardActor
@@ -24,8 +32,6 @@ from dslide_dask.distributed.specs import CoordinatorSpec, ShardSpec
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.trainer import StepCallback
 
-#: Steps per coordinator call: the client hears about progress this often.
-STEPS_PER_CALL = 10
 #: Seconds between liveness checks while the client waits.
 POLL_SECONDS = 2.0
 
@@ -45,7 +51,7 @@ class Recovery:
         return self.at_step - self.restored_step
 
 
-class DistributedTrainer:
+class DistributedTrainer(FollowsTheCluster):
     """A :class:`~dslide_dask.trainer.Trainer` whose output layer is sharded over Dask
     workers.
 
@@ -78,6 +84,7 @@ class DistributedTrainer:
         max_recoveries: int = 3,
         replace_wait: float = 10.0,
         name: str | None = None,
+        elastic: ElasticPolicy | None = ElasticPolicy(),  # noqa: B008 (frozen, shared safely)
     ) -> None:
         self.client = client
         self.cfg = cfg.for_data(n_labels)
@@ -94,6 +101,14 @@ class DistributedTrainer:
         self.name = name or f"dslide-{uuid.uuid4().hex[:8]}"
         live_metrics.install(client)
         self.recoveries: list[Recovery] = []
+        self.elastic = elastic
+        self.moves: list[Move] = []
+        self._events_seen = 0.0
+        if elastic is not None:
+            self._events_seen = last_event(client)
+            if elastic.leave:
+                client.register_plugin(KeepShardWorkers(), name=KeepShardWorkers.name)
+        self._left: set[str] = set()
         self.history: list[dict] = []
         self.start_step = 0
         if restore is not None:
@@ -107,12 +122,15 @@ class DistributedTrainer:
         """Place and start the actors: fresh, or restored from a checkpoint URL."""
         client, cfg = self.client, self.cfg
         workers = client.scheduler_info(n_workers=-1)["workers"]
+        workers = {a: w for a, w in workers.items() if a not in self._left}
+        self._unused = set(workers)
         n_shards = self.n_shards_asked
         if n_shards is not None:
             n_shards = min(n_shards, len(workers))
         self.placement: Placement = place_shards(
             workers, cfg, self.n_labels, n_shards, coordinator_load=self.coordinator_load
         )
+        self._unused -= set(self.placement.workers)
         token = uuid.uuid4().hex[:8]
         threads = [int(workers[w].get("nthreads", 1)) for w in self.placement.workers]
         layout = self.placement.layout
@@ -190,6 +208,7 @@ class DistributedTrainer:
         there from their workers) or a URL that worker streams straight from storage.
         Returns the new per-step statistics and calls ``callback`` with each."""
         start_len = len(self.history)
+        self._call_start = self.step
         self._set_data(data, stream, storage_options)
         while True:
             try:
@@ -204,6 +223,9 @@ class DistributedTrainer:
                     callback(stats)
             if len(chunk) < STEPS_PER_CALL:
                 return self.history[start_len:]
+            position = self._follow_the_cluster(stream, getattr(data, "n_points", None))
+            if position is not None:
+                self._set_data(data, stream.from_position(*position), storage_options)
 
     def _set_data(self, data, stream: Stream, storage_options: dict | None) -> None:
         """The coordinator trains next on ``data`` (blocks on the cluster go to it
@@ -330,10 +352,12 @@ class DistributedTrainer:
         return self._wait(self.coordinator.shard_weights())
 
     def close(self) -> None:
-        """Release the actors (and the model they hold)."""
+        """Release the actors (and the model they hold): their futures and the handle
+        of the coordinator, which keeps its actor alive too."""
         for future in self._futures:
             future.release()
         self._futures = []
+        self.coordinator = None
 
     def __enter__(self) -> DistributedTrainer:
         return self

@@ -1,0 +1,193 @@
+"""Workers that leave or join mid-run: who is asked to go, and when moving onto new
+workers pays.
+
+Dask does not retire a worker that holds an actor: ``Client.retire_workers``, adaptive
+scaling and the Kubernetes operator's scale-down (which retires before deleting pods)
+give up at once and log a ``retire-workers`` event naming it under
+``could-not-retire``. That event, read from the scheduler's public event log, is our
+notice: at the next step boundary the trainer checkpoints the model at that step,
+releases its actors, retires the worker itself (now it can) and goes on from the same
+step on the workers that stay. No step is redone. A worker that joins is used the same
+way when :func:`join_pays` says the time saved outweighs the move.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from distributed import SchedulerPlugin
+
+from dslide_dask.checkpoint import open_checkpoint
+from dslide_dask.data.stream import Stream
+from dslide_dask.distributed.placement import shard_bytes
+
+#: Steps per coordinator call: the step boundaries where the model can move.
+STEPS_PER_CALL = 10
+
+
+@dataclass(frozen=True)
+class ElasticPolicy:
+    """How a run treats workers that come and go.
+
+    ``leave``: hand a retiring worker's rows off (checkpoint, re-place, go on) instead
+    of blocking its retirement. ``join``: re-place the model onto workers that join
+    when :func:`join_pays`; ``move_bytes_per_second`` prices a move before one was
+    measured (every byte of the model is written and read once).
+    """
+
+    leave: bool = True
+    join: bool = True
+    move_bytes_per_second: float = 200e6
+
+
+#: The scheduler's event topic where :class:`KeepShardWorkers` asks for hand-offs.
+LEAVE_TOPIC = "dslide-leave"
+
+
+def retire_requests(events, since: float) -> set[str]:
+    """Addresses asked to leave since ``since`` (a scheduler time stamp): those whose
+    retirement the scheduler gave up on, in ``Client.get_events("all")``'s ``(time,
+    message)`` pairs, and those :class:`KeepShardWorkers` kept from a scale-down, in
+    ``get_events(LEAVE_TOPIC)``'s."""
+    asked: set[str] = set()
+    for stamp, msg in events:
+        if stamp < since or not isinstance(msg, dict):
+            continue
+        if msg.get("action") == "retire-workers":
+            asked.update(msg.get("could-not-retire") or ())
+        elif msg.get("action") == "hand-off":
+            asked.update(msg.get("workers") or ())
+    return asked
+
+
+class KeepShardWorkers(SchedulerPlugin):
+    """Scheduler plugin: adaptive scaling (``cluster.adapt``, the Kubernetes operator's
+    autoscaler) may not pick a worker that holds a shard, which it would close by force
+    once its polite retirement failed. It asks for a hand-off of the first such worker
+    instead (event topic :data:`LEAVE_TOPIC`); once the trainer has moved the rows off
+    and retired it, the cluster is the size it wanted. One worker per request, so the
+    model never shrinks below what the scaler asked for."""
+
+    name = "dslide-keep-shard-workers"
+
+    def __init__(self) -> None:
+        self.asked: set[str] = set()  #: asked to hand off, not gone yet
+
+    def valid_workers_downscaling(self, scheduler, workers: list) -> list:
+        holding = [ws for ws in workers if ws.actors]
+        fresh = [ws.address for ws in holding if ws.address not in self.asked]
+        if holding and fresh and not self.asked & {ws.address for ws in holding}:
+            self.asked.add(fresh[-1])  # the scaler's candidates come most idle last
+            scheduler.log_event(LEAVE_TOPIC, {"action": "hand-off", "workers": [fresh[-1]]})
+        return [ws for ws in workers if not ws.actors]
+
+    def remove_worker(self, scheduler, worker: str, **kwargs) -> None:
+        self.asked.discard(worker)
+
+
+def join_pays(
+    remaining_steps: int, step_seconds: float, *, workers_now: int, workers_then: int,
+    move_seconds: float,
+) -> bool:  # fmt: skip
+    """Whether moving onto ``workers_then`` workers from ``workers_now`` saves more time
+    than the move costs, twice over.
+
+    The output layer's work divides over the shards, so a step would take about
+    ``workers_now / workers_then`` of its time (an upper bound on the gain: the
+    coordinator's share does not shrink); the move costs ``move_seconds``.
+    """
+    if workers_then <= workers_now or remaining_steps <= 0:
+        return False
+    saved = remaining_steps * step_seconds * (1 - workers_now / workers_then)
+    return saved > 2 * move_seconds
+
+
+@dataclass(frozen=True)
+class Move:
+    """The model moved at a step boundary, from its checkpoint at that step: off workers
+    asked to leave and/or onto workers that joined. No step is redone."""
+
+    at_step: int
+    leaving: tuple[str, ...]
+    joined: tuple[str, ...]
+    workers: int  #: shards after the move
+    seconds: float
+
+
+def last_event(client) -> float:
+    """The scheduler's time stamp of the newest event that could ask for a hand-off."""
+    events = [*client.get_events("all"), *client.get_events(LEAVE_TOPIC)]
+    return max((t for t, _ in events), default=0.0)
+
+
+class FollowsTheCluster:
+    """The moves of :class:`~dslide_dask.distributed.trainer.DistributedTrainer` (its
+    attributes: ``client``, ``policy``, ``elastic``, ``placement``, ``history``...)."""
+
+    def _follow_the_cluster(self, stream: Stream, n_points: int | None) -> tuple[int, int] | None:
+        """At a step boundary: move the model off workers asked to leave, or onto workers
+        that joined when that pays (:mod:`~dslide_dask.distributed.elastic`). The data
+        position to go on from if it moved."""
+        if self.elastic is None or self.policy is None:
+            return None
+        model = set(self.placement.workers)
+        leaving: set[str] = set()
+        if self.elastic.leave:
+            events = [*self.client.get_events("all"), *self.client.get_events(LEAVE_TOPIC)]
+            leaving = retire_requests(events, self._events_seen) & model
+        workers = set(self.client.scheduler_info(n_workers=-1)["workers"]) - self._left
+        joined = workers - model - self._unused - leaving
+        if not leaving and not (joined and self._join_pays(stream, n_points, len(joined))):
+            return None
+        return self._move(leaving, joined)
+
+    def _join_pays(self, stream: Stream, n_points: int | None, n_new: int) -> bool:
+        if not self.elastic.join or self.n_shards_asked is not None:
+            return False
+        recent = self.history[-STEPS_PER_CALL:]
+        step_seconds = sum(s["seconds"] for s in recent) / max(1, len(recent))
+        remaining = 1 << 40  # a stream from storage: its length is not known here
+        if n_points is not None:
+            total = stream.epochs * -(-n_points // stream.batch_size) - stream.first_batch
+            remaining = total - (self.step - self._call_start)
+        if self.moves:
+            move_seconds = self.moves[-1].seconds
+        else:
+            model_bytes = shard_bytes(self.cfg, self.n_labels)
+            move_seconds = 2 * model_bytes / self.elastic.move_bytes_per_second
+        n_now = len(self.placement.workers)
+        return join_pays(
+            remaining, step_seconds, workers_now=n_now, workers_then=n_now + n_new,
+            move_seconds=move_seconds,
+        )  # fmt: skip
+
+    def _move(self, leaving: set[str], joined: set[str]) -> tuple[int, int]:
+        """Checkpoint at this step, let ``leaving`` go, re-place over the workers there
+        are and restore: the position to go on from."""
+        t0 = time.perf_counter()
+        at_step = self.step
+        url = self._wait(self.coordinator.save_checkpoint(self.policy.store()))
+        ckpt = open_checkpoint(url, self.policy.storage_options)
+        self.close()
+        self._left |= leaving
+        if leaving:
+            self._retire(leaving)
+        self._events_seen = last_event(self.client)
+        self._start(url)
+        self.moves.append(
+            Move(at_step, tuple(sorted(leaving)), tuple(sorted(joined)),
+                 len(self.placement.workers), time.perf_counter() - t0)
+        )  # fmt: skip
+        return ckpt.meta["position"]["epoch"], ckpt.meta["position"]["batch"]
+
+    def _retire(self, leaving: set[str]) -> None:
+        """Retire the workers whose rows were handed off, as they were asked to (once
+        the scheduler has forgotten the released actors, it lets them go)."""
+        deadline = time.monotonic() + self.replace_wait
+        pending = set(leaving)
+        while pending and time.monotonic() < deadline:
+            pending -= set(self.client.retire_workers(list(pending)))
+            pending &= set(self.client.scheduler_info(n_workers=-1)["workers"])
+            if pending:
+                time.sleep(0.1)

@@ -1,0 +1,149 @@
+"""Workers that leave and join mid-run, on real LocalClusters: a worker asked to retire
+hands its rows off at the next step boundary (no step redone) and is retired; a worker
+that joins is used when the move pays."""
+
+import time
+
+import pytest
+from distributed import Client, LocalCluster
+
+from dslide_dask import SlideConfig
+from dslide_dask.checkpoint import CheckpointPolicy
+from dslide_dask.data.stream import Stream
+from dslide_dask.data.synthetic import make_synthetic
+from dslide_dask.distributed import DistributedTrainer
+from dslide_dask.distributed.elastic import (
+    LEAVE_TOPIC,
+    ElasticPolicy,
+    join_pays,
+    retire_requests,
+)
+
+CFG = SlideConfig(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2)
+BATCH = 128  # 40 steps an epoch of 'tiny'
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return make_synthetic("tiny", seed=0)
+
+
+def cluster(n_workers: int) -> LocalCluster:
+    return LocalCluster(
+        n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+    )
+
+
+def test_retire_requests_come_from_the_schedulers_event_log():
+    events = [
+        (1.0, {"action": "retire-workers", "retired": [], "could-not-retire": ["tcp://a"]}),
+        (2.0, {"action": "add-worker", "worker": "tcp://b"}),
+        (3.0, {"action": "retire-workers", "retired": ["tcp://c"], "could-not-retire": []}),
+        (4.0, {"action": "retire-workers", "could-not-retire": ["tcp://d"]}),
+        (5.0, "not a dict"),
+    ]
+    assert retire_requests(events, 0.0) == {"tcp://a", "tcp://d"}
+    assert retire_requests(events, 2.0) == {"tcp://d"}
+
+
+def test_joining_pays_only_when_the_time_saved_outweighs_the_move():
+    assert join_pays(1000, 0.1, workers_now=2, workers_then=4, move_seconds=10)  # 50 s saved
+    assert not join_pays(100, 0.1, workers_now=2, workers_then=4, move_seconds=10)  # 5 s
+    assert not join_pays(10**6, 0.1, workers_now=4, workers_then=4, move_seconds=1)
+    assert not join_pays(0, 1.0, workers_now=1, workers_then=8, move_seconds=0.1)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("who", [0, 2], ids=["coordinator+shard0", "shard2"])
+def test_a_retired_worker_hands_its_rows_off_and_goes(tiny, tmp_path, who):
+    """``client.retire_workers`` mid-run: Dask gives up on a worker holding an actor; the
+    trainer sees that, checkpoints at the next step boundary, lets the worker go and
+    goes on from that very step on the others. Every step is recorded once, none is
+    redone, no crash recovery happens, and the model learns as an undisturbed one."""
+    train, test = tiny
+    policy = CheckpointPolicy(str(tmp_path / "ckpt"))  # no periodic checkpoints
+    stream = Stream(BATCH, epochs=3)
+    with cluster(3) as lc, Client(lc) as client:
+        with DistributedTrainer(client, CFG, train.n_features, train.n_labels) as clean:
+            clean.train(train, stream)
+            p1_clean = clean.evaluate(test)["P@1"]
+        with DistributedTrainer(
+            client, CFG, train.n_features, train.n_labels, checkpoint=policy,
+            elastic=ElasticPolicy(join=False),
+        ) as trainer:  # fmt: skip
+            leaving = trainer.placement.workers[who]
+            asked = []
+
+            def retire_at_step_25(record):
+                if record["step"] == 25:
+                    asked.append(client.retire_workers([leaving]))
+
+            history = trainer.train(train, stream, retire_at_step_25)
+            assert asked == [{}]  # Dask alone could not retire it: it held an actor
+            (move,) = trainer.moves
+            assert move.at_step == 30 and move.leaving == (leaving,) and move.workers == 2
+            assert leaving not in client.scheduler_info(n_workers=-1)["workers"]  # retired
+            assert leaving not in trainer.placement.workers
+            assert trainer.recoveries == []
+            assert [r["step"] for r in history] == list(range(1, 121))  # each step once
+            p1 = trainer.evaluate(test)["P@1"]
+    assert p1 > 0.3
+    assert abs(p1 - p1_clean) < 0.05, (p1, p1_clean)
+
+
+@pytest.mark.timeout(240)
+def test_a_worker_that_joins_gets_a_shard_when_the_move_pays(tiny, tmp_path):
+    train, _ = tiny
+    policy = CheckpointPolicy(str(tmp_path / "ckpt"))
+    # moving is priced as free, so any worker that joins is worth using
+    elastic = ElasticPolicy(move_bytes_per_second=1e15)
+    with (
+        cluster(2) as lc,
+        Client(lc) as client,
+        DistributedTrainer(
+            client, CFG, train.n_features, train.n_labels, checkpoint=policy, elastic=elastic
+        ) as trainer,
+    ):
+        before = set(trainer.placement.workers)
+
+        def grow_at_step_15(record):
+            if record["step"] == 15:
+                lc.scale(3)
+                client.wait_for_workers(3)
+
+        history = trainer.train(train, Stream(BATCH, epochs=2), grow_at_step_15)
+        (move,) = trainer.moves
+        assert move.at_step == 20 and move.leaving == () and len(move.joined) == 1
+        assert set(trainer.placement.workers) == before | set(move.joined)
+        assert [r["step"] for r in history] == list(range(1, 81))
+
+
+@pytest.mark.timeout(240)
+def test_adaptive_scaling_shrinks_the_cluster_through_a_hand_off(tiny, tmp_path):
+    """``cluster.adapt`` would close a worker by force once its retirement failed; the
+    scheduler plugin keeps shard workers from being picked and asks for a hand-off of
+    one instead, so the cluster shrinks to the scaler's minimum with no step redone."""
+    train, _ = tiny
+    policy = CheckpointPolicy(str(tmp_path / "ckpt"))
+    with cluster(3) as lc, Client(lc) as client, DistributedTrainer(
+        client, CFG, train.n_features, train.n_labels, checkpoint=policy,
+        elastic=ElasticPolicy(join=False),
+    ) as trainer:  # fmt: skip
+        adaptive = []
+
+        def shrink_at_step_15(record):
+            if record["step"] == 15:
+                adaptive.append(lc.adapt(minimum=2, maximum=2, interval="100ms"))
+            elif record["step"] == 30:  # until the scaler has asked, however slow
+                deadline = time.monotonic() + 60
+                while not client.get_events(LEAVE_TOPIC) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+
+        history = trainer.train(train, Stream(BATCH, epochs=3), shrink_at_step_15)
+        (move,) = trainer.moves
+        assert move.at_step == 30 and len(move.leaving) == 1
+        assert trainer.recoveries == []
+        assert len(trainer.placement.workers) == 2
+        assert len(client.scheduler_info(n_workers=-1)["workers"]) == 2
+        assert [r["step"] for r in history] == list(range(1, 121))
+        adaptive[0].stop()
