@@ -282,10 +282,11 @@ def _trainer(run: RunSettings, cfg, shape: tuple[int, int], client, folder, rest
     from dslide_dask.local_trainer import LocalTrainer
 
     policy = None
-    if run.checkpoint_every or run.checkpoint_minutes:
+    if run.checkpoint_every or run.checkpoint_minutes or client is not None:
+        # on a cluster always: a worker asked to leave hands its rows off through it
         policy = CheckpointPolicy(
-            folder.child_url("checkpoints"), run.checkpoint_every,
-            60 * run.checkpoint_minutes, run.keep_checkpoints, run.storage_options,
+            folder.child_url("checkpoints"), run.checkpoint_every or 0,
+            60 * (run.checkpoint_minutes or 0), run.keep_checkpoints, run.storage_options,
         )  # fmt: skip
     if client is None:
         if run.threads:
