@@ -3,6 +3,7 @@
 import pytest
 
 from dslide_dask import SlideConfig
+from dslide_dask.distributed.memory_plan import RUNTIME_BYTES, MemoryPlanError
 from dslide_dask.distributed.placement import place_shards, shard_bytes
 
 CFG = SlideConfig(L=10, range_pow=10, bucket_capacity=16)
@@ -41,5 +42,49 @@ def test_bad_shard_counts_and_small_workers_are_refused():
     with pytest.raises(ValueError, match="the Dask cluster has no workers"):
         place_shards({}, CFG, 100)
     need = shard_bytes(CFG, 1_000_000)
-    with pytest.raises(ValueError, match=r"shard 0 needs ~.* GiB but worker .* has"):
+    with pytest.raises(MemoryPlanError, match=r"does not fit 1 worker\(s\): it needs .* GiB"):
         place_shards(workers((1, need)), CFG, 1_000_000)
+
+
+#: hidden 64 over 100K features, 500K labels: 0.15 GiB of weights in the output layer
+BIG = SlideConfig(hidden=(64,), L=10, range_pow=10, bucket_capacity=16, beta1=0.9)
+
+
+def test_the_plan_says_what_each_worker_holds_and_adds_up():
+    placement = place_shards(workers((1, 8 << 30), (1, 8 << 30)), BIG, 500_000, n_features=100_000)
+    plan = placement.plan
+    assert [w.neurons for w in plan.workers] == [placement.layout.size(s) for s in range(2)]
+    first, second = plan.workers
+    assert first.role == "hidden layers, shard 0" and second.role == "shard 1"
+    hidden_weights = 4 * (100_000 * 64 + 64)
+    assert first.weights == 4 * first.neurons * 65 + hidden_weights
+    assert second.weights == 4 * second.neurons * 65
+    assert second.optimizer == 2 * second.weights  # beta1 > 0: both Adam moments
+    assert plan.total == sum(w.total for w in plan.workers) and plan.fits
+    assert "hidden layers, shard 0" in plan.table()
+
+
+def test_shards_follow_memory_on_a_heterogeneous_cluster():
+    """A 16-thread worker with little memory beside a 2-thread one with much: by threads
+    the first would take 8/9 of the rows and not fit; by memory it fits."""
+    need = shard_bytes(BIG, 500_000)
+    small, large = int((RUNTIME_BYTES + 0.6 * need) / 0.8), int((RUNTIME_BYTES + 2 * need) / 0.8)
+    placement = place_shards(workers((16, small), (2, large)), BIG, 500_000, coordinator_load=0)
+    sizes = {a: placement.layout.size(s) for s, a in enumerate(placement.workers)}
+    assert sizes["tcp://10.0.0.0:1"] < sizes["tcp://10.0.0.1:1"]
+    assert placement.plan.fits
+
+
+def test_a_model_too_big_for_one_small_worker_is_refused_before_anything_is_built():
+    """The 0.8B-parameter bar in small: what fits two 6 GiB workers does not fit one, and
+    the refusal gives the plan and what would make it fit."""
+    cfg = SlideConfig(hidden=(256,), L=50, beta1=0.9)
+    n_labels = 2_000_000  # 2.0M x 257 x 12 bytes: 5.7 GiB of weights and Adam moments
+    six = 6 << 30
+    with pytest.raises(MemoryPlanError) as refused:
+        place_shards(workers((2, six)), cfg, n_labels, n_features=50_000)
+    message = str(refused.value)
+    assert "does not fit 1 worker(s)" in message and "over 80% of its limit" in message
+    assert "or more workers like these (6.00 GiB)" in message
+    assert "beta1=0 (no first Adam moment" in message
+    assert place_shards(workers((2, six), (2, six), (2, six)), cfg, n_labels).plan.fits

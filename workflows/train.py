@@ -24,8 +24,6 @@ WAIT_WORKERS_SECONDS = 1800
 
 
 def add_train_parser(sub: argparse._SubParsersAction) -> None:
-    from dslide_workflows.args import add_storage_arguments, hidden_sizes, key_value, positive_int
-
     p = sub.add_parser(
         "train",
         help="train a SLIDE classifier on a Dask cluster and report P@1/3/5",
@@ -34,6 +32,18 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         "(--scheduler-address or DASK_SCHEDULER_ADDRESS) or in this process "
         "(--in-process). Settings come from --config YAML and flags (flags win).",
     )
+    add_run_arguments(p)
+    p.add_argument("--resume", metavar="RUN",
+                   help="carry on a run folder from its latest checkpoint, with its settings "
+                   "(cluster, epochs and checkpoint flags may change)")  # fmt: skip
+    p.set_defaults(func=cmd_train)
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of a run (data, cluster, model, training, run folder): ``dslide train``'s,
+    shared with ``dslide plan``."""
+    from dslide_workflows.args import add_storage_arguments, hidden_sizes, key_value, positive_int
+
     p.add_argument("--config", type=Path, metavar="YAML", help="run settings (see README)")
     src = p.add_argument_group("data")
     src.add_argument("--train", metavar="URL", help="training data (XC text format)")
@@ -85,10 +95,6 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                    help="checkpoint every MIN minutes (default: 0, off)")  # fmt: skip
     r.add_argument("--keep-checkpoints", type=int, metavar="N",
                    help="newest checkpoints kept (default: 3; 0: all)")  # fmt: skip
-    r.add_argument("--resume", metavar="RUN",
-                   help="carry on a run folder from its latest checkpoint, with its settings "
-                   "(cluster, epochs and checkpoint flags may change)")  # fmt: skip
-    p.set_defaults(func=cmd_train)
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -1,10 +1,17 @@
-"""Where shards go: one per worker, sized by the worker's threads, checked against memory."""
+"""Where shards go: one per worker, sized by the worker's threads and memory, with a plan of
+the bytes each worker will hold made before anything is allocated."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+from dslide_dask.distributed.memory_plan import (
+    MemoryPlan,
+    MemoryPlanError,
+    memory_plan,
+    what_would_fit,
+)
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.layout import ShardLayout
 
@@ -15,13 +22,14 @@ class Placement:
 
     workers: tuple[str, ...]
     layout: ShardLayout
+    plan: MemoryPlan | None = None
 
 
 def shard_bytes(cfg: SlideConfig, n_neurons: int) -> int:
-    """Memory of a shard of ``n_neurons``: weights, Adam moments, bias, hash tables."""
-    per_neuron = 4 * (3 * cfg.hidden[-1] + 3)
-    tables = 4 * cfg.L * (1 << cfg.buckets_pow(n_neurons)) * (cfg.bucket_capacity + 1)
-    return per_neuron * n_neurons + tables
+    """Memory of a shard of ``n_neurons``: weights, optimiser state, tables, buffers."""
+    from dslide_dask.distributed.memory_plan import shard_memory
+
+    return sum(shard_memory(cfg, n_neurons).values())
 
 
 def place_shards(
@@ -31,14 +39,19 @@ def place_shards(
     n_shards: int | None = None,
     *,
     coordinator_load: float = 0.15,
+    n_features: int = 0,
+    batch_size: int = 256,
 ) -> Placement:
     """Choose workers for the shards of an output layer of ``n_labels`` neurons.
 
     ``workers`` is the scheduler's view (``Client.scheduler_info()["workers"]``). By
     default every worker gets one shard, with a share of the neurons proportional to its
     threads; ``n_shards`` takes the workers with the most threads first. The first worker
-    also runs the coordinator (the hidden layers), whose work is taken as
-    ``coordinator_load`` of that worker's capacity, so its shard is that much smaller.
+    also runs the coordinator (the hidden layers, ``n_features`` wide), whose work is
+    taken as ``coordinator_load`` of that worker's capacity, so its shard is that much
+    smaller. When shares by threads would put more on a worker than 80% of its memory
+    limit, the shares follow the workers' free memory instead; when nothing fits,
+    :class:`MemoryPlanError` says what each worker would hold and what would fit.
     """
     if not 0 <= coordinator_load < 1:
         raise ValueError(f"coordinator_load must be in [0, 1), got {coordinator_load}")
@@ -48,26 +61,36 @@ def place_shards(
     n_shards = len(order) if n_shards is None else n_shards
     if not 1 <= n_shards <= len(order):
         raise ValueError(f"n_shards must be in [1, {len(order)}] (the workers), got {n_shards}")
-    chosen = tuple(order[:n_shards])
-    layout = ShardLayout.from_capacities(
-        n_labels, _capacities([workers[a] for a in chosen], coordinator_load, n_labels)
+    chosen = {a: workers[a] for a in order[:n_shards]}
+    infos = list(chosen.values())
+    by_threads = [max(1, int(w.get("nthreads", 1))) for w in infos]
+    candidates = [_capacities(by_threads, coordinator_load, n_labels)]
+    if all(w.get("memory_limit") for w in infos):
+        alone = memory_plan(cfg, n_features, {"0": infos[0]}, [0], batch_size=batch_size)
+        free = [0.8 * w["memory_limit"] for w in infos]
+        free[0] -= alone.total  # the hidden layers and the process
+        percent = [max(1, round(100 * f / max(free))) for f in free]  # of the freest
+        candidates.append(_capacities(percent, 0.0, n_labels))
+    plan = None
+    for capacities in candidates:
+        layout = ShardLayout.from_capacities(n_labels, capacities)
+        sizes = [layout.size(s) for s in range(n_shards)]
+        plan = memory_plan(cfg, n_features, chosen, sizes, batch_size=batch_size)
+        if plan.fits:
+            return Placement(tuple(chosen), layout, plan)
+    ideas = what_would_fit(cfg, plan, len(workers))
+    raise MemoryPlanError(
+        f"the model does not fit {n_shards} worker(s): it needs {plan.total / 2**30:.2f} GiB "
+        f"and each worker may fill 80% of its memory limit.\n{plan.table()}"
+        + (f"\nIt would fit with: {'; or '.join(ideas)}." if ideas else "")
     )
-    for s, address in enumerate(chosen):
-        need = shard_bytes(cfg, layout.size(s))
-        limit = workers[address].get("memory_limit") or 0
-        if limit and need > 0.8 * limit:
-            raise ValueError(
-                f"shard {s} needs ~{need / 2**30:.2f} GiB but worker {address} has "
-                f"{limit / 2**30:.2f} GiB: add workers, or lower range_pow/L/bucket_capacity"
-            )
-    return Placement(chosen, layout)
 
 
-def _capacities(workers: list[dict], coordinator_load: float, n_labels: int) -> list[int]:
-    """Integer shares per worker: threads, less ``coordinator_load`` of the first worker's
+def _capacities(weights: list[int], coordinator_load: float, n_labels: int) -> list[int]:
+    """Integer shares in proportion to ``weights``, less ``coordinator_load`` of the first
     (in percent steps, coarser when the layer has fewer neurons than the pattern)."""
     for grain in (100, 10, 1):
-        caps = [grain * max(1, int(w.get("nthreads", 1))) for w in workers]
+        caps = [grain * w for w in weights]
         if len(caps) > 1:
             caps[0] = max(1, round(caps[0] * (1 - coordinator_load)))
         divisor = math.gcd(*caps)

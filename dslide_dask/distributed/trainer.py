@@ -128,7 +128,12 @@ class DistributedTrainer(FollowsTheCluster):
         if n_shards is not None:
             n_shards = min(n_shards, len(workers))
         self.placement: Placement = place_shards(
-            workers, cfg, self.n_labels, n_shards, coordinator_load=self.coordinator_load
+            workers,
+            cfg,
+            self.n_labels,
+            n_shards,
+            coordinator_load=self.coordinator_load,
+            n_features=self.n_features,
         )
         self._unused -= set(self.placement.workers)
         token = uuid.uuid4().hex[:8]

@@ -1,0 +1,149 @@
+"""What each worker will hold, worked out before anything is allocated.
+
+A shard of ``n`` output neurons of width ``d`` holds its weights and bias (``4 n (d+1)``
+bytes), Adam's second moment (as much again) and first moment (as much again, only with
+``beta1 > 0``: its pages are never touched otherwise), ``L`` hash tables, and per-step
+buffers of about ``batch_size x max_active`` entries. The coordinator's worker also
+holds the hidden layers with their Adam state. Every worker process itself (Python,
+numba's compiled kernels, Dask) takes :data:`RUNTIME_BYTES`: measured on the 0.8B-parameter
+``amazon-3m`` run, whose four workers peaked at 11.4 GB for 8.4 GB of arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dslide_dask.model.config import SlideConfig
+
+#: A worker process's own memory (interpreter, numba kernels, Dask), measured.
+RUNTIME_BYTES = 600 * 2**20
+#: Share of a worker's memory limit a plan may fill (Dask pauses a worker at 80%).
+BUDGET = 0.8
+#: Bytes per entry of the per-step buffers (logits, gradients, ids, twice for the pipeline).
+BUFFER_BYTES_PER_ENTRY = 32
+
+
+class MemoryPlanError(ValueError):
+    """The model does not fit the workers; the message has the plan and what would fit."""
+
+
+@dataclass(frozen=True)
+class WorkerMemory:
+    """Bytes one worker will hold for the model."""
+
+    address: str
+    role: str
+    neurons: int
+    weights: int
+    optimizer: int
+    tables: int
+    buffers: int  #: per-step buffers and the process itself
+    limit: int  #: the worker's memory limit (0: none)
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.optimizer + self.tables + self.buffers
+
+    @property
+    def fits(self) -> bool:
+        return not self.limit or self.total <= BUDGET * self.limit
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    workers: tuple[WorkerMemory, ...]
+
+    @property
+    def fits(self) -> bool:
+        return all(w.fits for w in self.workers)
+
+    @property
+    def total(self) -> int:
+        return sum(w.total for w in self.workers)
+
+    def table(self) -> str:
+        """The plan as a table, in GiB."""
+        head = f"{'worker':<28}{'holds':<22}{'neurons':>11}{'weights':>9}{'optim':>8}"
+        head += f"{'tables':>8}{'buffers':>9}{'total':>8}{'limit':>8}"
+        rows = [head + "  (GiB)"]
+        for w in self.workers:
+            limit = f"{_gib(w.limit):>8}" if w.limit else f"{'-':>8}"
+            mark = "" if w.fits else "  over 80% of its limit"
+            rows.append(
+                f"{w.address[-27:]:<28}{w.role:<22}{w.neurons:>11,}{_gib(w.weights):>9}"
+                f"{_gib(w.optimizer):>8}{_gib(w.tables):>8}{_gib(w.buffers):>9}"
+                f"{_gib(w.total):>8}{limit}{mark}"
+            )
+        rows.append(f"{'all workers':<50}{'':>11}{'':>9}{'':>8}{'':>8}{'':>9}{_gib(self.total):>8}")
+        return "\n".join(rows)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f}"
+
+
+def shard_memory(cfg: SlideConfig, n_neurons: int, batch_size: int = 256) -> dict[str, int]:
+    """Weights, optimiser state, tables and per-step buffers of a shard of ``n_neurons``."""
+    row = 4 * n_neurons * (cfg.hidden[-1] + 1)
+    moments = 2 if cfg.beta1 > 0 else 1
+    tables = 4 * cfg.L * (1 << cfg.buckets_pow(max(1, n_neurons))) * (cfg.bucket_capacity + 1)
+    buffers = BUFFER_BYTES_PER_ENTRY * batch_size * cfg.max_active
+    return {"weights": row, "optimizer": moments * row, "tables": tables, "buffers": buffers}
+
+
+def hidden_memory(cfg: SlideConfig, n_features: int) -> dict[str, int]:
+    """The hidden layers' weights and optimiser state (on the coordinator's worker)."""
+    widths = (n_features, *cfg.hidden)
+    params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:], strict=True))
+    moments = 2 if cfg.beta1 > 0 else 1
+    return {"weights": 4 * params, "optimizer": 4 * moments * params}
+
+
+def memory_plan(
+    cfg: SlideConfig, n_features: int, placement_workers: dict[str, dict], sizes: list[int],
+    *, batch_size: int = 256,
+) -> MemoryPlan:  # fmt: skip
+    """The plan of shards of ``sizes`` neurons on ``placement_workers`` (address ->
+    the scheduler's worker info, in shard order); shard 0's worker also holds the
+    hidden layers."""
+    hidden = hidden_memory(cfg, n_features)
+    out = []
+    for s, (address, info) in enumerate(placement_workers.items()):
+        parts = shard_memory(cfg, sizes[s], batch_size)
+        weights, optimizer = parts["weights"], parts["optimizer"]
+        role = f"shard {s}"
+        if s == 0:
+            weights += hidden["weights"]
+            optimizer += hidden["optimizer"]
+            role = "hidden layers, shard 0"
+        out.append(
+            WorkerMemory(
+                address, role, sizes[s], weights, optimizer, parts["tables"],
+                parts["buffers"] + RUNTIME_BYTES, int(info.get("memory_limit") or 0),
+            )
+        )  # fmt: skip
+    return MemoryPlan(tuple(out))
+
+
+def what_would_fit(cfg: SlideConfig, plan: MemoryPlan, n_workers_total: int) -> list[str]:
+    """Changes that would make ``plan`` fit, each with the size it would give."""
+    over = [w for w in plan.workers if not w.fits]
+    need = sum(w.total for w in plan.workers)
+    room = [BUDGET * w.limit for w in plan.workers if w.limit]
+    ideas = []
+    if room:
+        per_worker = sum(room) / len(room)
+        workers = -(-need // max(1.0, per_worker - RUNTIME_BYTES))
+        if workers > n_workers_total:
+            ideas.append(
+                f"{int(workers)} or more workers like these ({_gib(per_worker / BUDGET)} GiB)"
+            )
+    if cfg.beta1 > 0:
+        saved = sum(w.optimizer for w in plan.workers) / 2
+        ideas.append(f"beta1=0 (no first Adam moment: {_gib(need - saved)} GiB in all)")
+    tables = sum(w.tables for w in plan.workers)
+    if tables > 0.1 * need and cfg.L > 1:
+        ideas.append(f"L={cfg.L // 2} hash tables ({_gib(need - tables / 2)} GiB in all)")
+    if over and plan.workers[0] in over and len(plan.workers) > 1:
+        ideas.append("a larger first worker: it also holds the hidden layers")
+    return ideas

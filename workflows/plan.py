@@ -1,0 +1,101 @@
+"""``dslide plan``: what each worker would hold for a run, worked out without training.
+
+Takes ``dslide train``'s flags. The cluster is the scheduler's (``--scheduler-address``)
+or the LocalCluster ``dslide train`` would start (``--workers``, ``--threads-per-worker``,
+each worker a share of this machine's memory, or ``--memory-limit``); the data's shape
+comes from its header (or the preset's), so nothing is read or allocated. Exit status 1
+when the model does not fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def add_plan_parser(sub: argparse._SubParsersAction) -> None:
+    from dslide_workflows.train import add_run_arguments
+
+    p = sub.add_parser(
+        "plan",
+        help="the memory each worker would hold for a run, without training",
+        description="Print the bytes each worker would hold (weights, optimiser state, "
+        "hash tables, buffers) for `dslide train` with the same flags, and whether that "
+        "fits each worker's memory limit; exit status 1 if it does not.",
+    )
+    add_run_arguments(p)
+    p.add_argument("--memory-limit", metavar="BYTES",
+                   help="each LocalCluster worker's memory limit, e.g. 6GiB (default: "
+                   "this machine's memory shared by the workers)")  # fmt: skip
+    p.set_defaults(func=cmd_plan)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from dslide_dask import SlideConfig
+    from dslide_dask.distributed.memory_plan import MemoryPlanError
+    from dslide_dask.distributed.placement import place_shards
+    from dslide_workflows.run_settings import resolve
+
+    run, model = resolve(args)
+    cfg = SlideConfig.from_dict({k: tuple(v) if k == "hidden" else v for k, v in model.items()})
+    n_features, n_labels = _shape(run)
+    cfg = cfg.for_data(n_labels)
+    print(f"model: {n_features:,} features, hidden {cfg.hidden}, {n_labels:,} labels, "
+          f"{_parameters(cfg, n_features, n_labels):,} parameters")  # fmt: skip
+    workers, where = _workers(run, args.memory_limit)
+    print(f"cluster: {where}")
+    try:
+        placement = place_shards(
+            workers, cfg, n_labels, run.n_shards, n_features=n_features,
+            batch_size=run.batch_size,
+        )  # fmt: skip
+    except MemoryPlanError as err:
+        print(err)
+        return 1
+    print(placement.plan.table())
+    print("fits: every worker stays under 80% of its memory limit")
+    return 0
+
+
+def _parameters(cfg, n_features: int, n_labels: int) -> int:
+    widths = (n_features, *cfg.hidden)
+    hidden = sum(a * b + b for a, b in zip(widths[:-1], widths[1:], strict=True))
+    return hidden + n_labels * (cfg.hidden[-1] + 1)
+
+
+def _shape(run) -> tuple[int, int]:
+    if run.preset:
+        from dslide_dask.data.synthetic import resolve_spec
+
+        spec = resolve_spec(run.preset)
+        return spec.n_features, spec.n_labels
+    from dslide_dask.data.batches import plan, shape
+
+    return shape(plan(run.train, run.storage_options))
+
+
+def _workers(run, memory_limit: str | None) -> tuple[dict[str, dict], str]:
+    """The scheduler's workers, or those of the LocalCluster ``dslide train`` would start."""
+    from dask.utils import parse_bytes
+    from distributed.system import MEMORY_LIMIT
+
+    if run.in_process:
+        raise ValueError("dslide plan is for a Dask cluster: drop --in-process")
+    if run.scheduler_address:
+        from distributed import Client
+
+        with Client(run.scheduler_address) as client:
+            workers = client.scheduler_info(n_workers=-1)["workers"]
+        return workers, f"{run.scheduler_address}, {len(workers)} workers"
+    n = run.workers or os.cpu_count() or 1
+    limit = parse_bytes(memory_limit) if memory_limit else MEMORY_LIMIT // n
+    if limit <= 0:
+        raise ValueError(f"--memory-limit must be positive, got {memory_limit!r}")
+    workers = {
+        f"local-worker-{i}": {"nthreads": run.threads_per_worker, "memory_limit": limit}
+        for i in range(n)
+    }
+    return workers, (
+        f"LocalCluster of {n} worker(s) x {run.threads_per_worker} thread(s), "
+        f"{limit / 2**30:.2f} GiB each"
+    )
