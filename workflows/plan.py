@@ -84,7 +84,10 @@ def _workers(run, memory_limit: str | None) -> tuple[dict[str, dict], str]:
     if run.scheduler_address:
         from distributed import Client
 
-        with Client(run.scheduler_address) as client:
+        from dslide_workflows.security import client_security
+
+        security = client_security(run, run.scheduler_address)
+        with Client(run.scheduler_address, security=security) as client:
             workers = client.scheduler_info(n_workers=-1)["workers"]
         return workers, f"{run.scheduler_address}, {len(workers)} workers"
     n = run.workers or os.cpu_count() or 1

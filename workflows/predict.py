@@ -22,6 +22,8 @@ from dslide_workflows.args import (
 
 
 def add_predict_parser(sub: argparse._SubParsersAction) -> None:
+    from dslide_workflows.security import add_security_arguments
+
     p = sub.add_parser(
         "predict",
         help="top-k labels of every row of a data set, computed on a Dask cluster",
@@ -53,6 +55,7 @@ def add_predict_parser(sub: argparse._SubParsersAction) -> None:
                    help="LocalCluster workers (default: cores)")  # fmt: skip
     p.add_argument("--threads-per-worker", type=positive_int, default=1, metavar="T")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_security_arguments(p.add_argument_group("TLS and dashboard"))
     add_storage_arguments(p)
     p.set_defaults(func=cmd_predict)
 
@@ -64,6 +67,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from dslide_dask.inference import PredictSpec, predict_to_storage
     from dslide_dask.inference.graph import check_input
     from dslide_dask.inference.model_cache import resolve
+    from dslide_workflows.security import client_security, local_cluster_options
 
     so = storage_options(args.storage_option)
     spec = PredictSpec(
@@ -76,13 +80,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
     address = args.scheduler_address or os.environ.get("DASK_SCHEDULER_ADDRESS")
     with ExitStack() as stack:
         if address:
-            client = stack.enter_context(Client(address))
+            client = stack.enter_context(Client(address, security=client_security(args, address)))
         else:
             cluster = stack.enter_context(
                 LocalCluster(
                     n_workers=args.workers,
                     threads_per_worker=args.threads_per_worker,
                     silence_logs=logging.ERROR,
+                    **local_cluster_options(args),
                 )  # fmt: skip
             )
             client = stack.enter_context(Client(cluster))

@@ -23,6 +23,11 @@ class RunSettings:
     preset: str | None = None
     storage_options: dict = field(default_factory=dict)
     scheduler_address: str | None = None
+    tls: bool = False
+    tls_ca_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    dashboard_address: str | None = None
     workers: int | None = None
     threads_per_worker: int = 1
     in_process: bool = False
@@ -52,7 +57,8 @@ RUN_DEFAULTS: dict[str, Any] = RunSettings().to_dict()
 #: Settings a resumed run may change (where and how it runs, and for how long).
 RESUMABLE = frozenset(
     {
-        "scheduler_address", "workers", "threads_per_worker", "in_process", "n_shards",
+        "scheduler_address", "tls", "tls_ca_file", "tls_cert", "tls_key", "dashboard_address",
+        "workers", "threads_per_worker", "in_process", "n_shards",
         "wire_dtype", "pipeline", "epochs", "eval_every", "eval_points", "threads",
         "performance_report", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints",
         "skip_bad_lines", "storage_options",

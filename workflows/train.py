@@ -43,6 +43,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of a run (data, cluster, model, training, run folder): ``dslide train``'s,
     shared with ``dslide plan``."""
     from dslide_workflows.args import add_storage_arguments, hidden_sizes, key_value, positive_int
+    from dslide_workflows.security import add_security_arguments
 
     p.add_argument("--config", type=Path, metavar="YAML", help="run settings (see README)")
     src = p.add_argument_group("data")
@@ -54,6 +55,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     add_storage_arguments(src)
     c = p.add_argument_group("cluster")
     c.add_argument("--scheduler-address", metavar="ADDR", help="connect to this scheduler")
+    add_security_arguments(c)
     c.add_argument("--workers", type=int, metavar="N",
                    help="LocalCluster workers (default: cores); with a scheduler address, "
                    "wait until N workers have joined")  # fmt: skip
@@ -264,8 +266,11 @@ def _cluster(run: RunSettings):
         return
     from distributed import Client, LocalCluster
 
+    from dslide_workflows.security import client_security, local_cluster_options
+
     if run.scheduler_address:
-        with Client(run.scheduler_address) as client:
+        security = client_security(run, run.scheduler_address)
+        with Client(run.scheduler_address, security=security) as client:
             print(f"cluster: {run.scheduler_address}, dashboard {client.dashboard_link}")
             if run.workers:  # shards go to the workers there are when training starts
                 print(f"waiting for {run.workers} workers...", flush=True)
@@ -275,10 +280,11 @@ def _cluster(run: RunSettings):
     n = run.workers or os.cpu_count() or 1
     with (
         LocalCluster(n_workers=n, threads_per_worker=run.threads_per_worker,
-                     processes=True) as cluster,
+                     processes=True, **local_cluster_options(run)) as cluster,
         Client(cluster) as client,
     ):  # fmt: skip
-        print(f"cluster: LocalCluster of {n} worker processes, dashboard {client.dashboard_link}")
+        print(f"cluster: LocalCluster of {n} worker processes at {cluster.scheduler_address}, "
+              f"dashboard {client.dashboard_link}")  # fmt: skip
         yield client
 
 

@@ -1,0 +1,78 @@
+"""How the CLI reaches a cluster over networks it does not own: TLS and the dashboard.
+
+``--tls-ca-file``/``--tls-cert``/``--tls-key`` (the names of ``dask worker`` and ``dask
+scheduler``) secure the connection to ``--scheduler-address tls://...``; without them a
+``tls://`` address takes the certificates of the Dask configuration
+(``distributed.comm.tls.*``, e.g. ``DASK_DISTRIBUTED__COMM__TLS__CA_FILE``) or is refused.
+``--tls`` gives the CLI's own LocalCluster throwaway certificates
+(``Security.temporary()``) and ``tls://`` everywhere. The LocalCluster's dashboard
+listens on loopback unless ``--dashboard-address`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+#: Where the CLI's LocalCluster serves its dashboard unless told otherwise: loopback only.
+LOCAL_DASHBOARD = "127.0.0.1:8787"
+FLAGS = (("tls_ca_file", "--tls-ca-file"), ("tls_cert", "--tls-cert"), ("tls_key", "--tls-key"))
+
+
+def add_security_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--tls", action="store_true", default=None,
+                       help="the LocalCluster talks TLS with throwaway certificates")  # fmt: skip
+    group.add_argument("--tls-ca-file", metavar="PEM", help="CA certificate(s) of the cluster")
+    group.add_argument("--tls-cert", metavar="PEM", help="this client's certificate")
+    group.add_argument("--tls-key", metavar="PEM", help="this client's private key")
+    group.add_argument("--dashboard-address", metavar="HOST:PORT",
+                       help=f"the LocalCluster's dashboard (default: {LOCAL_DASHBOARD}, "
+                       "this machine only; ':8787' for every interface)")  # fmt: skip
+
+
+def client_security(settings, address: str | None):
+    """The ``distributed.Security`` for a client of ``address`` (None: plain TCP).
+
+    ``settings`` has ``tls_ca_file``, ``tls_cert`` and ``tls_key`` (flags, run YAML). The
+    files are read now, so a missing or broken one is one line naming it.
+    """
+    from distributed import Security
+
+    files = {flag: getattr(settings, name, None) for name, flag in FLAGS}
+    given = {flag: path for flag, path in files.items() if path}
+    if given:
+        missing = [flag for flag in files if flag not in given]
+        if missing:
+            raise ValueError(f"{', '.join(files)} go together: {', '.join(missing)} missing")
+        for flag, path in given.items():
+            if not os.path.isfile(path):
+                raise ValueError(f"{flag} {path}: no such file")
+        security = Security(
+            tls_ca_file=given["--tls-ca-file"], tls_client_cert=given["--tls-cert"],
+            tls_client_key=given["--tls-key"], require_encryption=True,
+        )  # fmt: skip
+    elif address and address.startswith("tls://"):
+        security = Security()  # the Dask configuration's certificates, if any
+        if not security.tls_ca_file:
+            raise ValueError(
+                f"--scheduler-address {address} needs certificates: --tls-ca-file, "
+                "--tls-cert and --tls-key, or the Dask configuration's distributed.comm.tls.*"
+            )
+    else:
+        return None
+    try:
+        security.get_connection_args("client")  # reads and checks the files
+    except (OSError, ValueError) as err:
+        files_named = ", ".join(f"{f} {p}" for f, p in files.items() if p) or "the Dask config"
+        raise ValueError(f"TLS certificates ({files_named}) cannot be used: {err}") from None
+    return security
+
+
+def local_cluster_options(settings) -> dict:
+    """Keyword arguments for the CLI's LocalCluster: its dashboard, and TLS with ``--tls``."""
+    options = {"dashboard_address": getattr(settings, "dashboard_address", None) or LOCAL_DASHBOARD}
+    if getattr(settings, "tls", False):
+        from distributed import Security
+
+        options.update(security=Security.temporary(), protocol="tls://")
+    return options
