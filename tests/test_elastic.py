@@ -2,8 +2,12 @@
 hands its rows off at the next step boundary (no step redone) and is retired; a worker
 that joins is used when the move pays."""
 
+import os
+import signal
 import time
 
+import numpy as np
+import psutil
 import pytest
 from distributed import Client, LocalCluster
 
@@ -147,3 +151,52 @@ def test_adaptive_scaling_shrinks_the_cluster_through_a_hand_off(tiny, tmp_path)
         assert len(client.scheduler_info(n_workers=-1)["workers"]) == 2
         assert [r["step"] for r in history] == list(range(1, 121))
         adaptive[0].stop()
+
+
+@pytest.mark.timeout(300)
+def test_chaos_short_joins_retirements_and_kills(tiny, tmp_path):
+    """Seeded chaos at step boundaries: a worker retired, one joining, one SIGKILLed, one
+    more retired. The run finishes, every step is recorded once (the killed worker's lost
+    steps are redone from the last checkpoint, the rest never), no worker process is left
+    behind, and the model learns as an undisturbed one."""
+    train, test = tiny
+    rng = np.random.default_rng(7)
+    policy = CheckpointPolicy(str(tmp_path / "ckpt"), every_steps=20)
+    stream = Stream(BATCH, epochs=4)
+    pids = set()
+    with cluster(3) as lc, Client(lc) as client:
+        with DistributedTrainer(client, CFG, train.n_features, train.n_labels) as clean:
+            clean.train(train, stream)
+            p1_clean = clean.evaluate(test)["P@1"]
+        with DistributedTrainer(
+            client, CFG, train.n_features, train.n_labels, checkpoint=policy, replace_wait=30
+        ) as trainer:
+            pids |= set(client.run(os.getpid).values())
+
+            done = set()
+
+            def chaos(record):
+                step, model = record["step"], list(trainer.placement.workers)
+                if step in done:  # a step redone after the kill: its event happened
+                    return
+                done.add(step)
+                if step in (25, 115):
+                    client.retire_workers([model[rng.integers(len(model))]])
+                elif step == 55:  # the retired worker is still in the cluster's spec
+                    there = len(client.scheduler_info(n_workers=-1)["workers"])
+                    lc.scale(len(lc.worker_spec) + 1)
+                    client.wait_for_workers(there + 1, timeout=60)
+                elif step == 85:
+                    victim = model[rng.integers(len(model))]
+                    os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
+                pids.update(client.run(os.getpid, on_error="ignore").values())
+
+            history = trainer.train(train, stream, chaos)
+            assert [r["step"] for r in history] == list(range(1, 161))
+            # the two retirements hand off at the next boundary; whether the worker that
+            # joined is worth a move depends on measured step and move times
+            assert [m.at_step for m in trainer.moves if m.leaving] == [30, 120]
+            assert len(trainer.recoveries) == 1 and trainer.recoveries[0].restored_step == 80
+            p1 = trainer.evaluate(test)["P@1"]
+    assert abs(p1 - p1_clean) < 0.05, (p1, p1_clean)
+    assert not [p for p in pids if psutil.pid_exists(p)]  # no worker left behind

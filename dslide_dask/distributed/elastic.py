@@ -129,8 +129,8 @@ class FollowsTheCluster:
         """At a step boundary: move the model off workers asked to leave, or onto workers
         that joined when that pays (:mod:`~dslide_dask.distributed.elastic`). The data
         position to go on from if it moved."""
-        if self.elastic is None or self.policy is None:
-            return None
+        if self.elastic is None or self.policy is None or self._lost():
+            return None  # a lost worker: the next call fails and the model is restored
         model = set(self.placement.workers)
         leaving: set[str] = set()
         if self.elastic.leave:

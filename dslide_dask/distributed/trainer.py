@@ -228,7 +228,10 @@ class DistributedTrainer(FollowsTheCluster):
                     callback(stats)
             if len(chunk) < STEPS_PER_CALL:
                 return self.history[start_len:]
-            position = self._follow_the_cluster(stream, getattr(data, "n_points", None))
+            try:
+                position = self._follow_the_cluster(stream, getattr(data, "n_points", None))
+            except Exception as err:  # a worker lost during the move
+                position = self._recover(err, start_len, stream)
             if position is not None:
                 self._set_data(data, stream.from_position(*position), storage_options)
 
