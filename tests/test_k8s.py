@@ -734,3 +734,13 @@ def test_a_manual_run_is_named_after_now(creator):
     assert creator["run_name"]("p", "manual-1", now) == "p-20250304-0506"
     assert creator["run_name"]("p", "", now) == "p-20250304-0506"
     assert creator["run_name"]("p", f"p-{MINUTES}", now) == TONIGHT.replace("dslide-nightly", "p")
+
+
+def test_the_autoscaler_scales_the_jobs_cluster_and_retired_workers_can_hand_off():
+    job = yaml.safe_load((K8S / "daskjob.yaml").read_text())
+    scaler = yaml.safe_load((K8S / "autoscaler.yaml").read_text())
+    assert scaler["spec"]["cluster"] == job["metadata"]["name"] == scaler["metadata"]["name"]
+    assert scaler["metadata"]["namespace"] == job["metadata"]["namespace"]
+    assert 1 <= scaler["spec"]["minimum"] <= scaler["spec"]["maximum"]
+    worker = job["spec"]["cluster"]["spec"]["worker"]["spec"]
+    assert worker["terminationGracePeriodSeconds"] >= 60  # a checkpoint and a restore
