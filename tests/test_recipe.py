@@ -144,5 +144,5 @@ def test_early_stopping_from_a_url_needs_an_eval_set(tmp_path, tiny):
     train, _ = tiny
     url = str(tmp_path / "train.txt")
     write_xc(url, train.slice(0, 200))
-    with pytest.raises(ValueError, match="early_stopping with training data from a URL needs"):
+    with pytest.raises(ValueError, match="early_stopping with training data from a URL or Dask"):
         SlideClassifier(early_stopping=True, **PARAMS).fit(url)
