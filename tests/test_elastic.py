@@ -9,9 +9,8 @@ import time
 import numpy as np
 import psutil
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
-from dslide_dask import SlideConfig
 from dslide_dask.checkpoint import CheckpointPolicy
 from dslide_dask.data.stream import Stream
 from dslide_dask.data.synthetic import make_synthetic
@@ -23,19 +22,12 @@ from dslide_dask.distributed.elastic import (
     retire_requests,
 )
 
-CFG = SlideConfig(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2)
-BATCH = 128  # 40 steps an epoch of 'tiny'
+from .test_resilience import BATCH, CFG, cluster
 
 
 @pytest.fixture(scope="module")
 def tiny():
     return make_synthetic("tiny", seed=0)
-
-
-def cluster(n_workers: int) -> LocalCluster:
-    return LocalCluster(
-        n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0"
-    )
 
 
 def test_retire_requests_come_from_the_schedulers_event_log():

@@ -43,6 +43,11 @@ class ElasticPolicy:
 
 #: The scheduler's event topic where :class:`KeepShardWorkers` asks for hand-offs.
 LEAVE_TOPIC = "dslide-leave"
+#: How long a requested hand-off holds every other scale-down back.
+HAND_OFF_SECONDS = 600.0
+#: After a hand-off, how long the scaler may pick no worker: its view of the cluster
+#: (a cluster object's copy of the scheduler's) still counts the worker that left.
+SETTLE_SECONDS = 10.0
 
 
 def retire_requests(events, since: float) -> set[str]:
@@ -64,26 +69,36 @@ def retire_requests(events, since: float) -> set[str]:
 class KeepShardWorkers(SchedulerPlugin):
     """Scheduler plugin: adaptive scaling (``cluster.adapt``, the Kubernetes operator's
     autoscaler) may not pick a worker that holds a shard, which it would close by force
-    once its polite retirement failed. It asks for a hand-off of the first such worker
-    instead (event topic :data:`LEAVE_TOPIC`); once the trainer has moved the rows off
-    and retired it, the cluster is the size it wanted. One worker per request, so the
-    model never shrinks below what the scaler asked for."""
+    once its polite retirement failed. It asks for a hand-off of one such worker instead
+    (event topic :data:`LEAVE_TOPIC`) and, until that worker is gone, lets the scaler
+    pick no worker at all: while the model moves, the workers that stay hold no shard
+    for a moment and would look free. Once the trainer has moved the rows and retired
+    the worker, the cluster is the size the scaler wanted."""
 
     name = "dslide-keep-shard-workers"
 
     def __init__(self) -> None:
-        self.asked: set[str] = set()  #: asked to hand off, not gone yet
+        self.asked: dict[str, float] = {}  #: asked to hand off (when), not gone yet
+        self.settled_at = 0.0  #: when the scaler may pick workers again
 
     def valid_workers_downscaling(self, scheduler, workers: list) -> list:
+        now = time.time()
+        self.asked = {
+            a: t for a, t in self.asked.items()
+            if now - t < HAND_OFF_SECONDS and a in scheduler.workers
+        }  # fmt: skip
+        if self.asked or now < self.settled_at:  # a hand-off under way or just done
+            return []
         holding = [ws for ws in workers if ws.actors]
-        fresh = [ws.address for ws in holding if ws.address not in self.asked]
-        if holding and fresh and not self.asked & {ws.address for ws in holding}:
-            self.asked.add(fresh[-1])  # the scaler's candidates come most idle last
-            scheduler.log_event(LEAVE_TOPIC, {"action": "hand-off", "workers": [fresh[-1]]})
+        if holding:
+            address = holding[-1].address  # the scaler's candidates come most idle last
+            self.asked[address] = now
+            scheduler.log_event(LEAVE_TOPIC, {"action": "hand-off", "workers": [address]})
         return [ws for ws in workers if not ws.actors]
 
     def remove_worker(self, scheduler, worker: str, **kwargs) -> None:
-        self.asked.discard(worker)
+        if self.asked.pop(worker, None) is not None:
+            self.settled_at = time.time() + SETTLE_SECONDS
 
 
 def join_pays(
@@ -171,10 +186,10 @@ class FollowsTheCluster:
         ckpt = open_checkpoint(url, self.policy.storage_options)
         self.close()
         self._left |= leaving
+        self._start(url)  # on the workers that stay, before any of them may go
         if leaving:
             self._retire(leaving)
         self._events_seen = last_event(self.client)
-        self._start(url)
         self.moves.append(
             Move(at_step, tuple(sorted(leaving)), tuple(sorted(joined)),
                  len(self.placement.workers), time.perf_counter() - t0)
