@@ -144,14 +144,17 @@ class FollowsTheCluster:
         """At a step boundary: move the model off workers asked to leave, or onto workers
         that joined when that pays (:mod:`~dslide_dask.distributed.elastic`). The data
         position to go on from if it moved."""
-        if self.elastic is None or self.policy is None or self._lost():
-            return None  # a lost worker: the next call fails and the model is restored
+        if self.elastic is None or self.policy is None:
+            return None
+        alive = set(self.client.scheduler_info(n_workers=-1)["workers"])  # one query
         model = set(self.placement.workers)
+        if not model <= alive:
+            return None  # a lost worker: the next call fails and the model is restored
         leaving: set[str] = set()
         if self.elastic.leave:
             events = [*self.client.get_events("all"), *self.client.get_events(LEAVE_TOPIC)]
             leaving = retire_requests(events, self._events_seen) & model
-        workers = set(self.client.scheduler_info(n_workers=-1)["workers"]) - self._left
+        workers = alive - self._left
         joined = workers - model - self._unused - leaving
         if not leaving and not (joined and self._join_pays(stream, n_points, len(joined))):
             return None
