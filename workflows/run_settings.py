@@ -34,6 +34,7 @@ class RunSettings:
     n_shards: int | None = None
     wire_dtype: str = "float16"
     pipeline: bool = True
+    step_mode: str = "actor"
     epochs: int = 1
     batch_size: int = 256
     eval_every: int = 0
@@ -59,7 +60,7 @@ RESUMABLE = frozenset(
     {
         "scheduler_address", "tls", "tls_ca_file", "tls_cert", "tls_key", "dashboard_address",
         "workers", "threads_per_worker", "in_process", "n_shards",
-        "wire_dtype", "pipeline", "epochs", "eval_every", "eval_points", "threads",
+        "wire_dtype", "pipeline", "step_mode", "epochs", "eval_every", "eval_points", "threads",
         "performance_report", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints",
         "skip_bad_lines", "storage_options",
     }

@@ -33,6 +33,7 @@ RUN_SCHEMA: dict[str, tuple] = {
     "n_shards": ("int", 1, 1 << 16, True),
     "wire_dtype": ("choice", ("float16", "float32"), None, False),
     "pipeline": ("bool", None, None, False),
+    "step_mode": ("choice", ("actor", "graph"), None, False),
     "epochs": ("int", 1, 1 << 20, False),
     "batch_size": ("int", 1, 1 << 20, False),
     "eval_every": ("int", 0, _I, False),

@@ -65,6 +65,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--wire-dtype", choices=("float16", "float32"), help="(default: float16)")
     c.add_argument("--no-pipeline", dest="pipeline", action="store_false", default=None,
                    help="one phase at a time, no stale hidden activations")  # fmt: skip
+    c.add_argument("--step-mode", choices=("actor", "graph"),
+                   help="graph: each step as tasks named by phase (hash, gather, softmax, "
+                   "scatter) for the dashboard and --performance-report; slower "
+                   "(default: actor)")  # fmt: skip
     m = p.add_argument_group("model (also --opt K=V for any SlideClassifier parameter)")
     m.add_argument("--hidden", type=hidden_sizes, metavar="W[,W...]", help="(default: 128)")
     m.add_argument(
@@ -308,7 +312,7 @@ def _trainer(run: RunSettings, cfg, shape: tuple[int, int], client, folder, rest
         return LocalTrainer(cfg, *shape, checkpoint=policy, restore=restore)
     return DistributedTrainer(
         client, cfg, *shape, n_shards=run.n_shards, wire_dtype=run.wire_dtype,
-        pipeline=run.pipeline, checkpoint=policy,
+        pipeline=run.pipeline, step_mode=run.step_mode, checkpoint=policy,
         restore=restore.url if restore is not None else None,
         storage_options=run.storage_options, name=Path(folder.url).name,
     )  # fmt: skip

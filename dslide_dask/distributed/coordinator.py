@@ -29,8 +29,9 @@ from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.data.stream import Stream
 from dslide_dask.distributed.errors import ShardLostError
+from dslide_dask.distributed.graph_step import TakesGraphSteps
 from dslide_dask.distributed.live_metrics.events import publish
-from dslide_dask.distributed.shard_actor import ShardActor
+from dslide_dask.distributed.shard_actor import InProcess, ShardActor
 from dslide_dask.distributed.specs import CoordinatorSpec
 from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
 from dslide_dask.metrics import TrainingLabels, xc_metrics
@@ -48,7 +49,7 @@ POLL_SECONDS = 2.0
 KERNEL_THREAD = ThreadPoolExecutor(1, thread_name_prefix="dslide-kernels")
 
 
-class Coordinator:
+class Coordinator(TakesGraphSteps):
     """Runs the training loop of one model whose shards are other actors."""
 
     def __init__(self, spec: CoordinatorSpec) -> None:
@@ -73,7 +74,7 @@ class Coordinator:
         self.worker = get_worker()
         # shard 0 lives here: its calls need no serialisation and no loop-back connection
         self.local_shard = ShardActor(spec.local_shard)
-        self.shards: list = [_DirectCalls(self.local_shard, self._on_kernel_thread)]
+        self.shards: list = [InProcess(self.local_shard, self._on_kernel_thread)]
         self.remote = [False]
         self.n_remote = 0
         self.shard_workers = list(spec.shard_workers)
@@ -89,6 +90,7 @@ class Coordinator:
         self.shard_seconds = [0.0] * len(self.shard_workers)  # each shard's answers, in all
         self.run_name = spec.run_name  # on the dashboard
         self.labels = TrainingLabels(spec.n_labels)  # PSP@k's label frequencies
+        self.take_graph_steps(spec)
 
     def connect(self, shards: list) -> None:
         """The actors of the other shards (1, 2, ...), in shard order."""
@@ -121,8 +123,9 @@ class Coordinator:
     async def run(self, n_steps: int) -> list[dict]:
         """Take up to ``n_steps`` steps (fewer when the data runs out); their statistics."""
         out = []
+        step = self._pipelined_step if self.pipeline else self._step
         for _ in range(n_steps):
-            stats = await (self._pipelined_step() if self.pipeline else self._step())
+            stats = await (self._graph_step() if self.step_mode == "graph" else step())
             if stats is None:
                 break
             if self.policy is not None and self.policy.due(
@@ -386,15 +389,3 @@ class Coordinator:
                 f"lost {names} during {what} of step {self.step + 1}: the worker died and "
                 f"its part of the model with it"
             )
-
-
-class _DirectCalls:
-    """A shard's methods called in-process (they return coroutines, like actor calls)."""
-
-    def __init__(self, target, run) -> None:
-        self._target = target
-        self._run = run
-
-    def __getattr__(self, name: str):
-        method = getattr(self._target, name)
-        return lambda *args: self._run(method, *args)

@@ -76,6 +76,7 @@ class KeepShardWorkers(SchedulerPlugin):
     the worker, the cluster is the size the scaler wanted."""
 
     name = "dslide-keep-shard-workers"
+    idempotent = True  # one per scheduler, kept across trainers (a hand-off may be under way)
 
     def __init__(self) -> None:
         self.asked: dict[str, float] = {}  #: asked to hand off (when), not gone yet

@@ -11,9 +11,10 @@ import numpy as np
 from dslide_dask.checkpoint import Folder, open_checkpoint
 from dslide_dask.checkpoint.model import restore_shard, write_shard
 from dslide_dask.data.csr import CSR
+from dslide_dask.distributed.registry import register
 from dslide_dask.distributed.specs import ShardSpec
 from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
-from dslide_dask.model.wide_shard import SoftmaxPartials, WideShard
+from dslide_dask.model.wide_shard import ActiveSets, SoftmaxPartials, WideShard
 from dslide_dask.model.wire import Packed, pack, unpack
 from dslide_dask.omp import passive_wait
 
@@ -40,10 +41,21 @@ class ShardActor:
             restore_shard(open_checkpoint(spec.restore, spec.storage_options), self.shard)
         self.busy_seconds = 0.0
         self.calls = 0
+        register(spec.model_id, spec.shard_index, self)
 
     def forward(self, h: Packed, Y: CSR) -> SoftmaxPartials:
         with self._busy():
             return self.shard.forward(unpack(h), Y)
+
+    def hash(self, h: Packed, Y: CSR) -> ActiveSets:
+        """:meth:`forward`'s first half (graph step mode)."""
+        with self._busy():
+            return self.shard.hash(unpack(h), Y)
+
+    def gather(self, active_sets: ActiveSets) -> SoftmaxPartials:
+        """:meth:`forward`'s second half (graph step mode)."""
+        with self._busy():
+            return self.shard.gather(active_sets)
 
     def backward(self, lse: np.ndarray) -> Packed:
         with self._busy():
@@ -94,3 +106,16 @@ class ShardActor:
     def get_weights(self) -> tuple[np.ndarray, np.ndarray]:
         """This shard's weights and biases (for tests and checkpoints, never per step)."""
         return self.shard.W, self.shard.bias
+
+
+class InProcess:
+    """A shard's methods called in-process through ``run(method, *args)``, which returns
+    a coroutine, like an actor call (the coordinator's calls to shard 0)."""
+
+    def __init__(self, target, run) -> None:
+        self._target = target
+        self._run = run
+
+    def __getattr__(self, name: str):
+        method = getattr(self._target, name)
+        return lambda *args: self._run(method, *args)

@@ -12,6 +12,9 @@ from dslide_dask.checkpoint import CheckpointPolicy
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.layout import ShardLayout
 
+#: How training steps run: actor calls (fast), or task graphs the dashboard shows.
+STEP_MODES = ("actor", "graph")
+
 
 @dataclass(frozen=True)
 class ShardSpec:
@@ -25,6 +28,7 @@ class ShardSpec:
     wire_dtype: str  #: dtype of activations and gradients on the wire
     restore: str | None = None  #: a checkpoint URL to load the rows from
     storage_options: dict | None = None
+    model_id: str = ""  #: names the model's parts for graph-mode tasks
 
 
 @dataclass(frozen=True)
@@ -44,3 +48,9 @@ class CoordinatorSpec:
     restore: str | None = None
     storage_options: dict | None = None
     run_name: str = "default"  #: the run's name on the dashboard
+    step_mode: str = "actor"  #: "graph": each step as tasks named by phase, for profiling
+    model_id: str = ""  #: names the model's parts for graph-mode tasks
+
+    def __post_init__(self) -> None:
+        if self.step_mode not in STEP_MODES:
+            raise ValueError(f"step_mode must be one of {list(STEP_MODES)}, got {self.step_mode!r}")

@@ -65,6 +65,7 @@ class DistributedTrainer(FollowsTheCluster):
     from the latest checkpoint and trained on from its data position; :attr:`recoveries`
     says what was lost and redone. ``restore`` starts from a checkpoint URL, of any
     sharding. Live metrics go to the dashboard (``/dslide``) under ``name``.
+    ``step_mode="graph"``: steps as tasks named by phase, for profiling (:mod:`.graph_step`).
     """
 
     def __init__(
@@ -77,6 +78,7 @@ class DistributedTrainer(FollowsTheCluster):
         n_shards: int | None = None,
         wire_dtype: str = "float16",
         pipeline: bool = True,
+        step_mode: str = "actor",
         coordinator_load: float = 0.15,
         checkpoint: CheckpointPolicy | None = None,
         restore: str | None = None,
@@ -93,6 +95,7 @@ class DistributedTrainer(FollowsTheCluster):
         self.n_shards_asked = n_shards
         self.wire_dtype = wire_dtype
         self.pipeline = pipeline
+        self.step_mode = step_mode
         self.coordinator_load = coordinator_load
         self.policy = checkpoint
         self.storage_options = storage_options
@@ -150,6 +153,7 @@ class DistributedTrainer(FollowsTheCluster):
                 wire_dtype=self.wire_dtype,
                 restore=restore,
                 storage_options=self.storage_options,
+                model_id=token,
             )
 
         spec = CoordinatorSpec(
@@ -166,6 +170,8 @@ class DistributedTrainer(FollowsTheCluster):
             restore=restore,
             storage_options=self.storage_options,
             run_name=self.name,
+            step_mode=self.step_mode,
+            model_id=token,
         )
         # the coordinator (with shard 0) and the other shards are built side by side
         coordinator = client.submit(
@@ -282,15 +288,11 @@ class DistributedTrainer(FollowsTheCluster):
             position = (ckpt.meta["position"]["epoch"], ckpt.meta["position"]["batch"])
         del self.history[max(start_len, restored - self.start_step) :]
         self._start(restore)
-        self.recoveries.append(
-            Recovery(
-                lost=", ".join(f"shard {s} on {w}" for s, w in lost),
-                at_step=at_step,
-                restored_step=restored,
-                workers=len(self.placement.workers),
-                seconds=time.perf_counter() - t0,
-            )
-        )
+        self.recoveries.append(Recovery(
+            lost=", ".join(f"shard {s} on {w}" for s, w in lost), at_step=at_step,
+            restored_step=restored, workers=len(self.placement.workers),
+            seconds=time.perf_counter() - t0,
+        ))  # fmt: skip
         return position
 
     def _await_replacements(self, wanted: int) -> None:

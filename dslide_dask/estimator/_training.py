@@ -149,7 +149,7 @@ class TrainingMixin:
             self.trainer_ = DistributedTrainer(
                 client, cfg, data.n_features, data.n_labels, n_shards=_plain(self.n_shards),
                 wire_dtype=self.wire_dtype, pipeline=_plain(self.pipeline), checkpoint=policy,
-                name=self.run_name,
+                step_mode=self.step_mode, name=self.run_name,
             )  # fmt: skip
         self.seed_ = seed
         self.epochs_done_ = 0

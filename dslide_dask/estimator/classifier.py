@@ -42,6 +42,7 @@ ENGINE_PARAMS = (
     "n_shards",
     "wire_dtype",
     "pipeline",
+    "step_mode",
     "checkpoint_url",
     "checkpoint_every",
     "run_name",
@@ -89,7 +90,9 @@ class SlideClassifier(InputsMixin, TrainingMixin, FittedMixin, ClassifierMixin, 
     used when there is one: the output layer is then sharded over the cluster's workers
     (``n_shards``: default one per worker); activations cross the network as
     ``wire_dtype``, and ``pipeline`` overlaps the end of a step with the start of the
-    next. ``client=`` overrides it (``client=False``: train in this process even with a
+    next; ``step_mode="graph"`` runs each step as tasks named by phase for the dashboard
+    and performance reports (slower; ``"actor"``, the default, is the fast path).
+    ``client=`` overrides it (``client=False``: train in this process even with a
     current client); it is not a parameter, so it is neither cloned nor pickled.
     ``checkpoint_url`` (any fsspec URL) with ``checkpoint_every`` steps checkpoints the
     model during ``fit``; on a cluster a lost worker is then survived. ``run_name`` labels
@@ -145,6 +148,7 @@ class SlideClassifier(InputsMixin, TrainingMixin, FittedMixin, ClassifierMixin, 
         n_shards: int | None = None,
         wire_dtype: str = "float16",
         pipeline: bool = True,
+        step_mode: str = "actor",
         checkpoint_url: str | None = None,
         checkpoint_every: int = 0,
         run_name: str | None = None,
@@ -193,6 +197,7 @@ class SlideClassifier(InputsMixin, TrainingMixin, FittedMixin, ClassifierMixin, 
         self.n_shards = n_shards
         self.wire_dtype = wire_dtype
         self.pipeline = pipeline
+        self.step_mode = step_mode
         self.checkpoint_url = checkpoint_url
         self.checkpoint_every = checkpoint_every
         self.run_name = run_name

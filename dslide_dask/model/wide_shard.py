@@ -44,6 +44,18 @@ class SoftmaxPartials:
     n_active: np.ndarray  # active neurons per example
 
 
+@dataclass
+class ActiveSets:
+    """A batch's active neurons in one shard (what :meth:`WideShard.hash` found)."""
+
+    h: np.ndarray  # the layer's input, float32
+    weight: np.ndarray  # 1/|labels| per example
+    active: np.ndarray  # local neuron ids, a row per example, labels first
+    n_active: np.ndarray  # entries of each row in use
+    n_label: np.ndarray  # of which labels
+    n_found: np.ndarray  # of which labels or retrieved from the tables (the rest: padding)
+
+
 _INIT_BLOCK = 1 << 16
 
 
@@ -181,11 +193,24 @@ class WideShard:
     # -- training ------------------------------------------------------------------------
     def forward(self, h: np.ndarray, Y: CSR) -> SoftmaxPartials:
         """Compute the active logits of a batch; keep them for :meth:`backward`."""
+        return self.gather(self.hash(h, Y))
+
+    def hash(self, h: np.ndarray, Y: CSR) -> ActiveSets:
+        """The first half of :meth:`forward`: each example's active neurons, from its
+        buckets in this shard's tables and its labels here."""
         h = np.ascontiguousarray(h, np.float32)
         weight = label_weights(Y)
         label_ptr, label_ids = self.local_labels(Y)
         active, n_active, n_label, n_found = self._active(h, label_ptr, label_ids, train=True)
         n_active[weight == 0] = 0  # an example with no label trains nothing
+        return ActiveSets(h, weight, active, n_active, n_label, n_found)
+
+    def gather(self, sets: ActiveSets) -> SoftmaxPartials:
+        """The second half of :meth:`forward`: the logits of the active neurons' rows,
+        kept for :meth:`backward`, and their softmax partials."""
+        h, weight, active, n_active, n_label, n_found = (
+            sets.h, sets.weight, sets.active, sets.n_active, sets.n_label, sets.n_found
+        )  # fmt: skip
         keep = self._dropout(h.shape)
         if keep is not None:
             h = h * keep

@@ -6,7 +6,10 @@ parameters. "setup s" builds the model (weights, hash tables; on Dask also start
 actors); "samples/s" is training samples over training wall time after setup; "bytes/step"
 is what the coordinator sent to and received from the shards per step (activations,
 labels, gradients, softmax partials), against a data-parallel all-reduce of the same
-model (2 x parameters x 4 bytes).
+model (2 x parameters x 4 bytes). ``--step-modes actor,graph`` also runs each cluster
+size with graph steps (each step as tasks named by phase, through the scheduler) and
+prints the milliseconds per step each phase's tasks computed, from the scheduler's fine
+performance metrics.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coordinator-load", type=float, default=None, metavar="F",
                         help="share of shard 0's worker kept for the hidden layers "
                         "(default: the trainer's)")  # fmt: skip
+    parser.add_argument("--step-modes", default="actor", metavar="M[,M]",
+                        help="step modes to run on each cluster: actor, graph "
+                        "(default: actor)")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=1, metavar="N",
                         help="runs of each contender; shows the median by samples/s")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
@@ -70,6 +76,7 @@ def run_one(name: str, make_trainer, train, test, batch_size: int, seed: int) ->
         "setup_s": t1 - t0,
         "train_s": t2 - t1,
         "samples_per_s": train.n_points / (t2 - t1),
+        "steps": len(history),
         "step_ms": 1e3 * sum(h["seconds"] for h in steady) / len(steady),
         "bytes_per_step": sum(traffic) / len(traffic),
         "active": sum(h["active"] for h in steady) / len(steady),
@@ -106,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
             train, test, args.batch_size, args.seed))
     )  # fmt: skip
     print(format_row(rows[-1], allreduce), flush=True)
+    modes = [m for m in str(args.step_modes).split(",") if m]
     for n in workers:
         with (
             LocalCluster(
@@ -114,14 +122,25 @@ def run(args: argparse.Namespace) -> int:
             ) as cluster,
             Client(cluster) as client,
         ):  # fmt: skip
-            rows.append(
-                median_of(args.repeat, lambda client=client, n=n: run_one(
-                    f"LocalCluster {n} x {args.threads_per_worker} thread",
-                    lambda: DistributedTrainer(client, cfg, *shape, **placement),
-                    train, test, args.batch_size, args.seed,
-                ))
-            )  # fmt: skip
-        print(format_row(rows[-1], allreduce), flush=True)
+            for mode in modes:
+                before = phase_seconds(client)
+                rows.append(
+                    median_of(args.repeat, lambda client=client, n=n, mode=mode: run_one(
+                        f"LocalCluster {n} x {args.threads_per_worker} thread"
+                        + (", graph" if mode == "graph" else ""),
+                        lambda: DistributedTrainer(client, cfg, *shape, step_mode=mode,
+                                                   **placement),
+                        train, test, args.batch_size, args.seed,
+                    ))
+                )  # fmt: skip
+                print(format_row(rows[-1], allreduce), flush=True)
+                if mode == "graph":
+                    after = phase_seconds(client)
+                    steps = rows[-1]["steps"] * max(1, args.repeat)
+                    rows[-1]["phase_ms"] = {
+                        p: 1e3 * (after.get(p, 0.0) - before.get(p, 0.0)) / steps for p in after
+                    }
+                    print(format_phases(rows[-1]["phase_ms"]), flush=True)
     print()
     print(format_table(rows, allreduce))
     if args.json:
@@ -130,6 +149,33 @@ def run(args: argparse.Namespace) -> int:
                         "results": rows}, indent=2, default=str)
         )  # fmt: skip
     return 0
+
+
+#: Fine performance metrics' activities of a task's own function (not Dask's overhead).
+TASK_ACTIVITIES = ("thread-cpu", "thread-noncpu")
+
+
+def phase_seconds(client) -> dict[str, float]:
+    """Seconds the cluster's tasks of each graph-step phase have spent, all runs so far."""
+    from dslide_dask.distributed.graph_step import PHASES
+
+    def metrics(dask_scheduler) -> dict:
+        return dict(dask_scheduler.cumulative_worker_metrics)
+
+    out = dict.fromkeys(PHASES, 0.0)
+    for key, value in client.run_on_scheduler(metrics).items():
+        # ("execute", prefix, activity, unit): the task functions' own time, CPU or not
+        if len(key) != 4:
+            continue
+        context, prefix, activity, _ = key
+        if context == "execute" and prefix in out and activity in TASK_ACTIVITIES:
+            out[prefix] += value
+    return out
+
+
+def format_phases(phase_ms: dict[str, float]) -> str:
+    """One line: each phase's ms per step (all shards' tasks of the phase together)."""
+    return "  graph phases, ms/step: " + ", ".join(f"{p} {ms:.1f}" for p, ms in phase_ms.items())
 
 
 def median_of(repeat: int, run) -> dict:
@@ -141,7 +187,7 @@ def median_of(repeat: int, run) -> dict:
 
 
 HEADER = (
-    f"{'contender':<28}{'setup s':>8}{'samples/s':>10}{'vs 1st':>7}{'step ms':>8}"
+    f"{'contender':<34}{'setup s':>8}{'samples/s':>10}{'vs 1st':>7}{'step ms':>8}"
     f"{'coord':>6}{'wait':>6}{'KB/step':>9}{'% allred':>9}{'active':>7}{'P@1':>7}{'P@5':>7}"
 )
 
@@ -149,7 +195,7 @@ HEADER = (
 def format_row(row: dict, allreduce: int, base: float | None = None) -> str:
     ratio = f"{row['samples_per_s'] / base:.2f}" if base else "1.00"
     return (
-        f"{row['contender']:<28}{row['setup_s']:>8.1f}{row['samples_per_s']:>10.0f}"
+        f"{row['contender']:<34}{row['setup_s']:>8.1f}{row['samples_per_s']:>10.0f}"
         f"{ratio:>7}{row['step_ms']:>8.1f}{row['coordinator_ms']:>6.1f}{row['wait_ms']:>6.1f}"
         f"{row['bytes_per_step'] / 1e3:>9.0f}{100 * row['bytes_per_step'] / allreduce:>9.3f}"
         f"{row['active']:>7.0f}{row['P@1']:>7.4f}{row['P@5']:>7.4f}"
