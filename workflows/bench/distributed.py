@@ -49,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step-modes", default="actor", metavar="M[,M]",
                         help="step modes to run on each cluster: actor, graph "
                         "(default: actor)")  # fmt: skip
+    parser.add_argument("--no-pipeline", dest="pipeline", action="store_false",
+                        help="actor steps one phase at a time, as graph steps are")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=1, metavar="N",
                         help="runs of each contender; shows the median by samples/s")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
@@ -102,9 +104,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = SlideConfig(**params)
     shape = (train.n_features, train.n_labels)
     allreduce = cfg.allreduce_bytes(*shape)
-    placement = {}
+    options = {"pipeline": args.pipeline}
     if args.coordinator_load is not None:
-        placement["coordinator_load"] = args.coordinator_load
+        options["coordinator_load"] = args.coordinator_load
     rows = []
     numba.set_num_threads(args.threads)
     rows.append(
@@ -127,9 +129,10 @@ def run(args: argparse.Namespace) -> int:
                 rows.append(
                     median_of(args.repeat, lambda client=client, n=n, mode=mode: run_one(
                         f"LocalCluster {n} x {args.threads_per_worker} thread"
-                        + (", graph" if mode == "graph" else ""),
+                        + (", graph" if mode == "graph" else "")
+                        + ("" if args.pipeline or mode == "graph" else ", no pipeline"),
                         lambda: DistributedTrainer(client, cfg, *shape, step_mode=mode,
-                                                   **placement),
+                                                   **options),
                         train, test, args.batch_size, args.seed,
                     ))
                 )  # fmt: skip
