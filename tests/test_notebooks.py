@@ -158,4 +158,9 @@ def test_profiling(workdir):
     assert sum(neurons) == 20_000
     assert all(float(r[3]) > 0 for r in rows)  # busy seconds
 
-    assert "wide-shard" in text(cell(nb, "task_stream.data"))
+    streams = text(cell(nb, "graph_stream"))
+    actor_part, graph_part = streams.split("graph steps: task")
+    assert "wide-shard" in actor_part and "scatter" not in actor_part
+    counts = dict(re.findall(r"^(\S+)\s+(\d+)\s+\d", graph_part, re.M))
+    for phase in ("hash", "gather", "softmax", "scatter"):  # every step's phases, as tasks
+        assert int(counts[phase]) >= 20, (phase, graph_part)
