@@ -24,6 +24,11 @@ def test_the_billion_parameter_preset_fits_four_workers_but_not_one(capsys):
     assert code == 1
     assert "does not fit 1 worker(s)" in out and "over 80% of its limit" in out
     assert "2 or more workers like these (6.00 GiB)" in out
+    assert 'moment_dtype="bfloat16" (half-size Adam state): 5.58 GiB in all, not enough' in out
+    # half-size Adam state: two such workers are enough
+    code, out, _ = run(capsys, "plan", "--preset", "amazon-3m", "--hidden", "256", "--workers",
+                       "2", "--memory-limit", "6GiB", "--opt", "moment_dtype=bfloat16")  # fmt: skip
+    assert code == 0 and "fits" in out, out
 
 
 def test_the_shape_comes_from_the_data_files_header(capsys, tmp_path: Path):

@@ -1,8 +1,9 @@
 """What each worker will hold, worked out before anything is allocated.
 
 A shard of ``n`` output neurons of width ``d`` holds its weights and bias (``4 n (d+1)``
-bytes), Adam's second moment (as much again) and first moment (as much again, only with
-``beta1 > 0``: its pages are never touched otherwise), ``L`` hash tables, and per-step
+bytes), Adam's second moment (as much again, half with ``moment_dtype="bfloat16"``) and
+first moment (the same, only with ``beta1 > 0``: its pages are never touched
+otherwise), ``L`` hash tables, and per-step
 buffers of about ``batch_size x max_active`` entries. The coordinator's worker also
 holds the hidden layers with their Adam state. Every worker process itself (Python,
 numba's compiled kernels, Dask) takes :data:`RUNTIME_BYTES`: measured on the 0.8B-parameter
@@ -19,6 +20,8 @@ from dslide_dask.model.config import SlideConfig
 RUNTIME_BYTES = 600 * 2**20
 #: Share of a worker's memory limit a plan may fill (Dask pauses a worker at 80%).
 BUDGET = 0.8
+#: Bytes of one Adam moment entry, by ``SlideConfig.moment_dtype``.
+MOMENT_BYTES = {"float32": 4, "bfloat16": 2}
 #: Bytes per entry of the per-step buffers (logits, gradients, ids, twice for the pipeline).
 BUFFER_BYTES_PER_ENTRY = 32
 
@@ -85,18 +88,25 @@ def _gib(n: float) -> str:
 def shard_memory(cfg: SlideConfig, n_neurons: int, batch_size: int = 256) -> dict[str, int]:
     """Weights, optimiser state, tables and per-step buffers of a shard of ``n_neurons``."""
     row = 4 * n_neurons * (cfg.hidden[-1] + 1)
-    moments = 2 if cfg.beta1 > 0 else 1
+    moments = (
+        (2 if cfg.beta1 > 0 else 1)
+        * n_neurons
+        * (
+            MOMENT_BYTES[cfg.moment_dtype] * cfg.hidden[-1] + 4  # + the bias's, float32
+        )
+    )
     tables = 4 * cfg.L * (1 << cfg.buckets_pow(max(1, n_neurons))) * (cfg.bucket_capacity + 1)
     buffers = BUFFER_BYTES_PER_ENTRY * batch_size * cfg.max_active
-    return {"weights": row, "optimizer": moments * row, "tables": tables, "buffers": buffers}
+    return {"weights": row, "optimizer": moments, "tables": tables, "buffers": buffers}
 
 
 def hidden_memory(cfg: SlideConfig, n_features: int) -> dict[str, int]:
     """The hidden layers' weights and optimiser state (on the coordinator's worker)."""
     widths = (n_features, *cfg.hidden)
     params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:], strict=True))
-    moments = 2 if cfg.beta1 > 0 else 1
-    return {"weights": 4 * params, "optimizer": 4 * moments * params}
+    first = n_features * cfg.hidden[0]  # the sparse input layer's moments: moment_dtype
+    per_moment = MOMENT_BYTES[cfg.moment_dtype] * first + 4 * (params - first)
+    return {"weights": 4 * params, "optimizer": (2 if cfg.beta1 > 0 else 1) * per_moment}
 
 
 def memory_plan(
@@ -126,7 +136,8 @@ def memory_plan(
 
 
 def what_would_fit(cfg: SlideConfig, plan: MemoryPlan, n_workers_total: int) -> list[str]:
-    """Changes that would make ``plan`` fit, each with the size it would give."""
+    """Changes that would make ``plan`` fit, each with the size it would give; a change
+    that would not be enough on its own says so."""
     over = [w for w in plan.workers if not w.fits]
     need = sum(w.total for w in plan.workers)
     room = [BUDGET * w.limit for w in plan.workers if w.limit]
@@ -138,12 +149,19 @@ def what_would_fit(cfg: SlideConfig, plan: MemoryPlan, n_workers_total: int) -> 
             ideas.append(
                 f"{int(workers)} or more workers like these ({_gib(per_worker / BUDGET)} GiB)"
             )
+
+    def shrink(change: str, saving) -> None:
+        enough = all(not w.limit or w.total - saving(w) <= BUDGET * w.limit for w in plan.workers)
+        total = need - sum(saving(w) for w in plan.workers)
+        ideas.append(f"{change}: {_gib(total)} GiB in all{'' if enough else ', not enough alone'}")
+
     if cfg.beta1 > 0:
-        saved = sum(w.optimizer for w in plan.workers) / 2
-        ideas.append(f"beta1=0 (no first Adam moment: {_gib(need - saved)} GiB in all)")
+        shrink("beta1=0 (no first Adam moment)", lambda w: w.optimizer / 2)
+    if cfg.moment_dtype == "float32":
+        shrink('moment_dtype="bfloat16" (half-size Adam state)', lambda w: w.optimizer / 2)
     tables = sum(w.tables for w in plan.workers)
     if tables > 0.1 * need and cfg.L > 1:
-        ideas.append(f"L={cfg.L // 2} hash tables ({_gib(need - tables / 2)} GiB in all)")
+        shrink(f"L={cfg.L // 2} hash tables", lambda w: w.tables / 2)
     if over and plan.workers[0] in over and len(plan.workers) > 1:
         ideas.append("a larger first worker: it also holds the hidden layers")
     return ideas

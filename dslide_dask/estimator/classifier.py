@@ -121,6 +121,7 @@ class SlideClassifier(InputsMixin, TrainingMixin, FittedMixin, ClassifierMixin, 
         beta2: float = _D.beta2,
         eps: float = _D.eps,
         optimizer: str = _D.optimizer,
+        moment_dtype: str = _D.moment_dtype,
         hash_family: str = _D.hash_family,
         K: int = _D.K,
         L: int = _D.L,
@@ -169,6 +170,7 @@ class SlideClassifier(InputsMixin, TrainingMixin, FittedMixin, ClassifierMixin, 
         self.beta2 = beta2
         self.eps = eps
         self.optimizer = optimizer
+        self.moment_dtype = moment_dtype
         self.hash_family = hash_family
         self.K = K
         self.L = L

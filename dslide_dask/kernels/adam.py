@@ -7,11 +7,14 @@ updated in parallel, each by one thread: lock-free like HOGWILD, but race-free, 
 update is lost and the result does not depend on the number of threads. Lazy (sparse)
 Adam touches only rows with entries; ``dense=True`` is exact Adam over every row. With
 ``beta1 = 0`` (see ``SlideConfig.beta1``) the first moments are not kept, so their memory
-is never touched.
+is never touched. ``W_m``/``W_v`` may be float32 or bfloat16 bits (``uint16``, see
+:mod:`.bfloat16`): arithmetic is float32 either way.
 """
 
 import numba
 import numpy as np
+
+from dslide_dask.kernels.bfloat16 import load_row, store_row
 
 #: Rows are split into this many chunks whatever the thread count, so that the summation
 #: order (and so every bit of the result) does not depend on the number of threads.
@@ -99,6 +102,7 @@ def adam_rows(
     eps: float,
     dense: bool,
     grad_vectors: np.ndarray,
+    salt: int = 0,
 ) -> int:
     """Apply one Adam step; entries of example b are ``starts[b]:ends[b]`` in the flat
     ``rows``/``coefs``. ``bias`` may be empty (no per-row bias). ``dense``: every row
@@ -106,13 +110,14 @@ def adam_rows(
 
     If ``grad_vectors`` is ``[B, H]`` (not empty) it receives ``sum coef * W_old[row]``
     per example: the back-propagated gradient, computed from each row just before it
-    is updated, so the rows are read from memory once. Returns the rows touched.
+    is updated, so the rows are read from memory once. ``salt`` seeds bfloat16 moments'
+    stochastic rounding (vary it by step). Returns the rows touched.
     """
     offsets, entry_pos, entry_vec, touched = group_rows(starts, ends, rows, W.shape[0])
     todo = np.arange(W.shape[0]) if dense else touched
     adam_grouped(
         offsets, entry_pos, entry_vec, todo, coefs, vectors, W, W_m, W_v, bias, bias_m,
-        bias_v, lr_t, beta1, beta2, eps, grad_vectors,
+        bias_v, lr_t, beta1, beta2, eps, grad_vectors, salt,
     )  # fmt: skip
     return touched.shape[0]
 
@@ -136,6 +141,7 @@ def adam_grouped(
     beta2: float,
     eps: float,
     grad_vectors: np.ndarray,
+    salt: int = 0,
 ) -> None:
     """:func:`adam_rows` on entries already grouped by :func:`group_rows`, for the rows
     ``todo``: row r's gradient is ``sum coefs[entry_pos[q]] * vectors[entry_vec[q]]``."""
@@ -154,6 +160,8 @@ def adam_grouped(
     one = np.float32(1.0)
     for c in numba.prange(n_chunks):
         grad = np.empty(H, np.float32)
+        m_bits = np.empty(H, np.uint32)  # a bfloat16 row widened (unused for float32)
+        v_bits = np.empty(H, np.uint32)
         for i in range(bounds[c], bounds[c + 1]):
             r = todo[i]
             w = W[r]
@@ -171,17 +179,19 @@ def adam_grouped(
                 else:
                     for k in range(H):
                         grad[k] += coef * vec[k]
-            v = W_v[r]
+            v = load_row(W_v, r, v_bits)
             if momentum:
-                m = W_m[r]
+                m = load_row(W_m, r, m_bits)
                 for k in range(H):
                     m[k] = b1 * m[k] + (one - b1) * grad[k]
                     v[k] = b2 * v[k] + (one - b2) * grad[k] * grad[k]
                     w[k] -= lr_t * m[k] / (np.sqrt(v[k]) + eps)
+                store_row(W_m, r, m, salt + 1)
             else:  # beta1 = 0: m would be the gradient itself; it is not kept
                 for k in range(H):
                     v[k] = b2 * v[k] + (one - b2) * grad[k] * grad[k]
                     w[k] -= lr_t * grad[k] / (np.sqrt(v[k]) + eps)
+            store_row(W_v, r, v, salt)
             if has_bias:
                 gm = gb
                 if momentum:

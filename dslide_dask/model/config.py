@@ -10,6 +10,7 @@ HASH_FAMILIES = ("dwta", "simhash")
 BUCKET_POLICIES = ("fifo", "reservoir")
 STRATEGIES = ("union", "topk", "threshold")
 OPTIMIZERS = ("adam", "dense-adam")
+MOMENT_DTYPES = ("float32", "bfloat16")
 LR_SCHEDULES = ("cosine", "linear", "constant")
 
 #: Most buckets per table (as a power of two) that range_pow=None picks.
@@ -56,6 +57,10 @@ class SlideConfig:
     beta2: float = 0.999
     eps: float = 1e-8
     optimizer: str = "adam"
+    #: Storage of Adam's moments of the output layer and the sparse input layer (nearly
+    #: every parameter): "bfloat16" halves it (2 bytes instead of 4 a moment, arithmetic
+    #: still float32, stochastic rounding) for models that must fit small workers.
+    moment_dtype: str = "float32"
     #: weights ~ N(0, init_std)
     init_std: float = 0.05
     #: Share of the last hidden layer's units zeroed in each training example (inverted
@@ -106,6 +111,7 @@ class SlideConfig:
         check_float("init_std", self.init_std, 0.0, 10.0, low_open=True)
         check_float("dropout", self.dropout, 0.0, 1.0, high_open=True)
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        _check_choice("moment_dtype", self.moment_dtype, MOMENT_DTYPES)
         _check_choice("hash_family", self.hash_family, HASH_FAMILIES)
         _check_choice("bucket_policy", self.bucket_policy, BUCKET_POLICIES)
         _check_choice("strategy", self.strategy, STRATEGIES)

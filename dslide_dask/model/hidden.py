@@ -6,6 +6,7 @@ import numpy as np
 
 from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import adam, sparse_input
+from dslide_dask.kernels.bfloat16 import STORAGE, convert
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.optimizer import adam_lr
 
@@ -29,8 +30,13 @@ class HiddenLayers:
         for w in self.weights:
             w *= np.float32(cfg.init_std)
         self.biases = [np.zeros(b, np.float32) for b in cfg.hidden]
+        n_later = len(self.params()) - 1
+        # the sparse input layer's moments as cfg.moment_dtype; the small dense layers'
+        # float32 (numpy arithmetic)
+        first = STORAGE[cfg.moment_dtype]
         self.moments = [
-            (np.zeros(p.shape, np.float32), np.zeros(p.shape, np.float32)) for p in self.params()
+            (np.zeros(p.shape, dtype), np.zeros(p.shape, dtype))
+            for p, dtype in zip(self.params(), [first] + [np.float32] * n_later, strict=True)
         ]
         self.step = 0
 
@@ -99,7 +105,7 @@ class HiddenLayers:
             X.indptr[:-1], X.indptr[1:], X.indices, X.values(), np.ascontiguousarray(grad),
             self.weights[0], m, v, empty, empty, empty,
             lr_t, cfg.beta1, cfg.beta2, cfg.eps, cfg.optimizer == "dense-adam",
-            np.zeros((0, 0), np.float32),
+            np.zeros((0, 0), np.float32), cfg.seed + self.step,
         )  # fmt: skip
         self._adam(n, grad.sum(axis=0), lr_t)
 
@@ -114,4 +120,4 @@ class HiddenLayers:
 def _copy_into(target: np.ndarray, value: np.ndarray, name: str) -> None:
     if value.shape != target.shape:
         raise ValueError(f"{name}: shape {value.shape}, the model needs {target.shape}")
-    target[...] = value
+    target[...] = convert(value, target)  # moments: float32 or bfloat16

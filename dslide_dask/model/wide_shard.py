@@ -20,6 +20,7 @@ import numpy as np
 from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import active_sets as active_kernels
 from dslide_dask.kernels import adam, topk, wide_layer
+from dslide_dask.kernels.bfloat16 import STORAGE, convert
 from dslide_dask.kernels.tables import mix64
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.layout import ShardLayout
@@ -128,8 +129,9 @@ class WideShard:
         )
         self.bias = np.zeros(self.n_local, np.float32)
         # np.zeros, not zeros_like: the OS hands out zeroed pages as rows are first touched
-        self.W_m = np.zeros(self.W.shape, np.float32)
-        self.W_v = np.zeros(self.W.shape, np.float32)
+        moments = STORAGE[cfg.moment_dtype]
+        self.W_m = np.zeros(self.W.shape, moments)
+        self.W_v = np.zeros(self.W.shape, moments)
         self.bias_m = np.zeros(self.n_local, np.float32)
         self.bias_v = np.zeros(self.n_local, np.float32)
         self.step = 0
@@ -265,7 +267,7 @@ class WideShard:
         adam.adam_grouped(
             offsets, entry_pos, entry_vec, todo, logits.ravel(), h,
             self.W, self.W_m, self.W_v, self.bias, self.bias_m, self.bias_v,
-            adam_lr(cfg, self.step), cfg.beta1, cfg.beta2, cfg.eps, grad_h,
+            adam_lr(cfg, self.step), cfg.beta1, cfg.beta2, cfg.eps, grad_h, self.seed + self.step,
         )  # fmt: skip
         if keep is not None:
             grad_h *= keep
@@ -305,7 +307,7 @@ class WideShard:
             value = arrays[name]
             if value.shape != mine[name].shape:
                 raise ValueError(f"{name}: shape {value.shape}, shard needs {mine[name].shape}")
-            mine[name][...] = value
+            mine[name][...] = convert(value, mine[name])  # moments: float32 or bfloat16
         self.step = int(counters["step"])
         sched = self.schedule
         sched.n_rebuilds = int(counters["n_rebuilds"])
