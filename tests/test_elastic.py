@@ -4,6 +4,8 @@ that joins is used when the move pays."""
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -85,6 +87,74 @@ def test_a_retired_worker_hands_its_rows_off_and_goes(tiny, tmp_path, who):
             p1 = trainer.evaluate(test)["P@1"]
     assert p1 > 0.3
     assert abs(p1 - p1_clean) < 0.05, (p1, p1_clean)
+
+
+def _dslide_leave(address: str, worker: str, timeout: float) -> subprocess.Popen:
+    """What a Kubernetes preStop hook runs in a worker's container."""
+    argv = ["leave", "--scheduler-address", address, "--worker", worker, "--timeout", str(timeout)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "dslide_workflows", *argv], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _refused(client, address: str) -> bool:
+    """Whether Dask has refused to retire ``address`` (it holds an actor)."""
+    events = client.get_events("all")
+    return any(address in (m.get("could-not-retire") or ()) for _, m in events)
+
+
+@pytest.mark.timeout(240)
+def test_dslide_leave_returns_once_the_run_has_moved_the_workers_rows_off(tiny, tmp_path):
+    train, _ = tiny
+    policy = CheckpointPolicy(str(tmp_path / "ckpt"))
+    with (
+        cluster(3) as lc,
+        Client(lc) as client,
+        DistributedTrainer(
+            client, CFG, train.n_features, train.n_labels, checkpoint=policy,
+            elastic=ElasticPolicy(join=False),
+        ) as trainer,
+    ):  # fmt: skip
+        leaving = trainer.placement.workers[1]
+        name = str(client.scheduler_info(n_workers=-1)["workers"][leaving]["name"])
+        hooks = []
+
+        def pre_stop_at_step_15(record):
+            if record["step"] == 15:
+                hooks.append(_dslide_leave(lc.scheduler_address, name, 120))
+                deadline = time.monotonic() + 60
+                while not _refused(client, leaving) and time.monotonic() < deadline:
+                    time.sleep(0.1)  # the hook has asked (its Python takes a while to start)
+
+        history = trainer.train(train, Stream(BATCH, epochs=2), pre_stop_at_step_15)
+        out, err = hooks[0].communicate(timeout=60)
+        assert hooks[0].returncode == 0, err
+        assert out.strip() == f"dslide leave: {leaving} retired"
+        (move,) = trainer.moves
+        assert move.at_step == 20 and move.leaving == (leaving,)
+        assert leaving not in client.scheduler_info(n_workers=-1)["workers"]
+        assert trainer.recoveries == []
+        assert [r["step"] for r in history] == list(range(1, 81))
+
+
+class _Holder:
+    """Any actor: Dask does not retire a worker that holds one."""
+
+
+def test_dslide_leave_says_when_no_run_takes_the_rows_or_there_is_no_such_worker():
+    with cluster(2) as lc, Client(lc) as client:
+        worker = sorted(client.scheduler_info(n_workers=-1)["workers"])[1]
+        holder = client.submit(_Holder, actor=True, workers=[worker]).result()
+        hook = _dslide_leave(lc.scheduler_address, worker, 2)
+        out, _ = hook.communicate(timeout=60)
+        assert hook.returncode == 1
+        assert out.startswith(f"dslide leave: {worker} still there after 2 s: no training run")
+        del holder
+        hook = _dslide_leave(lc.scheduler_address, "no-such-worker", 2)
+        out, _ = hook.communicate(timeout=60)
+        assert hook.returncode == 0
+        assert "no worker 'no-such-worker' in the cluster: nothing to do" in out
 
 
 @pytest.mark.timeout(240)

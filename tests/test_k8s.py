@@ -455,6 +455,25 @@ def test_runner_command_parses_with_the_dslide_cli(where, job, monkeypatch, caps
     assert ns.checkpoint_every == 500
 
 
+@pytest.mark.parametrize(("where", "job"), DASKJOBS, ids=DASKJOB_IDS)
+def test_a_stopped_worker_hands_its_rows_off_first(where, job, monkeypatch, capsys):
+    """The worker's preStop hook is ``dslide leave``, reading the scheduler and the
+    worker's name from what the operator injects, within the grace period."""
+    pod = pod_specs(job)["worker"]
+    command = container(pod, "worker")["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[:2] == ["dslide", "leave"], where
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://run-scheduler:8786")
+    monkeypatch.setenv("DASK_WORKER_NAME", "run-default-worker-0")
+    from dslide_workflows.cli import build_parser
+
+    try:
+        ns = build_parser().parse_args(command[1:])
+    except SystemExit:
+        pytest.fail(f"{where}: {' '.join(command)}\n{capsys.readouterr().err}")
+    assert ns.scheduler_address == "tcp://run-scheduler:8786" and ns.worker.endswith("-0")
+    assert ns.timeout + 10 <= pod["terminationGracePeriodSeconds"], where
+
+
 def _dask_command(name: str):
     from distributed.cli import dask_scheduler, dask_worker
 

@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from dslide_workflows import convert, plan, predict, report, train
+from dslide_workflows import convert, leave, plan, predict, report, train
 from dslide_workflows.args import (
     add_storage_arguments,
     key_value,
@@ -186,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate(sub)
     train.add_train_parser(sub)
     plan.add_plan_parser(sub)
+    leave.add_leave_parser(sub)
     report.add_report_parser(sub)
     convert.add_convert_parser(sub)
     predict.add_predict_parser(sub)

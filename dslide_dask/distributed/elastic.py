@@ -102,6 +102,33 @@ class KeepShardWorkers(SchedulerPlugin):
             self.settled_at = time.time() + SETTLE_SECONDS
 
 
+def leave(client, who: str, timeout: float, poll: float = 1.0) -> list[str]:
+    """Retire the workers ``who`` names (an address, a worker name or a host), letting a
+    training run hand their rows off first; the addresses, once gone ([]: no such worker).
+
+    For a worker that is about to be stopped (a Kubernetes preStop hook, a spot-instance
+    notice): Dask will not retire a worker holding part of a model, and the run takes
+    that refusal as its notice; at its next step boundary it moves the model off the
+    worker and retires it. Raises TimeoutError if a worker is still there after
+    ``timeout`` seconds (no run took the hand-off)."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    named = [a for a, w in workers.items() if who in (a, str(w.get("name")), w.get("host"))]
+    deadline = time.monotonic() + timeout
+    pending = set(named)
+    while pending:
+        pending -= set(client.retire_workers(sorted(pending)))  # {} while it holds a shard
+        pending &= set(client.scheduler_info(n_workers=-1)["workers"])
+        if pending and time.monotonic() > deadline:
+            raise TimeoutError(
+                f"{', '.join(sorted(pending))} still there after {timeout:g} s: no training "
+                f"run took its rows (a run loses them with the worker and restores its "
+                f"last checkpoint)"
+            )
+        if pending:
+            time.sleep(poll)
+    return named
+
+
 def join_pays(
     remaining_steps: int, step_seconds: float, *, workers_now: int, workers_then: int,
     move_seconds: float,

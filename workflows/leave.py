@@ -1,0 +1,61 @@
+"""``dslide leave``: a worker about to be stopped hands its part of the model off first.
+
+Run it where a worker learns that it will go: a Kubernetes ``preStop`` hook (the worker
+Pods of ``k8s/daskjob.yaml`` have one), a spot or preemptible instance's termination
+notice, a maintenance script. It asks the scheduler to retire the worker; a worker that
+holds part of a model is not retired by Dask, and the training run takes that as its
+notice: at its next step boundary it moves the model onto the other workers (no step
+redone) and retires the worker itself. Exits 0 once the worker has gone, 1 if it is
+still there after ``--timeout`` seconds (keep that under the grace period).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def add_leave_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "leave",
+        help="retire a worker, letting a training run hand its rows off first",
+        description=__doc__.split("\n\n")[1].replace("\n", " ").replace("``", ""),
+    )
+    p.add_argument("--scheduler-address", metavar="ADDR",
+                   default=os.environ.get("DASK_SCHEDULER_ADDRESS"),
+                   help="(default: $DASK_SCHEDULER_ADDRESS)")  # fmt: skip
+    p.add_argument("--worker", metavar="WHO", default=os.environ.get("DASK_WORKER_NAME"),
+                   help="its address, name or host (default: $DASK_WORKER_NAME)")  # fmt: skip
+    p.add_argument("--timeout", type=float, default=100.0, metavar="SECONDS",
+                   help="give up after this long (default: 100, under Kubernetes' "
+                   "terminationGracePeriodSeconds of 120 in k8s/daskjob.yaml)")  # fmt: skip
+    p.add_argument("--tls-ca-file", metavar="PEM", help="CA certificate(s) of the cluster")
+    p.add_argument("--tls-cert", metavar="PEM", help="this client's certificate")
+    p.add_argument("--tls-key", metavar="PEM", help="this client's private key")
+    p.set_defaults(func=cmd_leave)
+
+
+def cmd_leave(args: argparse.Namespace) -> int:
+    from distributed import Client
+
+    from dslide_dask.distributed.elastic import leave
+    from dslide_workflows.security import client_security
+
+    if not args.scheduler_address:
+        raise ValueError("--scheduler-address (or DASK_SCHEDULER_ADDRESS) is required")
+    if not args.worker:
+        raise ValueError("--worker (or DASK_WORKER_NAME) is required")
+    if not 0 < args.timeout <= 24 * 3600:
+        raise ValueError(f"--timeout must be in (0, 86400] seconds, got {args.timeout:g}")
+    security = client_security(args, args.scheduler_address)
+    with Client(args.scheduler_address, security=security, timeout="30s") as client:
+        try:
+            gone = leave(client, args.worker, args.timeout)
+        except TimeoutError as err:
+            print(f"dslide leave: {err}")
+            return 1
+    if gone:
+        print(f"dslide leave: {', '.join(gone)} retired")
+    else:
+        print(f"dslide leave: no worker {args.worker!r} in the cluster: nothing to do")
+    return 0
