@@ -27,6 +27,7 @@ import yaml
 from dask.utils import parse_bytes
 
 jsonschema = pytest.importorskip("jsonschema")
+jsonpatch = pytest.importorskip("jsonpatch")  # with dask-kubernetes (kopf needs it)
 pytest.importorskip("dask_kubernetes")
 
 K8S = Path(__file__).resolve().parents[1] / "workflows" / "k8s"
@@ -77,6 +78,8 @@ def _load_manifests() -> list[tuple[str, dict]]:
     ConfigMaps it generates), and for every object in a ConfigMap's ``*.yaml`` value."""
     found = []
     for path in sorted(K8S.glob("*.y*ml")):
+        if path.name == "tls-patch.yaml":
+            continue  # a patch of daskjob.yaml, loaded as the DaskJob it makes (below)
         if path.name == "kustomization.yaml":
             docs = _generated_config_maps(yaml.safe_load(path.read_text()))
         else:
@@ -95,6 +98,9 @@ def _load_manifests() -> list[tuple[str, dict]]:
                         for inner in yaml.safe_load_all(value)
                         if isinstance(inner, dict) and "kind" in inner
                     ]
+    (job,) = [d for w, d in found if w.startswith("daskjob.yaml: DaskJob/")]
+    patch = jsonpatch.JsonPatch(yaml.safe_load((K8S / "tls-patch.yaml").read_text()))
+    found.append((f"tls-patch.yaml: DaskJob/{job['metadata']['name']}", patch.apply(job)))
     return found
 
 
@@ -120,7 +126,11 @@ POD_OWNER_IDS = [where for where, _ in POD_OWNERS]
 
 
 def _one(kind: str, name: str) -> dict:
-    (obj,) = [o for _, o in MANIFESTS if o["kind"] == kind and o["metadata"]["name"] == name]
+    """The object of that kind and name (of the files as they are: not a patched variant)."""
+    (obj,) = [
+        o for w, o in MANIFESTS
+        if o["kind"] == kind and o["metadata"]["name"] == name and not w.startswith("tls-")
+    ]  # fmt: skip
     return obj
 
 
@@ -444,7 +454,12 @@ def test_runner_command_parses_with_the_dslide_cli(where, job, monkeypatch, caps
     except SystemExit:
         pytest.fail(f"{where}: {' '.join(args)}\n{capsys.readouterr().err}")
     run, _ = resolve(ns)
-    assert run.scheduler_address == address and not run.in_process, where
+    if where.startswith("tls-"):  # TLS: the flags name the scheduler's tls:// Service
+        assert run.scheduler_address == "tls://$(DASK_JOB_NAME)-scheduler:8786", where
+        assert run.tls_ca_file and run.tls_cert and run.tls_key, where
+    else:
+        assert run.scheduler_address == address, where
+    assert not run.in_process, where
     assert run.train.startswith("s3://") and run.test.startswith("s3://"), where
     assert run.epochs >= 1 and ns.no_progress and ns.log_every > 0, where
 
@@ -472,6 +487,13 @@ def test_a_stopped_worker_hands_its_rows_off_first(where, job, monkeypatch, caps
         pytest.fail(f"{where}: {' '.join(command)}\n{capsys.readouterr().err}")
     assert ns.scheduler_address == "tcp://run-scheduler:8786" and ns.worker.endswith("-0")
     assert ns.timeout + 10 <= pod["terminationGracePeriodSeconds"], where
+    if where.startswith("tls-"):  # the hook reaches the scheduler over TLS too
+        env = {e["name"]: e.get("value") for e in container(pod, "worker")["env"]}
+        assert env["DSLIDE_SCHEDULER_ADDRESS"].startswith("tls://"), where
+        assert ns.tls_ca_file and ns.tls_cert and ns.tls_key, where
+
+
+TLS_DIR = "/etc/dslide/tls/"  # where tls-patch.yaml mounts the Secret dslide-tls
 
 
 def _dask_command(name: str):
@@ -482,22 +504,32 @@ def _dask_command(name: str):
 
 
 @pytest.mark.parametrize(("where", "job"), DASKJOBS, ids=DASKJOB_IDS)
-def test_scheduler_and_worker_commands_parse_with_dask(where, job):
+def test_scheduler_and_worker_commands_parse_with_dask(where, job, tmp_path):
     pods = pod_specs(job)
+    for name in ("ca.crt", "tls.crt", "tls.key"):  # the TLS variant's Secret, mounted
+        (tmp_path / name).write_text("")
     for role in ("scheduler", "worker"):
         c = container(pods[role], role)
-        args = c["args"]
+        mounts = {m["mountPath"] for m in c.get("volumeMounts", [])}
+        args = [a.replace(TLS_DIR, f"{tmp_path}/") if TLS_DIR in a else a for a in c["args"]]
+        assert all(TLS_DIR.rstrip("/") in mounts for a in c["args"] if TLS_DIR in a), where
         assert args[:2] == ["dask", role], f"{where}: `dask {role} ...` (no dask-{role} script)"
         command = _dask_command(role)
         options = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
-        flags = [a for a in args[2:] if a.startswith("-")]
+        flags = [a.split("=")[0] for a in args[2:] if a.startswith("-")]
         # `dask worker` passes unknown options on to preload modules: check them by name
         assert set(flags) <= options, f"{where}: unknown: {set(flags) - options}"
         with command.make_context(f"dask {role}", list(args[2:])) as ctx:
             params = ctx.params
         if role != "worker":
             continue
-        assert params["scheduler"] is None, "the address comes from DASK_SCHEDULER_ADDRESS"
+        if where.startswith("tls-"):  # over TLS, with the scheduler's tls:// address
+            assert params["scheduler"].startswith("tls://"), where
+            assert {"tls_ca_file", "tls_cert", "tls_key"} <= {k for k, v in params.items() if v}
+            scheduler_args = container(pods["scheduler"], "scheduler")["args"]
+            assert "--protocol=tls" in scheduler_args, where
+        else:
+            assert params["scheduler"] is None, "the address comes from DASK_SCHEDULER_ADDRESS"
         resources = c["resources"]
         cores = math.ceil(quantity(resources["requests"]["cpu"]))
         assert params["nthreads"] == cores, f"{where}: --nthreads != CPU request rounded up"

@@ -21,9 +21,10 @@ def add_leave_parser(sub: argparse._SubParsersAction) -> None:
         help="retire a worker, letting a training run hand its rows off first",
         description=__doc__.split("\n\n")[1].replace("\n", " ").replace("``", ""),
     )
-    p.add_argument("--scheduler-address", metavar="ADDR",
-                   default=os.environ.get("DASK_SCHEDULER_ADDRESS"),
-                   help="(default: $DASK_SCHEDULER_ADDRESS)")  # fmt: skip
+    default = os.environ.get("DSLIDE_SCHEDULER_ADDRESS") or os.environ.get("DASK_SCHEDULER_ADDRESS")
+    p.add_argument("--scheduler-address", metavar="ADDR", default=default,
+                   help="(default: $DSLIDE_SCHEDULER_ADDRESS, else $DASK_SCHEDULER_ADDRESS, "
+                   "which the dask-kubernetes operator sets)")  # fmt: skip
     p.add_argument("--worker", metavar="WHO", default=os.environ.get("DASK_WORKER_NAME"),
                    help="its address, name or host (default: $DASK_WORKER_NAME)")  # fmt: skip
     p.add_argument("--timeout", type=float, default=100.0, metavar="SECONDS",
