@@ -36,10 +36,16 @@ class Adam:
 class DenseNetwork:
     """sparse input -> ReLU layers -> full softmax; float64, plain numpy."""
 
-    def __init__(self, weights, biases, W_out, b_out, lr: float, b1: float = 0.9) -> None:
+    def __init__(
+        self, weights, biases, W_out, b_out, lr: float, output_lr: float, b1: float = 0.9,
+        input_lr: float | None = None,
+    ) -> None:  # fmt: skip
         self.params = [np.array(p, np.float64) for p in [*weights, *biases, W_out, b_out]]
         self.n_hidden = len(weights)
-        self.opt = [Adam(p, lr, b1) for p in self.params]
+        rates = [lr] * (len(self.params) - 2) + [output_lr] * 2
+        if weights:  # the sparse input layer
+            rates[0] = lr if input_lr is None else input_lr
+        self.opt = [Adam(p, rate, b1) for p, rate in zip(self.params, rates, strict=True)]
 
     def step(self, X_dense: np.ndarray, Y: list[np.ndarray]) -> np.ndarray:
         """One Adam step; returns ``d loss / d h_last``."""

@@ -41,6 +41,7 @@ def _adam_steps(dtype, n_steps: int, zero_from: int):
     W = (rng.standard_normal((rows_n, width)) * 0.05).astype(np.float32)
     W0 = W.copy()
     m, v = np.zeros(W.shape, dtype), np.zeros(W.shape, dtype)
+    updates = np.zeros(rows_n, np.int32)
     empty = np.zeros(0, np.float32)
     starts = np.arange(batch) * per
     for step in range(1, n_steps + 1):
@@ -50,7 +51,8 @@ def _adam_steps(dtype, n_steps: int, zero_from: int):
         vectors = rng.standard_normal((batch, width)).astype(np.float32)
         adam.adam_rows(
             starts, starts + per, rows, coefs, vectors, W, m, v, empty, empty, empty,
-            1e-3, 0.9, 0.999, 1e-8, True, np.zeros((0, 0), np.float32), step,
+            updates, 1e-3, 0.9, 0.999, 1e-8, True, np.zeros((0, 0), np.float32),
+            step,
         )  # fmt: skip
     widen = (lambda a: a) if dtype == np.float32 else from_bfloat16
     return W0, W, widen(m), widen(v)
@@ -111,6 +113,7 @@ def test_bfloat16_state_survives_a_checkpoint_and_converts_on_restore(tiny, tmp_
 def test_the_memory_plan_counts_half_size_moments():
     full, half = shard_memory(CFG, 10_000), shard_memory(BF16, 10_000)
     assert half["weights"] == full["weights"]
-    assert half["optimizer"] == 10_000 * (2 * 32 + 4)  # bfloat16 rows, float32 bias
-    assert full["optimizer"] == 10_000 * (4 * 32 + 4)
+    # bfloat16 rows, float32 bias, int32 update count
+    assert half["optimizer"] == 10_000 * (2 * 32 + 4 + 4)
+    assert full["optimizer"] == 10_000 * (4 * 32 + 4 + 4)
     assert hidden_memory(BF16, 1000)["optimizer"] < 0.6 * hidden_memory(CFG, 1000)["optimizer"]

@@ -254,3 +254,26 @@ def test_the_estimator_checkpoints_as_asked(tiny, tmp_path):
     assert CheckpointStore(str(tmp_path)).latest().step == 14
     with pytest.raises(ValueError, match=r"checkpoint_every must be an integer in \[1, "):
         SlideClassifier(checkpoint_url=str(tmp_path)).fit(train.X, train.Y)
+
+
+def test_a_checkpoint_without_update_counts_loads_with_rows_as_old_as_the_model(tiny, tmp_path):
+    """Checkpoints written before rows counted their own Adam updates lack ``W.n`` and
+    ``W0.n``: those runs corrected every row by the global step, so that is restored."""
+    t = trainer(tiny, n_shards=2)
+    t.train(tiny[0].slice(0, 640), Stream(64))
+    path = open_checkpoint(t.save(str(tmp_path))).path
+    meta_path = os.path.join(path, "meta.json")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    counts = [name for name in meta["arrays"] if name.endswith(("/W.n", "/W0.n"))]
+    assert len(counts) == 3  # the input layer's and two shards'
+    for name in counts:
+        del meta["arrays"][name]
+    with open(meta_path, "w") as f:
+        json.dump(meta, f)
+    for n_shards in (2, 3):  # the shards' own layout, and re-sharded
+        again = trainer(tiny, n_shards=n_shards, restore=open_checkpoint(str(tmp_path)))
+        net = again.network
+        assert (net.hidden.row_updates == t.step).all()
+        assert all((shard.W_n == t.step).all() for shard in net.shards)
+        np.testing.assert_array_equal(net.hidden.weights[0], t.network.hidden.weights[0])

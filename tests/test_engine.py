@@ -37,6 +37,7 @@ def dense(X: CSR) -> np.ndarray:
 def all_active(n_labels: int, **kw) -> SlideConfig:
     """A config whose active sets hold every neuron, without dropout: exact full softmax."""
     base = dict(K=2, L=4, range_pow=4, bucket_capacity=4, lr=1e-2, dropout=0.0)
+    base.update(input_lr=base["lr"], output_lr=base["lr"])
     base.update(kw)
     return SlideConfig(min_active=n_labels, max_active=n_labels, **base)
 
@@ -58,7 +59,7 @@ def test_wide_shard_matches_full_softmax():
     ref_label = [logits[b, y].mean() for b, y in enumerate(Y.to_lists())]
     np.testing.assert_allclose(label_term, ref_label, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad_h, g @ W0, rtol=1e-4, atol=1e-7)
-    ref = DenseNetwork([], [], W0, b0, cfg.lr, cfg.beta1)
+    ref = DenseNetwork([], [], W0, b0, cfg.lr, cfg.output_lr, cfg.beta1)
     ref.params = [W0.astype(np.float64), b0.astype(np.float64)]
     grad_W = g.T @ h
     np.testing.assert_allclose(shard.W, ref.opt[0].step(ref.params[0], grad_W), atol=1e-6)
@@ -98,13 +99,15 @@ def test_network_matches_dense_reference_over_steps(hidden, beta1):
     rng = np.random.default_rng(2)
     n_features, n_labels, B = 30, 24, 12
     cfg = all_active(
-        n_labels, hidden=hidden, optimizer="dense-adam", bin_size=4, init_std=0.3, beta1=beta1
-    )
+        n_labels, hidden=hidden, optimizer="dense-adam", bin_size=4, init_std=0.3, beta1=beta1,
+        input_lr=2e-2, output_lr=4e-3,
+    )  # fmt: skip
     net = SlideNetwork(cfg, n_features, n_labels)
     shard = net.shards[0]
     ref = DenseNetwork(
-        net.hidden.weights, net.hidden.biases, shard.W, shard.bias, cfg.lr, cfg.beta1
-    )
+        net.hidden.weights, net.hidden.biases, shard.W, shard.bias, cfg.lr, cfg.output_lr,
+        cfg.beta1, cfg.input_lr,
+    )  # fmt: skip
     for _ in range(3):
         X, Y = random_batch(rng, B, n_features, n_labels)
         net.train_step(X, Y)
@@ -116,7 +119,7 @@ def test_network_matches_dense_reference_over_steps(hidden, beta1):
         # squared gradients of every step) are not comparable and are left out.
         well_defined = (opt.v > 1e-15) | (opt.v == 0)
         assert well_defined.mean() > 0.75
-        np.testing.assert_allclose(got[well_defined], want[well_defined], atol=0.01 * cfg.lr)
+        np.testing.assert_allclose(got[well_defined], want[well_defined], atol=0.01 * cfg.output_lr)
 
 
 def test_lazy_adam_leaves_untouched_input_rows_alone():
@@ -131,6 +134,35 @@ def test_lazy_adam_leaves_untouched_input_rows_alone():
     untouched = np.setdiff1d(np.arange(n_features), touched)
     assert np.array_equal(net.hidden.weights[0][untouched], before[untouched])
     assert not np.allclose(net.hidden.weights[0][touched], before[touched])
+
+
+@pytest.mark.parametrize("beta1", [0.0, 0.9])
+def test_a_rows_first_update_is_adams_first_step_however_late(beta1):
+    """Lazy Adam corrects each row by its own update count: a row first touched after
+    1,000 steps of other rows moves by lr per coordinate, as at step 1 (corrected by the
+    global step it moved 25 times as far, and rare rows blew up)."""
+    from dslide_dask.kernels import adam
+
+    rows_n, H, lr = 3, 4, 1e-3
+    W = np.zeros((rows_n, H), np.float32)
+    m, v = np.zeros_like(W), np.zeros_like(W)
+    updates = np.zeros(rows_n, np.int32)
+    empty = np.zeros(0, np.float32)
+    vector = np.array([[1.0, -2.0, 0.5, 3.0]], np.float32)
+
+    def step(row: int) -> None:
+        adam.adam_rows(
+            np.array([0]), np.array([1]), np.array([row], np.int32), np.ones(1, np.float32),
+            vector, W, m, v, empty, empty, empty, updates, lr, beta1, 0.999, 1e-8, False,
+            np.zeros((0, 0), np.float32),
+        )  # fmt: skip
+
+    for _ in range(1000):
+        step(0)
+    step(1)
+    np.testing.assert_allclose(W[1], -lr * np.sign(vector[0]), rtol=1e-4)
+    assert updates.tolist() == [1000, 1, 0]
+    assert not W[2].any()
 
 
 def test_shards_equal_one_shard_when_all_neurons_active():

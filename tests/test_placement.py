@@ -59,7 +59,8 @@ def test_the_plan_says_what_each_worker_holds_and_adds_up():
     hidden_weights = 4 * (100_000 * 64 + 64)
     assert first.weights == 4 * first.neurons * 65 + hidden_weights
     assert second.weights == 4 * second.neurons * 65
-    assert second.optimizer == 2 * second.weights  # beta1 > 0: both Adam moments
+    # beta1 > 0: both Adam moments, and each row's update count
+    assert second.optimizer == 2 * second.weights + 4 * second.neurons
     assert plan.total == sum(w.total for w in plan.workers) and plan.fits
     assert "hidden layers, shard 0" in plan.table()
 

@@ -58,9 +58,13 @@ def test_the_first_epoch_is_at_full_lr_then_it_decays():
 
 
 def test_lr_left_to_the_data_follows_the_number_of_labels():
-    assert SlideConfig().for_data(26_556).lr == 1e-2
-    assert SlideConfig().for_data(670_091).lr == 2e-2
-    assert SlideConfig(lr=0.05).for_data(670_091).lr == 0.05
+    few, many = SlideConfig().for_data(26_556), SlideConfig().for_data(670_091)
+    assert (few.lr, few.input_lr, few.output_lr) == (1e-2, 4e-2, 1e-2 / 8)
+    assert (many.lr, many.input_lr, many.output_lr) == (2e-2, 16e-2, 2e-2 / 64)
+    scaled = SlideConfig(lr=0.05).for_data(670_091)
+    assert (scaled.input_lr, scaled.output_lr) == (0.4, 0.05 / 64)
+    mine = SlideConfig(lr=0.05, input_lr=0.1, output_lr=0.01).for_data(670_091)
+    assert (mine.lr, mine.input_lr, mine.output_lr) == (0.05, 0.1, 0.01)
 
 
 @pytest.mark.parametrize(
@@ -101,8 +105,8 @@ def test_early_stopping_restores_the_best_epoch(tiny):
     the best epoch's, not the last one's."""
     train, _ = tiny
     clf = SlideClassifier(
-        lr=0.2, lr_schedule="constant", epochs=6, early_stopping=True, n_iter_no_change=6,
-        validation_fraction=0.2, **PARAMS,
+        lr=0.2, input_lr=0.2, output_lr=0.2, lr_schedule="constant", epochs=6, early_stopping=True,
+        n_iter_no_change=6, validation_fraction=0.2, **PARAMS,
     ).fit(train.X, train.Y)  # fmt: skip
     scores = clf.validation_scores_
     assert len(scores) == clf.n_iter_ == 6

@@ -24,7 +24,13 @@ def add_model_arguments(
         help="hidden layer widths (default: 128)",
     )
     g.add_argument("--batch-size", type=positive_int, default=256, help="(default: 256)")
-    g.add_argument("--lr", type=float, default=2e-2, help="Adam learning rate (default: 2e-2)")
+    g.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="the hidden layers' Adam learning rate (default: the model's, by the number of "
+        "labels; --engine-opt output_lr=... sets the output layer's)",
+    )
     g.add_argument("--epochs", type=positive_int, default=1, help="(default: 1)")
     g.add_argument(
         "--threads",

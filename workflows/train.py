@@ -72,7 +72,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("model (also --opt K=V for any SlideClassifier parameter)")
     m.add_argument("--hidden", type=hidden_sizes, metavar="W[,W...]", help="(default: 128)")
     m.add_argument(
-        "--lr", type=float, help="Adam learning rate (default: 1e-2, or 2e-2 from 100K labels)"
+        "--lr",
+        type=float,
+        help="Adam learning rate of the dense parameters and base of the wide layers' "
+        "(default: 1e-2, or 2e-2 from 100K labels; --opt input_lr=/output_lr= set those)",
     )
     m.add_argument("--hash-family", help="dwta or simhash (default: dwta)")
     m.add_argument("--K", type=int, help="hash codes per table (default: 6)")

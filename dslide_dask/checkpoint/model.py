@@ -114,7 +114,8 @@ def check_shape(ckpt: Checkpoint, n_features: int, n_labels: int) -> None:
 
 def restore_hidden(ckpt: Checkpoint, hidden: HiddenLayers) -> None:
     names = hidden.state()
-    arrays = {k: ckpt.read(f"hidden/{k}") for k in names}
+    # (an array a checkpoint lacks, as older ones lack update counts: set_state decides)
+    arrays = {k: ckpt.read(f"hidden/{k}") for k in names if ckpt.has(f"hidden/{k}")}
     try:
         hidden.set_state(arrays, int(ckpt.meta["hidden"]["step"]))
     except ValueError as err:
@@ -132,7 +133,7 @@ def restore_shard(ckpt: Checkpoint, shard: WideShard) -> None:
     names = WideShard.ROW_ARRAYS
     if old == shard.layout:
         prefix = shard_prefix(shard.shard_index)
-        arrays = {k: ckpt.read(f"{prefix}/{k}") for k in names}
+        arrays = {k: ckpt.read(f"{prefix}/{k}") for k in names if ckpt.has(f"{prefix}/{k}")}
     else:
         arrays = _gather_rows(ckpt, old, shard)
     try:
@@ -150,6 +151,8 @@ def _gather_rows(ckpt: Checkpoint, old: ShardLayout, shard: WideShard) -> dict[s
         rows = owners == j
         old_local = old.to_local(mine[rows])
         for name in WideShard.ROW_ARRAYS:
+            if not ckpt.has(f"{shard_prefix(int(j))}/{name}"):
+                continue
             source = ckpt.read(f"{shard_prefix(int(j))}/{name}")
             if name not in out:
                 out[name] = np.empty((shard.n_local, *source.shape[1:]), source.dtype)

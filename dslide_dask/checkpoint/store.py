@@ -78,6 +78,9 @@ class Checkpoint:
     def step(self) -> int:
         return int(self.meta["step"])
 
+    def has(self, name: str) -> bool:
+        return name in self.meta["arrays"]
+
     def read(self, name: str) -> np.ndarray:
         entry = self.meta["arrays"].get(name)
         if entry is None:

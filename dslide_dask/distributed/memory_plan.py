@@ -94,6 +94,7 @@ def shard_memory(cfg: SlideConfig, n_neurons: int, batch_size: int = 256) -> dic
         * (
             MOMENT_BYTES[cfg.moment_dtype] * cfg.hidden[-1] + 4  # + the bias's, float32
         )
+        + 4 * n_neurons  # each row's update count
     )
     tables = 4 * cfg.L * (1 << cfg.buckets_pow(max(1, n_neurons))) * (cfg.bucket_capacity + 1)
     buffers = BUFFER_BYTES_PER_ENTRY * batch_size * cfg.max_active
@@ -106,7 +107,8 @@ def hidden_memory(cfg: SlideConfig, n_features: int) -> dict[str, int]:
     params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:], strict=True))
     first = n_features * cfg.hidden[0]  # the sparse input layer's moments: moment_dtype
     per_moment = MOMENT_BYTES[cfg.moment_dtype] * first + 4 * (params - first)
-    return {"weights": 4 * params, "optimizer": (2 if cfg.beta1 > 0 else 1) * per_moment}
+    counts = 4 * n_features  # each input row's update count
+    return {"weights": 4 * params, "optimizer": (2 if cfg.beta1 > 0 else 1) * per_moment + counts}
 
 
 def memory_plan(

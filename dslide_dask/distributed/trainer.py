@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 import uuid
 from dataclasses import dataclass
@@ -368,6 +369,10 @@ class DistributedTrainer(FollowsTheCluster):
             future.release()
         self._futures = []
         self.coordinator = None
+        # distributed's actor-call closures hold the handles in reference cycles: until
+        # a collection frees them, the scheduler keeps the actors (and will not retire
+        # their workers, which made a hand-off wait for the garbage collector)
+        gc.collect()
 
     def __enter__(self) -> DistributedTrainer:
         return self

@@ -112,6 +112,8 @@ class SlideClassifier(InputsMixin, TrainingMixin, FittedMixin, ClassifierMixin, 
         batch_size: int = 256,
         epochs: int = 1,
         lr: float | None = _D.lr,
+        input_lr: float | None = _D.input_lr,
+        output_lr: float | None = _D.output_lr,
         lr_schedule: str = _D.lr_schedule,
         warmup_steps: int = _D.warmup_steps,
         stable_steps: int | None = _D.stable_steps,
@@ -161,6 +163,8 @@ class SlideClassifier(InputsMixin, TrainingMixin, FittedMixin, ClassifierMixin, 
         self.batch_size = batch_size
         self.epochs = epochs
         self.lr = lr
+        self.input_lr = input_lr
+        self.output_lr = output_lr
         self.lr_schedule = lr_schedule
         self.warmup_steps = warmup_steps
         self.stable_steps = stable_steps

@@ -21,8 +21,13 @@ AUTO_RANGE_POW_MAX = 18
 #: and the sampled softmax then learns far less).
 AUTO_NEURONS_PER_BUCKET = 2.5
 
+#: Below and from this many labels the automatic learning rates differ.
+MANY_LABELS = 100_000
 #: The learning rate lr=None picks, below and from MANY_LABELS labels.
-AUTO_LR, AUTO_LR_MANY, MANY_LABELS = 1e-2, 2e-2, 100_000
+AUTO_LR, AUTO_LR_MANY = 1e-2, 2e-2
+#: input_lr=None and output_lr=None: these multiples of lr, below and from MANY_LABELS.
+INPUT_LR_SCALE, INPUT_LR_SCALE_MANY = 4.0, 8.0
+OUTPUT_LR_SCALE, OUTPUT_LR_SCALE_MANY = 1 / 8, 1 / 64
 
 #: Largest hash tables allowed (L * 2**range_pow * bucket_capacity ids, 4 bytes each).
 MAX_TABLE_BYTES = 4 << 30
@@ -33,10 +38,20 @@ class SlideConfig:
     """Everything that defines a network and how it trains (besides data sizes)."""
 
     hidden: tuple[int, ...] = (128,)
-    #: None: chosen by the number of labels when the model meets its data
-    #: (:meth:`for_data`): 1e-2, or 2e-2 from 100K labels, where each label's row is
-    #: active in few steps of a pass (the README's benchmarks give the figures).
+    #: Learning rate of the dense parameters (hidden biases, dense hidden layers), and
+    #: the base of the two wide layers' rates. None: chosen by the number of labels when
+    #: the model meets its data (:meth:`for_data`): 1e-2, or 2e-2 from 100K labels.
     lr: float | None = None
+    #: Learning rate of the sparse input layer's rows (one a feature, updated only in
+    #: batches that hold the feature). None: 4 x lr, or 8 x lr from 100K labels.
+    input_lr: float | None = None
+    #: Learning rate of the output layer's rows, far below ``lr``: a label's row takes
+    #: Adam steps as a sampled negative in most batches and as a positive in few, and
+    #: Adam scales each step by the row's own gradient history, so a positive after a
+    #: run of tiny negative gradients moves the row up to ``1/sqrt(1 - beta2)`` (~32)
+    #: times ``output_lr``. None: lr / 8, or lr / 64 from 100K labels. (The README's
+    #: benchmarks give the figures behind both defaults.)
+    output_lr: float | None = None
     #: How lr moves over a fit: ``warmup_steps`` of linear warm-up, then ``stable_steps``
     #: at ``lr``, then a decay (half cosine or line) that reaches ``lr * lr_floor`` at step
     #: ``decay_steps``. A constant lr over several epochs made precision peak early and
@@ -99,6 +114,9 @@ class SlideConfig:
             check_int("hidden", width, 1, 1 << 16)
         if self.lr is not None:
             check_float("lr", self.lr, 0.0, 10.0, low_open=True)
+        for name in ("input_lr", "output_lr"):
+            if getattr(self, name) is not None:
+                check_float(name, getattr(self, name), 0.0, 10.0, low_open=True)
         _check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         check_int("warmup_steps", self.warmup_steps, 0, 1 << 40)
         if self.stable_steps is not None:
@@ -144,12 +162,18 @@ class SlideConfig:
         check_int("seed", self.seed, 0, (1 << 63) - 1)
 
     def for_data(self, n_labels: int, steps: int = 0, epoch_steps: int = 0) -> SlideConfig:
-        """This config for a model of ``n_labels`` outputs (the learning rate, if left to
+        """This config for a model of ``n_labels`` outputs (the learning rates, if left to
         it) and a fit of ``steps`` steps, ``epoch_steps`` an epoch (the schedule's
         ``decay_steps`` and ``stable_steps``, if left to the fit; 0: no fit known)."""
         cfg = self
+        many = n_labels >= MANY_LABELS
         if cfg.lr is None:
-            cfg = replace(cfg, lr=AUTO_LR_MANY if n_labels >= MANY_LABELS else AUTO_LR)
+            cfg = replace(cfg, lr=AUTO_LR_MANY if many else AUTO_LR)
+        if cfg.input_lr is None:
+            cfg = replace(cfg, input_lr=cfg.lr * (INPUT_LR_SCALE_MANY if many else INPUT_LR_SCALE))
+        if cfg.output_lr is None:
+            scale = OUTPUT_LR_SCALE_MANY if many else OUTPUT_LR_SCALE
+            cfg = replace(cfg, output_lr=cfg.lr * scale)
         if steps and cfg.lr_schedule != "constant":
             stable = epoch_steps if cfg.stable_steps is None else cfg.stable_steps
             cfg = replace(cfg, decay_steps=cfg.decay_steps or int(steps), stable_steps=stable)

@@ -8,7 +8,7 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import adam, sparse_input
 from dslide_dask.kernels.bfloat16 import STORAGE, convert
 from dslide_dask.model.config import SlideConfig
-from dslide_dask.model.optimizer import adam_lr
+from dslide_dask.model.optimizer import adam_lr, scheduled_lr, with_row_updates
 
 
 class HiddenLayers:
@@ -38,6 +38,9 @@ class HiddenLayers:
             (np.zeros(p.shape, dtype), np.zeros(p.shape, dtype))
             for p, dtype in zip(self.params(), [first] + [np.float32] * n_later, strict=True)
         ]
+        # updates of each input feature's row, for its bias correction (the dense layers
+        # step every time, so the global step corrects them)
+        self.row_updates = np.zeros(n_features, np.int32)
         self.step = 0
 
     def params(self) -> list[np.ndarray]:
@@ -49,17 +52,19 @@ class HiddenLayers:
         ]
 
     def state(self) -> dict[str, np.ndarray]:
-        """Every array of the stack: parameters and their Adam moments (``NAME.m/.v``)."""
+        """Every array of the stack: parameters, their Adam moments (``NAME.m/.v``) and
+        the input rows' update counts (``W0.n``)."""
         out = {}
         for name, p, (m, v) in zip(self.param_names(), self.params(), self.moments, strict=True):
             out.update({name: p, f"{name}.m": m, f"{name}.v": v})
+        out["W0.n"] = self.row_updates
         return out
 
     def set_state(self, arrays: dict[str, np.ndarray], step: int) -> None:
         """Take the arrays of :meth:`state` (same shapes) and the Adam step count."""
-        for name, p, (m, v) in zip(self.param_names(), self.params(), self.moments, strict=True):
-            for target, key in ((p, name), (m, f"{name}.m"), (v, f"{name}.v")):
-                _copy_into(target, arrays[key], key)
+        arrays = with_row_updates(arrays, "W0.n", self.n_features, step)
+        for name, target in self.state().items():
+            _copy_into(target, arrays[name], name)
         self.step = step
 
     def remember(self) -> None:
@@ -89,7 +94,7 @@ class HiddenLayers:
         on ``h`` belongs to the wide layer: its gradient arrives already masked.)"""
         self.step += 1
         cfg = self.cfg
-        lr_t = adam_lr(cfg, self.step)
+        lr_t = adam_lr(cfg, self.step)  # of the dense parameters
         n = len(self.weights)
         grad = grad_h * (acts[-1] > 0)  # d h / d z of the ReLU
         for layer in range(n - 1, 0, -1):
@@ -103,9 +108,9 @@ class HiddenLayers:
         empty = np.zeros(0, np.float32)
         adam.adam_rows(
             X.indptr[:-1], X.indptr[1:], X.indices, X.values(), np.ascontiguousarray(grad),
-            self.weights[0], m, v, empty, empty, empty,
-            lr_t, cfg.beta1, cfg.beta2, cfg.eps, cfg.optimizer == "dense-adam",
-            np.zeros((0, 0), np.float32), cfg.seed + self.step,
+            self.weights[0], m, v, empty, empty, empty, self.row_updates,
+            scheduled_lr(cfg, self.step, cfg.input_lr), cfg.beta1, cfg.beta2, cfg.eps,
+            cfg.optimizer == "dense-adam", np.zeros((0, 0), np.float32), cfg.seed + self.step,
         )  # fmt: skip
         self._adam(n, grad.sum(axis=0), lr_t)
 

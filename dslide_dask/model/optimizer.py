@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from dslide_dask.model.config import SlideConfig
 
 
@@ -23,13 +25,24 @@ def lr_factor(cfg: SlideConfig, step: int) -> float:
     return cfg.lr_floor + (1.0 - cfg.lr_floor) * shape
 
 
-def scheduled_lr(cfg: SlideConfig, step: int) -> float:
+def scheduled_lr(cfg: SlideConfig, step: int, base: float | None = None) -> float:
     """The learning rate of update number ``step`` before Adam's bias correction (what
-    the per-step statistics report)."""
-    return cfg.lr * lr_factor(cfg, step)
+    the per-step statistics report): ``cfg.lr``, or ``base`` (a wide layer's
+    ``cfg.input_lr``/``cfg.output_lr``) on the same schedule."""
+    return (cfg.lr if base is None else base) * lr_factor(cfg, step)
 
 
 def adam_lr(cfg: SlideConfig, step: int) -> float:
-    """Bias-corrected Adam step size for update number ``step`` (1-based), scheduled."""
+    """Bias-corrected Adam step size of the dense parameters, which take a step every
+    update, for update number ``step`` (1-based), scheduled."""
     bias_correction = math.sqrt(1.0 - cfg.beta2**step) / (1.0 - cfg.beta1**step)
     return scheduled_lr(cfg, step) * bias_correction
+
+
+def with_row_updates(arrays: dict[str, np.ndarray], name: str, rows: int, step: int) -> dict:
+    """``arrays`` with the per-row update counts ``name``, which checkpoints written
+    before rows counted their own updates lack: those runs corrected every row by the
+    global step, so every row is taken to be ``step`` updates old."""
+    if name in arrays:
+        return arrays
+    return {**arrays, name: np.full(rows, min(step, np.iinfo(np.int32).max), np.int32)}

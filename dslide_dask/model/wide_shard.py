@@ -25,7 +25,7 @@ from dslide_dask.kernels.tables import mix64
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.lsh_index import LSHIndex, LSHQuery, MIPSIndex, RebuildSchedule
-from dslide_dask.model.optimizer import adam_lr
+from dslide_dask.model.optimizer import scheduled_lr, with_row_updates
 
 _STRATEGY = {
     "union": active_kernels.UNION,
@@ -134,6 +134,7 @@ class WideShard:
         self.W_v = np.zeros(self.W.shape, moments)
         self.bias_m = np.zeros(self.n_local, np.float32)
         self.bias_v = np.zeros(self.n_local, np.float32)
+        self.W_n = np.zeros(self.n_local, np.int32)  # updates of each row (bias correction)
         self.step = 0
         self.index = LSHIndex(dim_in, cfg, seed, self.n_local)
         if initialize:
@@ -266,8 +267,9 @@ class WideShard:
         grad_h = np.zeros_like(h)
         adam.adam_grouped(
             offsets, entry_pos, entry_vec, todo, logits.ravel(), h,
-            self.W, self.W_m, self.W_v, self.bias, self.bias_m, self.bias_v,
-            adam_lr(cfg, self.step), cfg.beta1, cfg.beta2, cfg.eps, grad_h, self.seed + self.step,
+            self.W, self.W_m, self.W_v, self.bias, self.bias_m, self.bias_v, self.W_n,
+            scheduled_lr(cfg, self.step, cfg.output_lr), cfg.beta1, cfg.beta2, cfg.eps, grad_h,
+            self.seed + self.step,
         )  # fmt: skip
         if keep is not None:
             grad_h *= keep
@@ -280,14 +282,14 @@ class WideShard:
 
     # -- state ---------------------------------------------------------------------------
     #: Per-neuron arrays, in local row order: what a checkpoint keeps of a shard.
-    ROW_ARRAYS = ("W", "bias", "W.m", "W.v", "bias.m", "bias.v")
+    ROW_ARRAYS = ("W", "bias", "W.m", "W.v", "bias.m", "bias.v", "W.n")
 
     def state(self) -> tuple[dict[str, np.ndarray], dict[str, int]]:
         """``(per-neuron arrays named as ROW_ARRAYS, counters)``. The hash tables are
         not part of it: :meth:`set_state` rebuilds them from the weights."""
         arrays = dict(
             zip(self.ROW_ARRAYS, (self.W, self.bias, self.W_m, self.W_v, self.bias_m,
-                                  self.bias_v), strict=True)
+                                  self.bias_v, self.W_n), strict=True)
         )  # fmt: skip
         sched = self.schedule
         counters = {
@@ -303,6 +305,7 @@ class WideShard:
         """Take per-neuron arrays (this shard's rows, local order) and counters; redraw
         the hash functions the counters say and rebuild the tables from the weights."""
         mine, _ = self.state()
+        arrays = with_row_updates(arrays, "W.n", self.n_local, int(counters["step"]))
         for name in self.ROW_ARRAYS:
             value = arrays[name]
             if value.shape != mine[name].shape:

@@ -291,8 +291,8 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(
         f"{args.preset}: {args.train_points} train / {args.test_points} test points, "
-        f"hidden {','.join(map(str, args.hidden))}, batch {args.batch_size}, lr {args.lr:g}, "
-        f"{args.epochs} epoch(s), {args.threads} thread(s)"
+        f"hidden {','.join(map(str, args.hidden))}, batch {args.batch_size}, "
+        f"lr {args.lr or 'auto'}, {args.epochs} epoch(s), {args.threads} thread(s)"
     )
     print(format_table(results))
     if args.json:
