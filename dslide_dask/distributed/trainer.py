@@ -369,10 +369,7 @@ class DistributedTrainer(FollowsTheCluster):
             future.release()
         self._futures = []
         self.coordinator = None
-        # distributed's actor-call closures hold the handles in reference cycles: until
-        # a collection frees them, the scheduler keeps the actors (and will not retire
-        # their workers, which made a hand-off wait for the garbage collector)
-        gc.collect()
+        gc.collect()  # actor-call closures hold handles in cycles, which keep the actors
 
     def __enter__(self) -> DistributedTrainer:
         return self
