@@ -28,8 +28,9 @@ def add_model_arguments(
         "--lr",
         type=float,
         default=None,
-        help="the hidden layers' Adam learning rate (default: the model's, by the number of "
-        "labels; --engine-opt output_lr=... sets the output layer's)",
+        help="Adam learning rate of the dense parameters and base of the wide layers' "
+        "(default: the model's, by the number of labels; --engine-opt input_lr=/output_lr= "
+        "set those)",
     )
     g.add_argument("--epochs", type=positive_int, default=1, help="(default: 1)")
     g.add_argument(

@@ -7,6 +7,7 @@ picks its rows out of the old shards by global neuron id: re-sharding on load.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -112,10 +113,22 @@ def check_shape(ckpt: Checkpoint, n_features: int, n_labels: int) -> None:
         )
 
 
+#: Per-row Adam update counts, which checkpoints written before rows counted their own
+#: updates lack; ``set_state`` fills them in. Any other missing array is an error.
+ADDED_LATER = ("W.n", "W0.n")
+
+
+def _read_arrays(ckpt: Checkpoint, prefix: str, names) -> Iterator[tuple[str, np.ndarray]]:
+    """``(name, array)`` of ``names`` under ``prefix``, read one at a time (a big shard's
+    arrays need not all be in memory at once), leaving out the ADDED_LATER ones a
+    checkpoint lacks."""
+    for k in names:
+        if k not in ADDED_LATER or ckpt.has(f"{prefix}/{k}"):
+            yield k, ckpt.read(f"{prefix}/{k}")
+
+
 def restore_hidden(ckpt: Checkpoint, hidden: HiddenLayers) -> None:
-    names = hidden.state()
-    # (an array a checkpoint lacks, as older ones lack update counts: set_state decides)
-    arrays = {k: ckpt.read(f"hidden/{k}") for k in names if ckpt.has(f"hidden/{k}")}
+    arrays = dict(_read_arrays(ckpt, "hidden", hidden.state()))
     try:
         hidden.set_state(arrays, int(ckpt.meta["hidden"]["step"]))
     except ValueError as err:
@@ -133,7 +146,7 @@ def restore_shard(ckpt: Checkpoint, shard: WideShard) -> None:
     names = WideShard.ROW_ARRAYS
     if old == shard.layout:
         prefix = shard_prefix(shard.shard_index)
-        arrays = {k: ckpt.read(f"{prefix}/{k}") for k in names if ckpt.has(f"{prefix}/{k}")}
+        arrays = dict(_read_arrays(ckpt, prefix, names))
     else:
         arrays = _gather_rows(ckpt, old, shard)
     try:
@@ -150,10 +163,7 @@ def _gather_rows(ckpt: Checkpoint, old: ShardLayout, shard: WideShard) -> dict[s
     for j in np.unique(owners):
         rows = owners == j
         old_local = old.to_local(mine[rows])
-        for name in WideShard.ROW_ARRAYS:
-            if not ckpt.has(f"{shard_prefix(int(j))}/{name}"):
-                continue
-            source = ckpt.read(f"{shard_prefix(int(j))}/{name}")
+        for name, source in _read_arrays(ckpt, shard_prefix(int(j)), WideShard.ROW_ARRAYS):
             if name not in out:
                 out[name] = np.empty((shard.n_local, *source.shape[1:]), source.dtype)
             out[name][rows] = source[old_local]
