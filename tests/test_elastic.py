@@ -52,12 +52,17 @@ def test_joining_pays_only_when_the_time_saved_outweighs_the_move():
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("who", [0, 2], ids=["coordinator+shard0", "shard2"])
-def test_a_retired_worker_hands_its_rows_off_and_goes(tiny, tmp_path, who):
+@pytest.mark.parametrize(
+    ("who", "live"),
+    [(0, True), (2, True), (2, False)],
+    ids=["coordinator+shard0", "shard2", "shard2-through-storage"],
+)
+def test_a_retired_worker_hands_its_rows_off_and_goes(tiny, tmp_path, who, live):
     """``client.retire_workers`` mid-run: Dask gives up on a worker holding an actor; the
-    trainer sees that, checkpoints at the next step boundary, lets the worker go and
-    goes on from that very step on the others. Every step is recorded once, none is
-    redone, no crash recovery happens, and the model learns as an undisturbed one."""
+    trainer sees that, moves the model off it at the next step boundary (worker to
+    worker, or through a checkpoint), lets the worker go and goes on from that very
+    step on the others. Every step is recorded once, none is redone, no crash recovery
+    happens, and the model learns as an undisturbed one."""
     train, test = tiny
     policy = CheckpointPolicy(str(tmp_path / "ckpt"))  # no periodic checkpoints
     stream = Stream(BATCH, epochs=3)
@@ -67,7 +72,7 @@ def test_a_retired_worker_hands_its_rows_off_and_goes(tiny, tmp_path, who):
             p1_clean = clean.evaluate(test)["P@1"]
         with DistributedTrainer(
             client, CFG, train.n_features, train.n_labels, checkpoint=policy,
-            elastic=ElasticPolicy(join=False),
+            elastic=ElasticPolicy(join=False, live=live),
         ) as trainer:  # fmt: skip
             leaving = trainer.placement.workers[who]
             asked = []
@@ -80,6 +85,8 @@ def test_a_retired_worker_hands_its_rows_off_and_goes(tiny, tmp_path, who):
             assert asked == [{}]  # Dask alone could not retire it: it held an actor
             (move,) = trainer.moves
             assert move.at_step == 30 and move.leaving == (leaving,) and move.workers == 2
+            assert move.live == live
+            assert (tmp_path / "ckpt").exists() != live  # a live move writes nothing
             assert leaving not in client.scheduler_info(n_workers=-1)["workers"]  # retired
             assert leaving not in trainer.placement.workers
             assert trainer.recoveries == []
@@ -262,3 +269,50 @@ def test_chaos_short_joins_retirements_and_kills(tiny, tmp_path):
             p1 = trainer.evaluate(test)["P@1"]
     assert abs(p1 - p1_clean) < 0.05, (p1, p1_clean)
     assert not [p for p in pids if psutil.pid_exists(p)]  # no worker left behind
+
+
+def _by_neuron(trainer) -> tuple[np.ndarray, np.ndarray]:
+    """The output layer's weights and biases in global neuron order, from every shard."""
+    layout = trainer.placement.layout
+    W = np.zeros((layout.n_neurons, CFG.hidden[-1]), np.float32)
+    bias = np.zeros(layout.n_neurons, np.float32)
+    for s, (W_s, bias_s) in enumerate(trainer.shard_weights()):
+        rows = layout.global_ids(s, np.arange(len(W_s)))
+        W[rows], bias[rows] = W_s, bias_s
+    return W, bias
+
+
+@pytest.mark.timeout(240)
+def test_a_live_rebalance_moves_every_row_worker_to_worker_unchanged(tiny, tmp_path):
+    """Onto a worker that joined, with no checkpoint store at all: every output row, the
+    hidden layers and the step come over bit for bit, only the new worker's share of the
+    rows crosses the network, and training goes on from there."""
+    train, test = tiny
+    with (
+        cluster(2) as lc,
+        Client(lc) as client,
+        DistributedTrainer(client, CFG, train.n_features, train.n_labels) as trainer,
+    ):
+        trainer.train(train, Stream(BATCH, epochs=1))
+        W, bias = _by_neuron(trainer)
+        hidden = trainer.hidden_weights()
+        old = trainer.placement
+        assert trainer.rebalance() is None  # no new worker: nothing to do
+        lc.scale(3)
+        client.wait_for_workers(3)
+        move = trainer.rebalance()
+        assert move is not None and move.live and move.workers == 3
+        new = trainer.placement
+        assert new.workers[:2] == old.workers  # the coordinator stays where it was
+        joined_rows = new.layout.size(2)
+        assert move.rows_moved == joined_rows  # only the joiner's rows travel
+        assert joined_rows == pytest.approx(train.n_labels / 3, rel=0.1)
+        W_after, bias_after = _by_neuron(trainer)
+        np.testing.assert_array_equal(W_after, W)
+        np.testing.assert_array_equal(bias_after, bias)
+        for got, want in zip(trainer.hidden_weights(), hidden, strict=True):
+            np.testing.assert_array_equal(got, want)
+        assert {i["steps"] for i in trainer.shard_info()} == {40}
+        history = trainer.train(train, Stream(BATCH, epochs=2))
+        assert [r["step"] for r in history] == list(range(41, 121))
+        assert trainer.evaluate(test)["P@1"] > 0.3

@@ -41,3 +41,36 @@ def test_bad_layouts_are_refused():
         ShardLayout(10, (0, 2))
     with pytest.raises(ValueError, match=r"n_neurons \(2\) must be >= the pattern length \(3\)"):
         ShardLayout.strided(2, 3)
+
+
+@pytest.mark.parametrize(
+    ("old", "capacities", "new_index", "takers"),
+    [
+        (ShardLayout.from_capacities(670_091, (17, 20)), (17, 20, 20, 20), (0, 1), {2, 3}),
+        (ShardLayout.from_capacities(5_000, (85, 100, 100)), (85, 100), (0, None, 1), None),
+        (ShardLayout.strided(1_000, 2), (1, 1), (1, 0), None),  # shards swap indices
+    ],
+    ids=["2 workers join 2", "the middle one of 3 leaves", "renumbered only"],
+)
+def test_a_rebalanced_layout_moves_only_the_rows_a_share_asks_for(
+    old, capacities, new_index, takers
+):
+    new = old.rebalanced(capacities, new_index)
+    ids = np.arange(old.n_neurons)
+    test_layout_is_a_bijection(new)
+    shares = np.array([new.size(s) for s in range(new.n_shards)]) / new.n_neurons
+    np.testing.assert_allclose(shares, np.array(capacities) / sum(capacities), atol=0.01)
+    renamed = np.array([-1 if s is None else s for s in new_index])[old.owner(ids)]
+    moved = renamed != new.owner(ids)
+    # the least any layout with these shares could move: what the shards over their
+    # share (or going away) must give up
+    kept = [(renamed == s).sum() for s in range(new.n_shards)]
+    least = sum(max(0, k - new.size(s)) for s, k in enumerate(kept)) + (renamed < 0).sum()
+    assert moved.sum() == least
+    if takers is not None:
+        assert set(new.owner(ids[moved]).tolist()) == takers
+    for s in range(new.n_shards):  # each shard finds its rows where they were
+        for j, here, there in new.sources(s, old):
+            mine = new.global_ids(s, here)
+            np.testing.assert_array_equal(old.global_ids(j, there), mine)
+            assert (old.owner(mine) == j).all()

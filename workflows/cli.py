@@ -97,13 +97,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 # -- bench -------------------------------------------------------------------------------------
 def _add_bench(sub: argparse._SubParsersAction) -> None:
-    from dslide_workflows.bench import accuracy, cluster, distributed, engine, storage, topk
+    from dslide_workflows.bench import (
+        accuracy,
+        cluster,
+        distributed,
+        elastic,
+        engine,
+        storage,
+        topk,
+    )
 
     p = sub.add_parser("bench", help="benchmarks", description="Benchmarks.")
     bench = p.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
     for name, module in (
         ("engine", engine), ("distributed", distributed), ("storage", storage),
-        ("cluster", cluster), ("accuracy", accuracy), ("topk", topk),
+        ("cluster", cluster), ("accuracy", accuracy), ("topk", topk), ("elastic", elastic),
     ):  # fmt: skip
         q = bench.add_parser(
             name,

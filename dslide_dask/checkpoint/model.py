@@ -157,16 +157,12 @@ def restore_shard(ckpt: Checkpoint, shard: WideShard) -> None:
 
 def _gather_rows(ckpt: Checkpoint, old: ShardLayout, shard: WideShard) -> dict[str, np.ndarray]:
     """This shard's rows, picked out of every old shard that holds some of them."""
-    mine = shard.global_ids(np.arange(shard.n_local))
-    owners = old.owner(mine)
     out: dict[str, np.ndarray] = {}
-    for j in np.unique(owners):
-        rows = owners == j
-        old_local = old.to_local(mine[rows])
-        for name, source in _read_arrays(ckpt, shard_prefix(int(j)), WideShard.ROW_ARRAYS):
+    for j, here, there in shard.layout.sources(shard.shard_index, old):
+        for name, source in _read_arrays(ckpt, shard_prefix(j), WideShard.ROW_ARRAYS):
             if name not in out:
                 out[name] = np.empty((shard.n_local, *source.shape[1:]), source.dtype)
-            out[name][rows] = source[old_local]
+            out[name][here] = source[there]
     return out
 
 

@@ -30,6 +30,7 @@ from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.data.stream import Stream
 from dslide_dask.distributed.errors import ShardLostError
 from dslide_dask.distributed.graph_step import TakesGraphSteps
+from dslide_dask.distributed.handover import CoordinatorState, RowsPiece
 from dslide_dask.distributed.live_metrics.events import publish
 from dslide_dask.distributed.shard_actor import InProcess, ShardActor
 from dslide_dask.distributed.specs import CoordinatorSpec
@@ -52,7 +53,9 @@ KERNEL_THREAD = ThreadPoolExecutor(1, thread_name_prefix="dslide-kernels")
 class Coordinator(TakesGraphSteps):
     """Runs the training loop of one model whose shards are other actors."""
 
-    def __init__(self, spec: CoordinatorSpec) -> None:
+    def __init__(self, spec: CoordinatorSpec, state: CoordinatorState | None = None,
+                 pieces: dict[int, RowsPiece] | None = None) -> None:  # fmt: skip
+        """``state``, ``pieces`` (shard 0's rows): a live model handed over (:mod:`.handover`)."""
         raise_malloc_thresholds()
         passive_wait()
         self.cfg = spec.cfg
@@ -66,6 +69,11 @@ class Coordinator(TakesGraphSteps):
             ckpt = open_checkpoint(spec.restore, spec.storage_options)
             restore_hidden(ckpt, self.hidden)
             self.step, self.last_checkpoint = ckpt.step, ckpt.url
+        self.labels = TrainingLabels(spec.n_labels)  # PSP@k's label frequencies
+        if state is not None:
+            self.hidden.set_state(state.hidden, state.hidden_step)
+            self.step, self.last_checkpoint = state.step, state.last_checkpoint
+            self.labels = state.labels
         self.policy = spec.checkpoint
         self.store = spec.checkpoint.store() if spec.checkpoint is not None else None
         self.last_save = time.monotonic()
@@ -73,7 +81,7 @@ class Coordinator(TakesGraphSteps):
         self.n_labels = spec.n_labels
         self.worker = get_worker()
         # shard 0 lives here: its calls need no serialisation and no loop-back connection
-        self.local_shard = ShardActor(spec.local_shard)
+        self.local_shard = ShardActor(spec.local_shard, pieces)
         self.shards: list = [InProcess(self.local_shard, self._on_kernel_thread)]
         self.remote = [False]
         self.n_remote = 0
@@ -89,7 +97,6 @@ class Coordinator(TakesGraphSteps):
         self.wait_seconds = 0.0  # waiting for the shards
         self.shard_seconds = [0.0] * len(self.shard_workers)  # each shard's answers, in all
         self.run_name = spec.run_name  # on the dashboard
-        self.labels = TrainingLabels(spec.n_labels)  # PSP@k's label frequencies
         self.take_graph_steps(spec)
 
     def connect(self, shards: list) -> None:
@@ -118,6 +125,10 @@ class Coordinator(TakesGraphSteps):
         self.position = (stream.first_epoch, stream.first_batch)
         self.pending = None
         self.batches = stream.batches(planned, self.reads)
+
+    def where(self) -> tuple[int, int]:
+        """``(epoch, batch)`` of the next batch to train (a step boundary's position)."""
+        return self.position
 
     # -- training ----------------------------------------------------------------------------
     async def run(self, n_steps: int) -> list[dict]:
@@ -323,13 +334,9 @@ class Coordinator(TakesGraphSteps):
         """The hidden layers' weights and biases (for tests and checkpoints)."""
         return self.hidden.params()
 
-    async def shard_info(self) -> list[dict]:
-        """Every shard's statistics, in shard order."""
-        return list(await asyncio.gather(*(s.info() for s in self.shards)))
-
-    async def shard_weights(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Every shard's weights and biases (for tests and small models only)."""
-        return list(await asyncio.gather(*(s.get_weights() for s in self.shards)))
+    async def ask_shards(self, method: str) -> list:
+        """Every shard's answer to a question (``info``, ``get_weights``), in shard order."""
+        return list(await asyncio.gather(*(getattr(s, method)() for s in self.shards)))
 
     # -- plumbing ----------------------------------------------------------------------------
     async def _on_kernel_thread(self, fn, *args):

@@ -5,10 +5,12 @@ Dask does not retire a worker that holds an actor: ``Client.retire_workers``, ad
 scaling and the Kubernetes operator's scale-down (which retires before deleting pods)
 give up at once and log a ``retire-workers`` event naming it under
 ``could-not-retire``. That event, read from the scheduler's public event log, is our
-notice: at the next step boundary the trainer checkpoints the model at that step,
-releases its actors, retires the worker itself (now it can) and goes on from the same
-step on the workers that stay. No step is redone. A worker that joins is used the same
-way when :func:`join_pays` says the time saved outweighs the move.
+notice: at the next step boundary the trainer re-balances the model onto the workers
+that stay (worker to worker, :mod:`.handover`; through a checkpoint when the workers
+have no room for two copies of their part), releases the old actors, retires the
+worker itself (now it can) and goes on from the same step. No step is redone. A worker
+that joins is used the same way when :func:`join_pays` says the time saved outweighs
+the move.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from distributed import SchedulerPlugin
 
 from dslide_dask.checkpoint import open_checkpoint
 from dslide_dask.data.stream import Stream
+from dslide_dask.distributed.handover import Handover, rows_crossing
+from dslide_dask.distributed.memory_plan import fits_while_moving, row_bytes
 from dslide_dask.distributed.placement import shard_bytes
 
 #: Steps per coordinator call: the step boundaries where the model can move.
@@ -30,15 +34,19 @@ STEPS_PER_CALL = 10
 class ElasticPolicy:
     """How a run treats workers that come and go.
 
-    ``leave``: hand a retiring worker's rows off (checkpoint, re-place, go on) instead
-    of blocking its retirement. ``join``: re-place the model onto workers that join
-    when :func:`join_pays`; ``move_bytes_per_second`` prices a move before one was
-    measured (every byte of the model is written and read once).
+    ``leave``: hand a retiring worker's rows off (re-balance, go on) instead of
+    blocking its retirement. ``join``: re-balance onto workers that join when
+    :func:`join_pays`; ``move_bytes_per_second`` prices a move before one was measured
+    (the rows bound for the new workers cross the network once). ``live``: move worker
+    to worker when every worker has room for its old and new parts at once; False:
+    always through the checkpoint store (when memory limits understate what else runs
+    on the nodes).
     """
 
     leave: bool = True
     join: bool = True
     move_bytes_per_second: float = 200e6
+    live: bool = True
 
 
 #: The scheduler's event topic where :class:`KeepShardWorkers` asks for hand-offs.
@@ -148,14 +156,17 @@ def join_pays(
 
 @dataclass(frozen=True)
 class Move:
-    """The model moved at a step boundary, from its checkpoint at that step: off workers
-    asked to leave and/or onto workers that joined. No step is redone."""
+    """The model moved at a step boundary, off workers asked to leave and/or onto
+    workers that joined. No step is redone."""
 
     at_step: int
     leaving: tuple[str, ...]
     joined: tuple[str, ...]
     workers: int  #: shards after the move
     seconds: float
+    live: bool = True  #: worker to worker; False: through a checkpoint
+    rows_moved: int = 0  #: output rows whose worker changed
+    bytes_moved: int = 0  #: their weights and optimiser state
 
 
 def last_event(client) -> float:
@@ -172,7 +183,7 @@ class FollowsTheCluster:
         """At a step boundary: move the model off workers asked to leave, or onto workers
         that joined when that pays (:mod:`~dslide_dask.distributed.elastic`). The data
         position to go on from if it moved."""
-        if self.elastic is None or self.policy is None:
+        if self.elastic is None:
             return None
         alive = set(self.client.scheduler_info(n_workers=-1)["workers"])  # one query
         model = set(self.placement.workers)
@@ -188,6 +199,16 @@ class FollowsTheCluster:
             return None
         return self._move(leaving, joined)
 
+    def rebalance(self) -> Move | None:
+        """Between training calls: move the model onto the workers there are now (those
+        that joined included), worker to worker; the move, or None if there was nothing to
+        do (or no room to move live and no checkpoint store)."""
+        model = set(self.placement.workers)
+        joined = set(self._workers()) - model
+        if not joined or self._move(set(), joined) is None:
+            return None
+        return self.moves[-1]
+
     def _join_pays(self, stream: Stream, n_points: int | None, n_new: int) -> bool:
         if not self.elastic.join or self.n_shards_asked is not None:
             return False
@@ -197,35 +218,58 @@ class FollowsTheCluster:
         if n_points is not None:
             total = stream.epochs * -(-n_points // stream.batch_size) - stream.first_batch
             remaining = total - (self.step - self._call_start)
+        n_now = len(self.placement.workers)
         if self.moves:
             move_seconds = self.moves[-1].seconds
-        else:
-            model_bytes = shard_bytes(self.cfg, self.n_labels)
-            move_seconds = 2 * model_bytes / self.elastic.move_bytes_per_second
-        n_now = len(self.placement.workers)
+        else:  # about the new workers' share of the model crosses the network
+            moving = shard_bytes(self.cfg, self.n_labels) * n_new / (n_now + n_new)
+            move_seconds = moving / self.elastic.move_bytes_per_second
         return join_pays(
             remaining, step_seconds, workers_now=n_now, workers_then=n_now + n_new,
             move_seconds=move_seconds,
         )  # fmt: skip
 
-    def _move(self, leaving: set[str], joined: set[str]) -> tuple[int, int]:
-        """Checkpoint at this step, let ``leaving`` go, re-place over the workers there
-        are and restore: the position to go on from."""
+    def _move(self, leaving: set[str], joined: set[str]) -> tuple[int, int] | None:
+        """Re-balance the model at this step over the workers there are, less ``leaving``:
+        live, worker to worker (:mod:`.handover`), when every worker can hold its old and
+        new parts at once, else through a checkpoint. The data position to go on from;
+        None if it cannot move (no room for a live move and no checkpoint store)."""
         t0 = time.perf_counter()
-        at_step = self.step
-        url = self._wait(self.coordinator.save_checkpoint(self.policy.store()))
-        ckpt = open_checkpoint(url, self.policy.storage_options)
-        self.close()
+        at_step, old = self.step, self.placement
+        new = self._place({a: w for a, w in self._workers().items() if a not in leaving}, old)
+        live = self.elastic.live and (
+            old.plan is None or new.plan is None or fits_while_moving(old.plan, new.plan)
+        )
+        if not live and self.policy is None:
+            return None
         self._left |= leaving
-        self._start(url)  # on the workers that stay, before any of them may go
+        crossing = rows_crossing(old, new)
+        if live:
+            position = self._wait(self.coordinator.where())
+            old_futures, self._moving_from = (
+                self._futures,
+                Handover(self._model_id, old.layout, old.workers),
+            )
+            try:
+                self._start(None, new, self._moving_from)
+            finally:
+                self._moving_from = None
+                self._release(old_futures)
+        else:
+            url = self._wait(self.coordinator.save_checkpoint(self.policy.store()))
+            meta = open_checkpoint(url, self.policy.storage_options).meta
+            position = meta["position"]["epoch"], meta["position"]["batch"]
+            self.close()
+            self._start(url, new)  # on the workers that stay, before any of them may go
         if leaving:
             self._retire(leaving)
         self._events_seen = last_event(self.client)
         self.moves.append(
             Move(at_step, tuple(sorted(leaving)), tuple(sorted(joined)),
-                 len(self.placement.workers), time.perf_counter() - t0)
+                 len(self.placement.workers), time.perf_counter() - t0, live, crossing,
+                 crossing * row_bytes(self.cfg))
         )  # fmt: skip
-        return ckpt.meta["position"]["epoch"], ckpt.meta["position"]["batch"]
+        return position
 
     def _retire(self, leaving: set[str]) -> None:
         """Retire the workers whose rows were handed off, as they were asked to (once

@@ -26,14 +26,13 @@ import numpy as np
 from distributed import Client, Future, get_client
 
 from dslide_dask.data.dataset import XCDataset
-from dslide_dask.distributed.registry import KERNEL_LOCK, lookup, register
+from dslide_dask.distributed.registry import COORDINATOR, KERNEL_LOCK, lookup, register
 from dslide_dask.distributed.specs import CoordinatorSpec
 from dslide_dask.model.wide_shard import combine_partials
 from dslide_dask.model.wire import pack, payload_bytes, sum_unpacked
 
 #: The phases of a step, as its tasks' key prefixes (the task stream's colours).
 PHASES = ("hidden-forward", "hash", "gather", "softmax", "scatter", "hidden-update")
-COORDINATOR = "coordinator"
 #: Seconds between liveness checks while a step's tasks run.
 POLL_SECONDS = 2.0
 

@@ -101,6 +101,12 @@ def shard_memory(cfg: SlideConfig, n_neurons: int, batch_size: int = 256) -> dic
     return {"weights": row, "optimizer": moments, "tables": tables, "buffers": buffers}
 
 
+def row_bytes(cfg: SlideConfig) -> int:
+    """Bytes of one output row's weights and optimiser state (what a move carries)."""
+    parts = shard_memory(cfg, 1)
+    return parts["weights"] + parts["optimizer"]
+
+
 def hidden_memory(cfg: SlideConfig, n_features: int) -> dict[str, int]:
     """The hidden layers' weights and optimiser state (on the coordinator's worker)."""
     widths = (n_features, *cfg.hidden)
@@ -167,3 +173,17 @@ def what_would_fit(cfg: SlideConfig, plan: MemoryPlan, n_workers_total: int) -> 
     if over and plan.workers[0] in over and len(plan.workers) > 1:
         ideas.append("a larger first worker: it also holds the hidden layers")
     return ideas
+
+
+def fits_while_moving(old: MemoryPlan, new: MemoryPlan) -> bool:
+    """Whether every worker can hold, at once, its part of the old model, its part of the
+    new one and copies of the old rows it hands on, as a live re-balance needs (at
+    worst every old row is copied out before the old part is released)."""
+    limits = {w.address: w.limit for w in (*old.workers, *new.workers)}
+    peak = dict.fromkeys(limits, 0)
+    for w in old.workers:
+        peak[w.address] += w.total + w.weights + w.optimizer
+    had = {w.address for w in old.workers}
+    for w in new.workers:  # a worker's own process counted once
+        peak[w.address] += w.total - (RUNTIME_BYTES if w.address in had else 0)
+    return all(not limits[a] or p <= BUDGET * limits[a] for a, p in peak.items())

@@ -41,6 +41,7 @@ def place_shards(
     coordinator_load: float = 0.15,
     n_features: int = 0,
     batch_size: int = 256,
+    previous: Placement | None = None,
 ) -> Placement:
     """Choose workers for the shards of an output layer of ``n_labels`` neurons.
 
@@ -52,12 +53,19 @@ def place_shards(
     smaller. When shares by threads would put more on a worker than 80% of its memory
     limit, the shares follow the workers' free memory instead; when nothing fits,
     :class:`MemoryPlanError` says what each worker would hold and what would fit.
+
+    ``previous``: the placement of a model being re-balanced live. Its workers that are
+    still there keep their order (the coordinator stays where it is, if it can) and the
+    layout moves as few neurons as the new shares allow (:meth:`ShardLayout.rebalanced`).
     """
     if not 0 <= coordinator_load < 1:
         raise ValueError(f"coordinator_load must be in [0, 1), got {coordinator_load}")
     if not workers:
         raise ValueError("the Dask cluster has no workers")
     order = sorted(workers, key=lambda a: (-workers[a].get("nthreads", 1), a))
+    if previous is not None:
+        kept = [a for a in previous.workers if a in workers]
+        order = kept + [a for a in order if a not in kept]
     n_shards = len(order) if n_shards is None else n_shards
     if not 1 <= n_shards <= len(order):
         raise ValueError(f"n_shards must be in [1, {len(order)}] (the workers), got {n_shards}")
@@ -73,7 +81,12 @@ def place_shards(
         candidates.append(_capacities(percent, 0.0, n_labels))
     plan = None
     for capacities in candidates:
-        layout = ShardLayout.from_capacities(n_labels, capacities)
+        if previous is None:
+            layout = ShardLayout.from_capacities(n_labels, capacities)
+        else:
+            index = {a: s for s, a in enumerate(chosen)}
+            new_index = [index.get(a) for a in previous.workers]
+            layout = previous.layout.rebalanced(capacities, new_index)
         sizes = [layout.size(s) for s in range(n_shards)]
         plan = memory_plan(cfg, n_features, chosen, sizes, batch_size=batch_size)
         if plan.fits:

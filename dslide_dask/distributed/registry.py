@@ -13,6 +13,8 @@ from __future__ import annotations
 import threading
 import weakref
 
+#: The coordinator's name among a model's parts (the shards go by their index).
+COORDINATOR = "coordinator"
 #: Held by every graph-mode task while it runs model arithmetic in this process.
 KERNEL_LOCK = threading.Lock()
 

@@ -11,6 +11,7 @@ import numpy as np
 from dslide_dask.checkpoint import Folder, open_checkpoint
 from dslide_dask.checkpoint.model import restore_shard, write_shard
 from dslide_dask.data.csr import CSR
+from dslide_dask.distributed.handover import RowsPiece, take_rows
 from dslide_dask.distributed.registry import register
 from dslide_dask.distributed.specs import ShardSpec
 from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
@@ -25,20 +26,25 @@ class ShardActor:
     Methods run on the worker's single actor thread; numba uses ``spec.n_threads`` of
     them. Activations arrive and gradients leave packed (:mod:`dslide_dask.model.wire`).
     With ``spec.restore`` (a checkpoint URL) the shard loads its rows from there, whatever
-    sharding wrote them; checkpoints are written by the shard straight to storage.
+    sharding wrote them; checkpoints are written by the shard straight to storage. With
+    ``spec.handover``, ``pieces`` are its rows from the shards of a live model
+    (:mod:`~dslide_dask.distributed.handover`), by old shard index.
     """
 
-    def __init__(self, spec: ShardSpec) -> None:
+    def __init__(self, spec: ShardSpec, pieces: dict[int, RowsPiece] | None = None) -> None:
         raise_malloc_thresholds()
         passive_wait()
         self.n_threads = spec.n_threads
         self.wire_dtype = spec.wire_dtype
         numba.set_num_threads(spec.n_threads)
+        fresh = spec.restore is None and spec.handover is None
         self.shard = WideShard(
-            spec.cfg, spec.dim_in, spec.layout, spec.shard_index, initialize=spec.restore is None
+            spec.cfg, spec.dim_in, spec.layout, spec.shard_index, initialize=fresh
         )
         if spec.restore is not None:
             restore_shard(open_checkpoint(spec.restore, spec.storage_options), self.shard)
+        elif spec.handover is not None:
+            take_rows(self.shard, spec.handover.layout, pieces or {})
         self.busy_seconds = 0.0
         self.calls = 0
         register(spec.model_id, spec.shard_index, self)

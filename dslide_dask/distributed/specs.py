@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dslide_dask.checkpoint import CheckpointPolicy
+from dslide_dask.distributed.handover import Handover
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.layout import ShardLayout
 
@@ -29,6 +30,7 @@ class ShardSpec:
     restore: str | None = None  #: a checkpoint URL to load the rows from
     storage_options: dict | None = None
     model_id: str = ""  #: names the model's parts for graph-mode tasks
+    handover: Handover | None = None  #: take the rows from a live model's shards
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import gc
-import time
 import uuid
-from dataclasses import dataclass
 
 import numpy as np
 from distributed import Client
@@ -27,7 +25,9 @@ from dslide_dask.distributed.elastic import (
     last_event,
 )
 from dslide_dask.distributed.errors import ShardLostError
+from dslide_dask.distributed.handover import Handover, HandoverPieces
 from dslide_dask.distributed.placement import Placement, place_shards
+from dslide_dask.distributed.recovery import Recovery, SurvivesLostWorkers
 from dslide_dask.distributed.shard_actor import ShardActor
 from dslide_dask.distributed.specs import CoordinatorSpec, ShardSpec
 from dslide_dask.model.config import SlideConfig
@@ -37,22 +37,7 @@ from dslide_dask.trainer import StepCallback
 POLL_SECONDS = 2.0
 
 
-@dataclass
-class Recovery:
-    """A lost worker survived: what was lost, and what was redone."""
-
-    lost: str  #: which shards on which workers
-    at_step: int  #: steps done when the loss was noticed
-    restored_step: int  #: the checkpoint training went back to (0: the start)
-    workers: int  #: workers the model was placed on afterwards
-    seconds: float  #: time from noticing the loss to training again
-
-    @property
-    def redone(self) -> int:
-        return self.at_step - self.restored_step
-
-
-class DistributedTrainer(FollowsTheCluster):
+class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
     """A :class:`~dslide_dask.trainer.Trainer` whose output layer is sharded over Dask
     workers.
 
@@ -113,6 +98,7 @@ class DistributedTrainer(FollowsTheCluster):
             if elastic.leave:
                 client.register_plugin(KeepShardWorkers(), name=KeepShardWorkers.name)
         self._left: set[str] = set()
+        self._moving_from: Handover | None = None  #: the old model during a live move
         self.history: list[dict] = []
         self.start_step = 0
         if restore is not None:
@@ -122,27 +108,35 @@ class DistributedTrainer(FollowsTheCluster):
         self._futures: list = []
         self._start(restore)
 
-    def _start(self, restore: str | None) -> None:
-        """Place and start the actors: fresh, or restored from a checkpoint URL."""
-        client, cfg = self.client, self.cfg
-        workers = client.scheduler_info(n_workers=-1)["workers"]
-        workers = {a: w for a, w in workers.items() if a not in self._left}
-        self._unused = set(workers)
+    def _workers(self) -> dict[str, dict]:
+        """The scheduler's view of the workers the model may use."""
+        workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        return {a: w for a, w in workers.items() if a not in self._left}
+
+    def _place(self, workers: dict[str, dict], previous: Placement | None = None) -> Placement:
         n_shards = self.n_shards_asked
         if n_shards is not None:
             n_shards = min(n_shards, len(workers))
-        self.placement: Placement = place_shards(
-            workers,
-            cfg,
-            self.n_labels,
-            n_shards,
-            coordinator_load=self.coordinator_load,
-            n_features=self.n_features,
-        )
-        self._unused -= set(self.placement.workers)
+        return place_shards(
+            workers, self.cfg, self.n_labels, n_shards, coordinator_load=self.coordinator_load,
+            n_features=self.n_features, previous=previous,
+        )  # fmt: skip
+
+    def _start(
+        self, restore: str | None, placement: Placement | None = None,
+        handover: Handover | None = None,
+    ) -> None:  # fmt: skip
+        """Place (unless given a placement) and start the actors: fresh, restored from a
+        checkpoint URL, or taking over a live model's parts (:mod:`.handover`)."""
+        client, cfg = self.client, self.cfg
+        workers = self._workers()
+        self.placement: Placement = placement or self._place(workers)
+        self._unused = set(workers) - set(self.placement.workers)
         token = uuid.uuid4().hex[:8]
+        self._model_id = token
         threads = [int(workers[w].get("nthreads", 1)) for w in self.placement.workers]
         layout = self.placement.layout
+        pieces = HandoverPieces(client, handover, layout, token)
 
         def shard(s: int) -> ShardSpec:
             return ShardSpec(
@@ -155,6 +149,7 @@ class DistributedTrainer(FollowsTheCluster):
                 restore=restore,
                 storage_options=self.storage_options,
                 model_id=token,
+                handover=handover,
             )
 
         spec = CoordinatorSpec(
@@ -178,6 +173,7 @@ class DistributedTrainer(FollowsTheCluster):
         coordinator = client.submit(
             Coordinator,
             spec,
+            *pieces.coordinator(),
             actor=True,
             workers=[self.placement.workers[0]],
             allow_other_workers=False,
@@ -187,6 +183,7 @@ class DistributedTrainer(FollowsTheCluster):
             client.submit(
                 ShardActor,
                 shard(s),
+                *pieces.shard(s),
                 actor=True,
                 workers=[w],
                 allow_other_workers=False,
@@ -257,54 +254,6 @@ class DistributedTrainer(FollowsTheCluster):
             workers=[self.placement.workers[0]], allow_other_workers=False,
         )  # fmt: skip
 
-    def _recover(self, err: Exception, start_len: int, stream: Stream) -> tuple[int, int]:
-        """After ``err``: if a model worker was lost and a checkpoint (or this call's
-        start, when nothing came before) can stand in for it, rebuild the model there;
-        the data position to go on from. Otherwise raise."""
-        lost = self._lost()
-        if not lost and isinstance(err, OSError):  # a broken connection: is a worker gone?
-            deadline = time.monotonic() + self.replace_wait
-            while not lost and time.monotonic() < deadline:
-                time.sleep(0.25)
-                lost = self._lost()
-        if not lost or self.policy is None or len(self.recoveries) >= self.max_recoveries:
-            if lost and not isinstance(err, ShardLostError):
-                raise ShardLostError(self._lost_message(lost)) from err
-            raise err
-        t0 = time.perf_counter()
-        at_step = self.step
-        ckpt = self.policy.store().latest()
-        call_start = self.start_step + start_len
-        if (ckpt is None and call_start > 0) or (ckpt is not None and ckpt.step < call_start):
-            raise ShardLostError(
-                self._lost_message(lost) + f"; no checkpoint since this training call began "
-                f"(step {call_start}) to recover from"
-            ) from err
-        self.close()
-        self._await_replacements(len(self.placement.workers))
-        if ckpt is None:  # back to this call's start: a fresh model
-            restored, position, restore = 0, (stream.first_epoch, stream.first_batch), None
-        else:
-            restored, restore = ckpt.step, ckpt.url
-            position = (ckpt.meta["position"]["epoch"], ckpt.meta["position"]["batch"])
-        del self.history[max(start_len, restored - self.start_step) :]
-        self._start(restore)
-        self.recoveries.append(Recovery(
-            lost=", ".join(f"shard {s} on {w}" for s, w in lost), at_step=at_step,
-            restored_step=restored, workers=len(self.placement.workers),
-            seconds=time.perf_counter() - t0,
-        ))  # fmt: skip
-        return position
-
-    def _await_replacements(self, wanted: int) -> None:
-        """Give a lost worker up to ``replace_wait`` seconds to be replaced (a nanny
-        restarting it, an autoscaler adding a node)."""
-        deadline = time.monotonic() + self.replace_wait
-        while time.monotonic() < deadline:
-            if len(self.client.scheduler_info(n_workers=-1)["workers"]) >= wanted:
-                return
-            time.sleep(0.25)
-
     def save(self, url: str, storage_options: dict | None = None, extra: dict | None = None) -> str:
         """Write the model to ``url`` (each shard writes its own rows); the checkpoint URL.
         ``extra``: more JSON metadata to keep with it."""
@@ -353,22 +302,25 @@ class DistributedTrainer(FollowsTheCluster):
         )
 
     def shard_info(self) -> list[dict]:
-        return self._wait(self.coordinator.shard_info())
+        return self._wait(self.coordinator.ask_shards("info"))
 
     def hidden_weights(self) -> list[np.ndarray]:
         return self._wait(self.coordinator.hidden_weights())
 
     def shard_weights(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """Every shard's weights, fetched to the client (tests, small models only)."""
-        return self._wait(self.coordinator.shard_weights())
+        return self._wait(self.coordinator.ask_shards("get_weights"))
 
     def close(self) -> None:
         """Release the actors (and the model they hold): their futures and the handle
         of the coordinator, which keeps its actor alive too."""
-        for future in self._futures:
+        futures, self._futures, self.coordinator = self._futures, [], None
+        self._release(futures)
+
+    @staticmethod
+    def _release(futures: list) -> None:
+        for future in futures:
             future.release()
-        self._futures = []
-        self.coordinator = None
         gc.collect()  # actor-call closures hold handles in cycles, which keep the actors
 
     def __enter__(self) -> DistributedTrainer:
@@ -386,15 +338,3 @@ class DistributedTrainer(FollowsTheCluster):
                 lost = self._lost()
                 if lost:
                     raise ShardLostError(self._lost_message(lost)) from None
-
-    def _lost(self) -> list[tuple[int, str]]:
-        """``(shard, worker)`` of every shard whose worker is gone."""
-        alive = set(self.client.scheduler_info(n_workers=-1)["workers"])
-        return [(s, w) for s, w in enumerate(self.placement.workers) if w not in alive]
-
-    def _lost_message(self, lost: list[tuple[int, str]]) -> str:
-        names = ", ".join(f"shard {s} on {w}" for s, w in lost)
-        return (
-            f"lost {names} after {self.step} steps: the worker died and its part of the "
-            f"model with it"
-        )

@@ -8,6 +8,7 @@ evenly, whatever order the label ids come in.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -58,6 +59,59 @@ class ShardLayout:
             pattern.append(best)
         return cls(n_neurons, tuple(pattern))
 
+    def rebalanced(self, capacities: Sequence[int], new_index: Sequence[int | None]) -> ShardLayout:
+        """A layout with shares close to ``capacities`` that moves as few neurons as it
+        can from this one, for a model re-balanced live.
+
+        Old shard ``j`` becomes shard ``new_index[j]`` (None: it goes away). The pattern is
+        this one repeated (to about ``RESOLUTION`` slots a shard, for fine shares), with
+        evenly spread slots of the shards over their share handed to those under it: a
+        neuron changes shard only when a share asks for it, whereas a fresh
+        :meth:`from_capacities` pattern would re-deal nearly every neuron.
+        """
+        caps = np.asarray([int(c) for c in capacities], np.float64)
+        if len(new_index) != self.n_shards or not len(caps) or caps.min() < 1:
+            raise ValueError(
+                f"need a new index for each of the {self.n_shards} shards and positive "
+                f"capacities, got {list(new_index)} and {list(capacities)}"
+            )
+        period = len(self._pattern)
+        reps = max(1, math.ceil(RESOLUTION * len(caps) / period))
+        reps = max(1, min(reps, self.n_neurons // period))
+        remap = np.array([-1 if s is None else int(s) for s in new_index])
+        pattern = remap[np.tile(self._pattern, reps)]
+        n = len(pattern)
+        if n < len(caps):
+            return ShardLayout.from_capacities(self.n_neurons, capacities)
+        target = _apportion(n, caps)
+        have = np.bincount(pattern[pattern >= 0], minlength=len(caps))
+        freed = [np.flatnonzero(pattern < 0)]
+        for s in np.flatnonzero(have > target):
+            slots = np.flatnonzero(pattern == s)
+            excess = have[s] - target[s]
+            freed.append(slots[np.linspace(0, len(slots), excess, endpoint=False).astype(int)])
+        pool = np.sort(np.concatenate(freed))
+        short = {int(s): int(target[s] - have[s]) for s in np.flatnonzero(have < target)}
+        credit = dict.fromkeys(short, 0)
+        for slot in pool:  # smooth round robin by deficit, so takers interleave
+            for s in credit:
+                credit[s] += short[s]
+            best = max(credit, key=credit.get)
+            credit[best] -= len(pool)
+            pattern[slot] = best
+        return ShardLayout(self.n_neurons, tuple(pattern.tolist()))
+
+    def sources(self, shard: int, old: ShardLayout) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """Where ``shard`` of this layout finds its neurons in an ``old`` layout: for each
+        old shard holding some, ``(old shard, local rows here, local rows there)``."""
+        mine = self.global_ids(shard, np.arange(self.size(shard)))
+        owners = old.owner(mine)
+        out = []
+        for j in np.unique(owners):
+            here = np.flatnonzero(owners == j)
+            out.append((int(j), here, old.to_local(mine[here])))
+        return out
+
     @property
     def n_shards(self) -> int:
         return len(self._counts)
@@ -83,3 +137,20 @@ class ShardLayout:
         period = len(self._pattern)
         full, rest = divmod(self.n_neurons, period)
         return int(full * self._counts[shard] + (self._pattern[:rest] == shard).sum())
+
+
+#: Pattern slots per shard a re-balanced layout aims at (its shares' resolution).
+RESOLUTION = 64
+
+
+def _apportion(n: int, weights: np.ndarray) -> np.ndarray:
+    """``n`` slots split in proportion to ``weights`` (largest remainders), at least
+    one each."""
+    exact = n * weights / weights.sum()
+    out = np.maximum(np.floor(exact).astype(np.int64), 1)
+    while out.sum() > n:
+        out[np.argmax(out - exact)] -= 1
+    order = np.argsort(-(exact - out), kind="stable")
+    for s in order[: n - out.sum()]:
+        out[s] += 1
+    return out

@@ -302,15 +302,30 @@ class WideShard:
         return arrays, counters
 
     def set_state(self, arrays: dict[str, np.ndarray], counters: dict[str, int]) -> None:
-        """Take per-neuron arrays (this shard's rows, local order) and counters; redraw
-        the hash functions the counters say and rebuild the tables from the weights."""
-        mine, _ = self.state()
+        """Take per-neuron arrays (this shard's rows, local order) and counters."""
         arrays = with_row_updates(arrays, "W.n", self.n_local, int(counters["step"]))
+        self.put_rows(slice(None), arrays)
+        self.set_counters(counters)
+
+    def rows(self, local: np.ndarray) -> dict[str, np.ndarray]:
+        """Copies of some rows' per-neuron arrays, named as :attr:`ROW_ARRAYS`: what a
+        live re-balance moves to another shard."""
+        return {name: a[local] for name, a in self.state()[0].items()}
+
+    def put_rows(self, local: np.ndarray | slice, arrays: dict[str, np.ndarray]) -> None:
+        """Take the per-neuron arrays of some rows (``local``; moments in float32 or
+        bfloat16); :meth:`set_counters` rehashes once all rows have come."""
+        mine, _ = self.state()
+        n = self.n_local if isinstance(local, slice) else len(local)
         for name in self.ROW_ARRAYS:
-            value = arrays[name]
-            if value.shape != mine[name].shape:
-                raise ValueError(f"{name}: shape {value.shape}, shard needs {mine[name].shape}")
-            mine[name][...] = convert(value, mine[name])  # moments: float32 or bfloat16
+            value, want = arrays[name], (n, *mine[name].shape[1:])
+            if value.shape != want:
+                raise ValueError(f"{name}: shape {value.shape}, shard needs {want}")
+            mine[name][local] = convert(value, mine[name])
+
+    def set_counters(self, counters: dict[str, int]) -> None:
+        """Take the counters of :meth:`state`: the step and the tables' schedule; redraw
+        the hash functions they say and rebuild the tables from the weights."""
         self.step = int(counters["step"])
         sched = self.schedule
         sched.n_rebuilds = int(counters["n_rebuilds"])

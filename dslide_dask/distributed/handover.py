@@ -1,0 +1,126 @@
+"""A live model handed to a new set of workers at a step boundary, worker to worker.
+
+A re-balance (workers joined, or one must leave) builds the new model's actors while the
+old ones are still up. For each new shard, a task on the worker of every old shard that
+holds some of its rows copies them out (weights, optimiser state, update counts); the new
+actor is submitted with those tasks' results as arguments, so Dask carries them from
+worker to worker: nothing goes through the client or storage, and rows whose worker does
+not change never cross the network. The new shard takes the rows into its own order and
+rehashes them into its own tables. The coordinator's state (hidden layers, step, label
+counts) goes the same way. At a step boundary no step is in flight, so the old parts
+are not changing while they are read; the old actors are released once the new ones
+stand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dslide_dask.distributed.placement import Placement
+from dslide_dask.distributed.registry import COORDINATOR, lookup
+from dslide_dask.metrics import TrainingLabels
+from dslide_dask.model.layout import ShardLayout
+from dslide_dask.model.wide_shard import WideShard
+
+
+@dataclass(frozen=True)
+class Handover:
+    """Where a new model's parts find the old model's: its id in each worker's registry
+    (:mod:`~dslide_dask.distributed.registry`) and its layout."""
+
+    model_id: str
+    layout: ShardLayout
+    workers: tuple[str, ...]  #: the worker of each old shard (shard 0: the coordinator's)
+
+
+@dataclass
+class RowsPiece:
+    """Rows of one old shard bound for one new shard, in the new shard's order."""
+
+    arrays: dict[str, np.ndarray]  #: named as :attr:`WideShard.ROW_ARRAYS`
+    counters: dict[str, int]  #: the old shard's step and table schedule
+
+
+@dataclass
+class CoordinatorState:
+    """What a coordinator hands its successor besides the rows of its shard."""
+
+    hidden: dict[str, np.ndarray]  #: :meth:`HiddenLayers.state`
+    hidden_step: int
+    step: int
+    last_checkpoint: str | None
+    labels: TrainingLabels  #: PSP@k's label counts so far
+
+
+def rows_for(model_id: str, old_shard: int, new_layout: ShardLayout, new_shard: int) -> RowsPiece:
+    """Task on an old shard's worker: copies of its rows that ``new_shard`` will own."""
+    shard: WideShard = lookup(model_id, old_shard).shard
+    for j, _, there in new_layout.sources(new_shard, shard.layout):
+        if j == old_shard:
+            return RowsPiece(shard.rows(there), shard.state()[1])
+    raise ValueError(f"old shard {old_shard} holds no rows of new shard {new_shard}")
+
+
+def take_rows(shard: WideShard, old: ShardLayout, pieces: dict[int, RowsPiece]) -> None:
+    """Fill a new (uninitialised) shard from the pieces of the old shards holding its
+    rows, then rehash it."""
+    sources = shard.layout.sources(shard.shard_index, old)
+    if sorted(pieces) != [j for j, _, _ in sources]:
+        raise ValueError(f"rows from shards {sorted(pieces)}, expected {[j for j, *_ in sources]}")
+    for j, here, _ in sources:
+        shard.put_rows(here, pieces[j].arrays)
+    shard.set_counters(next(iter(pieces.values())).counters)
+
+
+def coordinator_state(model_id: str) -> CoordinatorState:
+    """Task on the old coordinator's worker: its state (arrays shared, not copied: the
+    successor copies them into its own)."""
+    old = lookup(model_id, COORDINATOR)
+    return CoordinatorState(
+        old.hidden.state(), old.hidden.step, old.step, old.last_checkpoint, old.labels
+    )
+
+
+class HandoverPieces:
+    """The tasks that copy a live model's parts out for the new actors, as the extra
+    constructor arguments of each (none without a handover). Each task is pinned to
+    the old part's worker; Dask moves its result to the new actor's."""
+
+    def __init__(self, client, handover: Handover | None, layout: ShardLayout, token: str):
+        self.client, self.handover, self.layout, self.token = client, handover, layout, token
+
+    def shard(self, s: int) -> tuple:
+        """``(pieces,)``: new shard ``s``'s rows, by old shard."""
+        old = self.handover
+        if old is None:
+            return ()
+        donors = [j for j, _, _ in self.layout.sources(s, old.layout)]
+        return ({
+            j: self.client.submit(
+                rows_for, old.model_id, j, self.layout, s, workers=[old.workers[j]],
+                allow_other_workers=False, pure=False, key=f"handover-rows-{j}-{s}-{self.token}",
+            )
+            for j in donors
+        },)  # fmt: skip
+
+    def coordinator(self) -> tuple:
+        """``(state, pieces)`` for the new coordinator (which holds shard 0)."""
+        old = self.handover
+        if old is None:
+            return ()
+        state = self.client.submit(
+            coordinator_state, old.model_id, workers=[old.workers[0]],
+            allow_other_workers=False, pure=False, key=f"handover-coordinator-{self.token}",
+        )  # fmt: skip
+        return (state, *self.shard(0))
+
+
+def rows_crossing(old: Placement, new: Placement) -> int:
+    """Output rows whose worker changes from ``old`` to ``new``."""
+    moved = 0
+    for s, worker in enumerate(new.workers):
+        for j, here, _ in new.layout.sources(s, old.layout):
+            moved += len(here) if old.workers[j] != worker else 0
+    return moved
