@@ -61,7 +61,8 @@ class Coordinator(TakesGraphSteps):
         self.cfg = spec.cfg
         self.n_threads = spec.n_threads
         numba.set_num_threads(spec.n_threads)
-        self.hidden = HiddenLayers(self.cfg, spec.n_features, self.cfg.seed)
+        fresh = spec.restore is None and state is None
+        self.hidden = HiddenLayers(self.cfg, spec.n_features, self.cfg.seed, initialize=fresh)
         self.layout = spec.layout
         self.step = 0
         self.last_checkpoint: str | None = None

@@ -24,6 +24,9 @@ from dslide_dask.metrics import TrainingLabels
 from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.wide_shard import WideShard
 
+#: Dask priority of the copying tasks: before the new actors' constructors.
+PRIORITY = 100
+
 
 @dataclass(frozen=True)
 class Handover:
@@ -86,7 +89,9 @@ def coordinator_state(model_id: str) -> CoordinatorState:
 class HandoverPieces:
     """The tasks that copy a live model's parts out for the new actors, as the extra
     constructor arguments of each (none without a handover). Each task is pinned to
-    the old part's worker; Dask moves its result to the new actor's."""
+    the old part's worker; Dask moves its result to the new actor's. They go before
+    any constructor on those workers (a one-thread worker building a new shard would
+    otherwise hold back the rows every other new shard waits for)."""
 
     def __init__(self, client, handover: Handover | None, layout: ShardLayout, token: str):
         self.client, self.handover, self.layout, self.token = client, handover, layout, token
@@ -100,7 +105,8 @@ class HandoverPieces:
         return ({
             j: self.client.submit(
                 rows_for, old.model_id, j, self.layout, s, workers=[old.workers[j]],
-                allow_other_workers=False, pure=False, key=f"handover-rows-{j}-{s}-{self.token}",
+                allow_other_workers=False, pure=False, priority=PRIORITY,
+                key=f"handover-rows-{j}-{s}-{self.token}",
             )
             for j in donors
         },)  # fmt: skip
@@ -112,7 +118,8 @@ class HandoverPieces:
             return ()
         state = self.client.submit(
             coordinator_state, old.model_id, workers=[old.workers[0]],
-            allow_other_workers=False, pure=False, key=f"handover-coordinator-{self.token}",
+            allow_other_workers=False, pure=False, priority=PRIORITY,
+            key=f"handover-coordinator-{self.token}",
         )  # fmt: skip
         return (state, *self.shard(0))
 

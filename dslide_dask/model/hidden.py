@@ -18,17 +18,21 @@ class HiddenLayers:
     reads and updates only the rows of its non-zero features (lazy Adam on those rows).
     """
 
-    def __init__(self, cfg: SlideConfig, n_features: int, seed: int) -> None:
+    def __init__(
+        self, cfg: SlideConfig, n_features: int, seed: int, initialize: bool = True
+    ) -> None:
+        """``initialize=False`` leaves the weights unset, for :meth:`set_state` to fill."""
         self.cfg = cfg
         self.n_features = n_features
         rng = np.random.default_rng(seed)
         widths = (n_features, *cfg.hidden)
-        self.weights = [
-            rng.standard_normal((a, b), np.float32)
-            for a, b in zip(widths[:-1], widths[1:], strict=True)
-        ]
-        for w in self.weights:
-            w *= np.float32(cfg.init_std)
+        shapes = list(zip(widths[:-1], widths[1:], strict=True))
+        if initialize:
+            self.weights = [rng.standard_normal(shape, np.float32) for shape in shapes]
+            for w in self.weights:
+                w *= np.float32(cfg.init_std)
+        else:
+            self.weights = [np.empty(shape, np.float32) for shape in shapes]
         self.biases = [np.zeros(b, np.float32) for b in cfg.hidden]
         n_later = len(self.params()) - 1
         # the sparse input layer's moments as cfg.moment_dtype; the small dense layers'

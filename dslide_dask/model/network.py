@@ -74,7 +74,7 @@ class SlideNetwork:
         self.cfg = cfg = cfg.for_data(n_labels)  # the learning rate, if left to the data
         self.n_features = n_features
         self.n_labels = n_labels
-        self.hidden = HiddenLayers(cfg, n_features, cfg.seed)
+        self.hidden = HiddenLayers(cfg, n_features, cfg.seed, initialize)
         self.layout = layout or ShardLayout.strided(n_labels, n_shards)
         self.shards = [
             WideShard(cfg, cfg.hidden[-1], self.layout, s, initialize)

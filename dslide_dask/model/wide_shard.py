@@ -33,6 +33,8 @@ _STRATEGY = {
     "threshold": active_kernels.THRESHOLD,
 }
 _SCORE_BLOCK = 1 << 14
+#: Per-neuron arrays that stay zero with ``beta1 = 0`` (Adam keeps no first moment).
+FIRST_MOMENTS = ("W.m", "bias.m")
 
 
 @dataclass
@@ -308,24 +310,25 @@ class WideShard:
         self.set_counters(counters)
 
     def rows(self, local: np.ndarray) -> dict[str, np.ndarray]:
-        """Copies of some rows' per-neuron arrays, named as :attr:`ROW_ARRAYS`: what a
-        live re-balance moves to another shard."""
-        return {name: a[local] for name, a in self.state()[0].items()}
+        """Copies of some rows' per-neuron arrays (as :attr:`ROW_ARRAYS`, less those that
+        stay zero) for a live re-balance to move to another shard."""
+        unkept = FIRST_MOMENTS if self.cfg.beta1 == 0 else ()
+        return {name: a[local] for name, a in self.state()[0].items() if name not in unkept}
 
     def put_rows(self, local: np.ndarray | slice, arrays: dict[str, np.ndarray]) -> None:
-        """Take the per-neuron arrays of some rows (``local``; moments in float32 or
-        bfloat16); :meth:`set_counters` rehashes once all rows have come."""
+        """Take some rows' per-neuron arrays (moments float32 or bfloat16); rehash after."""
         mine, _ = self.state()
         n = self.n_local if isinstance(local, slice) else len(local)
         for name in self.ROW_ARRAYS:
+            if name not in arrays and name in FIRST_MOMENTS and self.cfg.beta1 == 0:
+                continue  # never written: zero here too
             value, want = arrays[name], (n, *mine[name].shape[1:])
             if value.shape != want:
                 raise ValueError(f"{name}: shape {value.shape}, shard needs {want}")
             mine[name][local] = convert(value, mine[name])
 
     def set_counters(self, counters: dict[str, int]) -> None:
-        """Take the counters of :meth:`state`: the step and the tables' schedule; redraw
-        the hash functions they say and rebuild the tables from the weights."""
+        """Take :meth:`state`'s counters; redraw the hash functions and rebuild the tables."""
         self.step = int(counters["step"])
         sched = self.schedule
         sched.n_rebuilds = int(counters["n_rebuilds"])

@@ -1,0 +1,82 @@
+"""A live re-balance's arithmetic, in one process: each new shard gets every one of its
+rows (weights, both Adam moments, update counts) from the old shards that held them,
+bit for bit, and the same hash tables a restore of those rows would build."""
+
+import numpy as np
+import pytest
+
+from dslide_dask.distributed.handover import rows_for, take_rows
+from dslide_dask.distributed.registry import register
+from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.layout import ShardLayout
+from dslide_dask.model.wide_shard import WideShard
+
+N_LABELS = 3_001
+
+
+class _Part:
+    """What the registry holds for a shard: an object with a ``shard``."""
+
+    def __init__(self, shard: WideShard) -> None:
+        self.shard = shard
+
+
+def _by_neuron(shards: list[WideShard]) -> dict[str, np.ndarray]:
+    out = {}
+    for shard in shards:
+        rows = shard.global_ids(np.arange(shard.n_local))
+        for name, a in shard.state()[0].items():
+            if name not in out:
+                out[name] = np.zeros((N_LABELS, *a.shape[1:]), a.dtype)
+            out[name][rows] = a
+    return out
+
+
+@pytest.mark.parametrize(
+    ("beta1", "moments"), [(0.0, "float32"), (0.9, "float32"), (0.9, "bfloat16")]
+)
+def test_every_row_arrives_where_the_new_layout_puts_it(beta1, moments):
+    cfg = SlideConfig(hidden=(16,), K=2, L=4, beta1=beta1, moment_dtype=moments)
+    old = ShardLayout.from_capacities(N_LABELS, (17, 20))
+    shards = [WideShard(cfg, 16, old, s) for s in range(old.n_shards)]
+    rng = np.random.default_rng(0)
+    for shard in shards:  # a trained shard's state: every array non-trivial
+        shard.W_v[...] = rng.integers(1, 1000, shard.W_v.shape).astype(shard.W_v.dtype)
+        shard.W_n[...] = rng.integers(1, 50, shard.n_local)
+        shard.bias[...] = rng.standard_normal(shard.n_local)
+        if beta1 > 0:
+            shard.W_m[...] = rng.integers(1, 1000, shard.W_m.shape).astype(shard.W_m.dtype)
+        shard.step = 40
+    parts = [_Part(shard) for shard in shards]  # the registry holds them weakly
+    for s, part in enumerate(parts):
+        register("old-model", s, part)
+    new = old.rebalanced((17, 20, 20), (0, 1))
+    moved = []
+    for s in range(new.n_shards):
+        shard = WideShard(cfg, 16, new, s, initialize=False)
+        donors = [j for j, _, _ in new.sources(s, old)]
+        pieces = {j: rows_for("old-model", j, new, s) for j in donors}
+        assert all(("W.m" in p.arrays) == (beta1 > 0) for p in pieces.values())  # zeros stay
+        take_rows(shard, old, pieces)
+        moved.append(shard)
+    want, got = _by_neuron(shards), _by_neuron(moved)
+    for name in WideShard.ROW_ARRAYS:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    for shard in moved:  # tables as a restore of the same rows builds them
+        restored = WideShard(cfg, 16, new, shard.shard_index, initialize=False)
+        restored.set_state(*shard.state())
+        assert shard.step == 40
+        np.testing.assert_array_equal(shard.index.counts, restored.index.counts)
+        np.testing.assert_array_equal(shard.index.ids, restored.index.ids)
+
+
+def test_rows_from_the_wrong_shards_are_refused():
+    cfg = SlideConfig(hidden=(16,), K=2, L=4)
+    old = ShardLayout.strided(100, 2)
+    shard = WideShard(cfg, 16, old, 0)
+    part = _Part(shard)
+    register("model-b", 0, part)
+    new = old.rebalanced((1, 1, 1), (0, 1))
+    target = WideShard(cfg, 16, new, 2, initialize=False)
+    with pytest.raises(ValueError, match=r"rows from shards \[0\], expected \[0, 1\]"):
+        take_rows(target, old, {0: rows_for("model-b", 0, new, 2)})
