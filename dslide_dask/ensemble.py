@@ -20,8 +20,7 @@ from sklearn.utils import check_random_state
 
 from dslide_dask.data.inputs import labelled_data
 from dslide_dask.estimator import SlideClassifier
-from dslide_dask.estimator._fitted import topk_indicator
-from dslide_dask.metrics import label_counts, xc_metrics
+from dslide_dask.metrics import label_counts, topk_indicator, xc_metrics
 from dslide_dask.model.config import check_int
 
 

@@ -57,6 +57,11 @@ class LocalTrainer:
         """Nothing to recover from in one process."""
         return []
 
+    @property
+    def moves(self) -> list:
+        """Nothing to move in one process."""
+        return []
+
     def train(
         self,
         data: XCDataset | str,

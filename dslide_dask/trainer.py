@@ -35,6 +35,11 @@ class Trainer(Protocol):
     def recoveries(self) -> Sequence[Any]:
         """Lost workers survived during training (none in one process)."""
 
+    @property
+    def moves(self) -> Sequence[Any]:
+        """Re-balances onto workers that joined or off workers that left (none in one
+        process)."""
+
     def train(
         self,
         data: XCDataset | str,

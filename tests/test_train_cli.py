@@ -255,3 +255,24 @@ def test_an_existing_scheduler_is_used_and_its_workers_awaited(tmp_path, capsys)
         assert main(argv) == 0
     out = capsys.readouterr().out
     assert "waiting for 2 workers" in out and "shards          2:" in out
+
+
+def test_the_run_summary_says_how_the_model_moved():
+    from dslide_dask.distributed.elastic import Move
+    from dslide_dask.model.config import SlideConfig
+    from dslide_workflows.summary import summary
+
+    history = [{"step": 1, "samples": 4, "active": 10.0, "bytes_sent": 0, "bytes_received": 0}]
+    moves = [
+        Move(200, (), ("tcp://c", "tcp://d"), 4, 5.39, True, 346_689, 359_169_804),
+        Move(300, ("tcp://a",), (), 3, 10.9, False, 120_000, 124_000_000),
+    ]
+    text, numbers = summary(
+        history, 1.0, 0.1, (100, 1000), SlideConfig(), [], None, [], moves=moves
+    )
+    assert (
+        "moved           at step 200 onto 4 workers (2 joined), worker to worker: "
+        "346,689 rows (359 MB) in 5.4 s"
+    ) in text
+    assert "at step 300 onto 3 workers (1 left), through a checkpoint" in text
+    assert numbers["moves"][0]["rows_moved"] == 346_689

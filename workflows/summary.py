@@ -11,7 +11,7 @@ def format_scores(scores: dict) -> str:
 
 
 def summary(
-    history, seconds, setup, shape, cfg, shards, scores, evaluations, recoveries=()
+    history, seconds, setup, shape, cfg, shards, scores, evaluations, recoveries=(), moves=()
 ) -> tuple[str, dict]:
     """The run summary, as printed and as numbers: speed, traffic, sparsity, quality."""
     n_features, n_labels = shape
@@ -31,6 +31,7 @@ def summary(
         "evaluations": list(evaluations),
         "test": scores,
         "recoveries": [{**vars(r), "redone": r.redone} for r in recoveries],
+        "moves": [vars(m) for m in moves],
     }
     lines = ["run summary"]
     skipped = numbers["skipped_lines"]
@@ -55,6 +56,14 @@ def summary(
         lines.append(f"  recovered       lost {r.lost} at step {r.at_step}; back to step "
                      f"{r.restored_step} on {r.workers} workers, {r.redone} steps redone "
                      f"({r.seconds:.1f} s)")  # fmt: skip
+    for m in moves:
+        why = ", ".join(
+            f"{len(who)} {what}" for who, what in ((m.joined, "joined"), (m.leaving, "left")) if who
+        )
+        how = "worker to worker" if m.live else "through a checkpoint"
+        lines.append(f"  moved           at step {m.at_step} onto {m.workers} workers ({why}), "
+                     f"{how}: {m.rows_moved:,} rows ({m.bytes_moved / 1e6:,.0f} MB) "
+                     f"in {m.seconds:.1f} s")  # fmt: skip
     for ev in evaluations:
         lines.append(f"  eval step {ev['step']:<5} " + format_scores(
             {k: v for k, v in ev.items() if k != "step"}))  # fmt: skip

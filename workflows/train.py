@@ -165,7 +165,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                                           storage_options=run.storage_options)  # fmt: skip
             shards = trainer.shard_info()
         text, numbers = summary(trainer.history, seconds, setup, shape, cfg, shards, scores,
-                                progress.evaluations, trainer.recoveries)  # fmt: skip
+                                progress.evaluations, trainer.recoveries,
+                                trainer.moves)  # fmt: skip
         print(text)
         if scores is not None:
             progress.record_eval(scores)

@@ -28,7 +28,7 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.data.stream import Stream
-from dslide_dask.distributed.errors import ShardLostError
+from dslide_dask.distributed.errors import POLL_SECONDS, ShardLostError
 from dslide_dask.distributed.graph_step import TakesGraphSteps
 from dslide_dask.distributed.handover import CoordinatorState, RowsPiece
 from dslide_dask.distributed.live_metrics.events import publish
@@ -43,8 +43,6 @@ from dslide_dask.model.wide_shard import combine_partials, merge_topk_scores
 from dslide_dask.model.wire import pack, payload_bytes, sum_unpacked
 from dslide_dask.omp import passive_wait
 
-#: Seconds between liveness checks while waiting for shards.
-POLL_SECONDS = 2.0
 #: The one thread of a worker process that runs the coordinators' and their local shards'
 #: kernels, one call at a time (its thread starts with the first call).
 KERNEL_THREAD = ThreadPoolExecutor(1, thread_name_prefix="dslide-kernels")

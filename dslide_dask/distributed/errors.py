@@ -1,4 +1,8 @@
-"""Errors of the distributed trainer."""
+"""Errors of the distributed trainer, and how soon a lost worker is noticed."""
+
+#: Seconds between liveness checks while the client, the coordinator or a graph step
+#: waits on the model's parts: a worker that dies is noticed within this.
+POLL_SECONDS = 2.0
 
 
 class ShardLostError(RuntimeError):

@@ -26,6 +26,7 @@ import numpy as np
 from distributed import Client, Future, get_client
 
 from dslide_dask.data.dataset import XCDataset
+from dslide_dask.distributed.errors import POLL_SECONDS
 from dslide_dask.distributed.registry import COORDINATOR, KERNEL_LOCK, lookup, register
 from dslide_dask.distributed.specs import CoordinatorSpec
 from dslide_dask.model.wide_shard import combine_partials
@@ -33,8 +34,6 @@ from dslide_dask.model.wire import pack, payload_bytes, sum_unpacked
 
 #: The phases of a step, as its tasks' key prefixes (the task stream's colours).
 PHASES = ("hidden-forward", "hash", "gather", "softmax", "scatter", "hidden-update")
-#: Seconds between liveness checks while a step's tasks run.
-POLL_SECONDS = 2.0
 
 
 def _hidden_forward(model_id: str, step: int):

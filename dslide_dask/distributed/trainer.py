@@ -24,7 +24,7 @@ from dslide_dask.distributed.elastic import (
     Move,
     last_event,
 )
-from dslide_dask.distributed.errors import ShardLostError
+from dslide_dask.distributed.errors import POLL_SECONDS, ShardLostError
 from dslide_dask.distributed.handover import Handover, HandoverPieces
 from dslide_dask.distributed.placement import Placement, place_shards
 from dslide_dask.distributed.recovery import Recovery, SurvivesLostWorkers
@@ -32,9 +32,6 @@ from dslide_dask.distributed.shard_actor import ShardActor
 from dslide_dask.distributed.specs import CoordinatorSpec, ShardSpec
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.trainer import StepCallback
-
-#: Seconds between liveness checks while the client waits.
-POLL_SECONDS = 2.0
 
 
 class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):

@@ -13,21 +13,8 @@ from dslide_dask.checkpoint.model import config_of
 from dslide_dask.estimator import collections
 from dslide_dask.estimator._inputs import _plain
 from dslide_dask.local_trainer import LocalTrainer
+from dslide_dask.metrics import topk_indicator
 from dslide_dask.model.config import check_int
-
-
-def topk_indicator(top: np.ndarray, n_labels: int):
-    """Top-k label ids ``[rows, k]`` (-1: none) as scikit-learn's multi-label indicator:
-    a scipy CSR matrix of ``n_labels`` columns, never dense."""
-    import scipy.sparse
-
-    counts = (top >= 0).sum(axis=1)
-    indptr = np.concatenate([[0], np.cumsum(counts)])
-    # each row's ids sorted (scipy's canonical form), the -1s of exact=False dropped
-    ids = np.sort(np.where(top >= 0, top, n_labels), axis=1)
-    ids = ids[np.arange(top.shape[1]) < counts[:, None]]
-    data = np.ones(len(ids), np.int8)
-    return scipy.sparse.csr_matrix((data, ids, indptr), shape=(len(top), n_labels))
 
 
 def _classes_of(classes: np.ndarray, top: np.ndarray) -> np.ndarray:
