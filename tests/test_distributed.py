@@ -14,6 +14,7 @@ from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.distributed import DistributedTrainer, ShardLostError, live_metrics
 from dslide_dask.distributed.graph_step import PHASES
 from dslide_dask.local_trainer import LocalTrainer
+from dslide_dask.model.wire import payload_bytes
 
 PARAMS = dict(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2, batch_size=128, seed=0)
 
@@ -192,3 +193,68 @@ def test_an_unknown_step_mode_is_refused(client, tiny):
         DistributedTrainer(
             client, SlideConfig(**GRAPH_PARAMS), train.n_features, train.n_labels, step_mode="tasks"
         )
+
+
+# -- the hidden layer split by units over the workers ---------------------------------------------
+def _train_split(client, data, hidden_shards, pipeline, **kwargs):
+    params = {k: v for k, v in PARAMS.items() if k != "batch_size"}
+    trainer = DistributedTrainer(
+        client, SlideConfig(**params), data.n_features, data.n_labels, n_shards=2,
+        hidden_shards=hidden_shards, pipeline=pipeline, **kwargs,
+    )  # fmt: skip
+    history = trainer.train(data, Stream(32, seed=3))
+    return trainer, history
+
+
+@pytest.mark.parametrize("pipeline", [False, True], ids=["one phase at a time", "pipelined"])
+def test_a_hidden_layer_split_over_workers_trains_as_the_whole_one(client, tiny, pipeline):
+    """Each unit's arithmetic is its own: the layer split over 2 workers takes the steps
+    the whole one takes (same initial weights, same updates, in the same order relative
+    to the output layer's), at the cost of the batch's input and the units' activations
+    and gradients crossing the network."""
+    data = tiny[0].slice(0, 1600)  # 50 steps of 32
+    whole, whole_history = _train_split(client, data, 1, pipeline)
+    split, split_history = _train_split(client, data, 2, pipeline)
+    try:
+        assert whole.placement.hidden_units == ()
+        assert split.placement.hidden_units == ((0, 32), (32, 64))
+        for got, want in zip(split.hidden_weights(), whole.hidden_weights(), strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-4)
+            assert np.abs(got - want).mean() < 1e-6
+        for (W, b), (W_want, b_want) in zip(
+            split.shard_weights(), whole.shard_weights(), strict=True
+        ):
+            np.testing.assert_allclose(W, W_want, atol=1e-4)
+            np.testing.assert_allclose(b, b_want, atol=1e-4)
+        losses = [h["loss"] for h in split_history]
+        assert losses == pytest.approx([h["loss"] for h in whole_history], rel=1e-4)
+        # the extra traffic: each batch's input to the other worker, and its 32 of the 64
+        # units' activations back and gradients out, as float32
+        traffic = [h["bytes_sent"] + h["bytes_received"] for h in split_history]
+        extra = sum(traffic) - sum(h["bytes_sent"] + h["bytes_received"] for h in whole_history)
+        inputs = sum(payload_bytes(b.X) for *_, b in Stream(32, seed=3).batches(data))
+        assert extra == inputs + len(split_history) * 2 * 32 * 32 * 4
+    finally:
+        whole.close()
+        split.close()
+
+
+def test_a_split_hidden_layer_checkpoints_and_restores_under_any_split(client, tiny, tmp_path):
+    data = tiny[0].slice(0, 640)
+    split, _ = _train_split(client, data, 2, False)
+    try:
+        url = split.save(str(tmp_path / "split"))
+        want = split.hidden_weights()
+    finally:
+        split.close()
+    params = {k: v for k, v in PARAMS.items() if k != "batch_size"}
+    for hidden_shards in (1, 2):
+        with DistributedTrainer(
+            client, SlideConfig(**params), data.n_features, data.n_labels, n_shards=2,
+            hidden_shards=hidden_shards, restore=url,
+        ) as restored:  # fmt: skip
+            assert len(restored.placement.hidden_units) == (0 if hidden_shards == 1 else 2)
+            for got, expected in zip(restored.hidden_weights(), want, strict=True):
+                np.testing.assert_array_equal(got, expected)
+            assert restored.step == 20
+            restored.train(data, Stream(32, seed=3))  # and trains on

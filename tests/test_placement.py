@@ -89,3 +89,25 @@ def test_a_model_too_big_for_one_small_worker_is_refused_before_anything_is_buil
     assert "or more workers like these (6.00 GiB)" in message
     assert "beta1=0 (no first Adam moment" in message
     assert place_shards(workers((2, six), (2, six), (2, six)), cfg, n_labels).plan.fits
+
+
+def test_a_hidden_layer_that_would_crowd_the_coordinator_is_split_by_units():
+    """By bytes, not by a flag: 337K features x 1,024 units (345M parameters, 2.6 GiB
+    with one Adam moment) would take over half of a 6 GiB worker's budget, so the
+    placement splits it over the workers; 256 units stay whole on the coordinator."""
+    from dslide_dask.distributed.placement import place_shards
+
+    workers = {f"tcp://w{i}": {"nthreads": 1, "memory_limit": 6 * 2**30} for i in range(4)}
+    wide = SlideConfig(hidden=(1024,), beta1=0.0)
+    placement = place_shards(workers, wide, 100_000, n_features=337_067)
+    assert placement.hidden_units == ((0, 256), (256, 512), (512, 768), (768, 1024))
+    assert [w.role for w in placement.plan.workers] == [
+        f"hidden units, shard {s}" for s in range(4)
+    ]
+    narrow = SlideConfig(hidden=(256,), beta1=0.0)
+    assert place_shards(workers, narrow, 100_000, n_features=337_067).hidden_units == ()
+    asked = place_shards(workers, narrow, 100_000, n_features=337_067, hidden_shards=2)
+    assert asked.hidden_units == ((0, 128), (128, 256))
+    deep = SlideConfig(hidden=(256, 128))
+    with pytest.raises(ValueError, match=r"only a one-layer hidden stack splits by units"):
+        place_shards(workers, deep, 100_000, n_features=337_067, hidden_shards=2)

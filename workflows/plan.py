@@ -47,7 +47,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         placement = place_shards(
             workers, cfg, n_labels, run.n_shards, n_features=n_features,
-            batch_size=run.batch_size,
+            batch_size=run.batch_size, hidden_shards=run.hidden_shards,
         )  # fmt: skip
     except MemoryPlanError as err:
         print(err)

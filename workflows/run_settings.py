@@ -32,6 +32,7 @@ class RunSettings:
     threads_per_worker: int = 1
     in_process: bool = False
     n_shards: int | None = None
+    hidden_shards: int | None = None
     wire_dtype: str = "float16"
     pipeline: bool = True
     step_mode: str = "actor"
@@ -59,7 +60,7 @@ RUN_DEFAULTS: dict[str, Any] = RunSettings().to_dict()
 RESUMABLE = frozenset(
     {
         "scheduler_address", "tls", "tls_ca_file", "tls_cert", "tls_key", "dashboard_address",
-        "workers", "threads_per_worker", "in_process", "n_shards",
+        "workers", "threads_per_worker", "in_process", "n_shards", "hidden_shards",
         "wire_dtype", "pipeline", "step_mode", "epochs", "eval_every", "eval_points", "threads",
         "performance_report", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints",
         "skip_bad_lines", "storage_options",

@@ -31,6 +31,7 @@ RUN_SCHEMA: dict[str, tuple] = {
     "threads_per_worker": ("int", 1, 1 << 12, False),
     "in_process": ("bool", None, None, False),
     "n_shards": ("int", 1, 1 << 16, True),
+    "hidden_shards": ("int", 1, 1 << 16, True),
     "wire_dtype": ("choice", ("float16", "float32"), None, False),
     "pipeline": ("bool", None, None, False),
     "step_mode": ("choice", ("actor", "graph"), None, False),

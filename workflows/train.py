@@ -62,6 +62,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--threads-per-worker", type=int, metavar="T", help="(default: 1)")
     c.add_argument("--in-process", action="store_true", default=None, help="no Dask at all")
     c.add_argument("--n-shards", type=int, metavar="S", help="(default: one per worker)")
+    c.add_argument("--hidden-shards", type=int, metavar="S",
+                   help="split the hidden layer's units over the first S workers (default: "
+                   "only when it would crowd the coordinator's worker)")  # fmt: skip
     c.add_argument("--wire-dtype", choices=("float16", "float32"), help="(default: float16)")
     c.add_argument("--no-pipeline", dest="pipeline", action="store_false", default=None,
                    help="one phase at a time, no stale hidden activations")  # fmt: skip
@@ -315,7 +318,8 @@ def _trainer(run: RunSettings, cfg, shape: tuple[int, int], client, folder, rest
             numba.set_num_threads(run.threads)
         return LocalTrainer(cfg, *shape, checkpoint=policy, restore=restore)
     return DistributedTrainer(
-        client, cfg, *shape, n_shards=run.n_shards, wire_dtype=run.wire_dtype,
+        client, cfg, *shape, n_shards=run.n_shards, hidden_shards=run.hidden_shards,
+        wire_dtype=run.wire_dtype,
         pipeline=run.pipeline, step_mode=run.step_mode, checkpoint=policy,
         restore=restore.url if restore is not None else None,
         storage_options=run.storage_options, name=Path(folder.url).name,

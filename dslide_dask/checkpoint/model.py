@@ -51,9 +51,18 @@ def shard_prefix(index: int) -> str:
     return f"shard-{index:04d}"
 
 
-def write_hidden(folder: Folder, hidden: HiddenLayers) -> dict[str, dict]:
-    """The hidden stack's arrays into ``folder``; their entries."""
-    return {f"hidden/{k}": folder.write(f"hidden/{k}", v) for k, v in hidden.state().items()}
+def hidden_prefix(holder: int | None = None) -> str:
+    """Where the hidden stack's arrays go: ``hidden/``, or ``hidden-NNNN/`` for the units
+    shard ``holder``'s worker holds of a layer split by units."""
+    return "hidden" if holder is None else f"hidden-{holder:04d}"
+
+
+def write_hidden(
+    folder: Folder, hidden: HiddenLayers, holder: int | None = None
+) -> dict[str, dict]:
+    """The hidden stack's arrays (or a slice's) into ``folder``; their entries."""
+    prefix = hidden_prefix(holder)
+    return {f"{prefix}/{k}": folder.write(f"{prefix}/{k}", v) for k, v in hidden.state().items()}
 
 
 def write_shard(folder: Folder, shard: WideShard) -> tuple[dict[str, dict], dict[str, int]]:
@@ -78,13 +87,18 @@ def model_meta(
     for entries, _ in shards:
         arrays.update(entries)
     counters = [c for _, c in shards]
+    hidden: dict = {"step": int(hidden_step)}
+    split = [(s, c) for s, c in enumerate(counters) if "hidden_units" in c]
+    if split:  # a layer split by units: who holds which
+        hidden = {"step": int(split[0][1]["hidden_step"]),
+                  "slices": [[s, *c["hidden_units"]] for s, c in split]}  # fmt: skip
     return {
         "step": int(counters[0]["step"]),
         "config": cfg.to_dict(),
         "n_features": int(n_features),
         "n_labels": int(n_labels),
         "layout": {"n_neurons": layout.n_neurons, "pattern": list(layout.pattern)},
-        "hidden": {"step": int(hidden_step)},
+        "hidden": hidden,
         "shards": counters,
         "arrays": arrays,
         **(extra or {}),
@@ -128,11 +142,39 @@ def _read_arrays(ckpt: Checkpoint, prefix: str, names) -> Iterator[tuple[str, np
 
 
 def restore_hidden(ckpt: Checkpoint, hidden: HiddenLayers) -> None:
-    arrays = dict(_read_arrays(ckpt, "hidden", hidden.state()))
+    """Load the hidden stack, or the units of it ``hidden`` holds, whether the checkpoint
+    kept the layer whole or split by units (any split)."""
+    slices = ckpt.meta["hidden"].get("slices")
+    if slices is None and hidden.columns is None:
+        arrays = dict(_read_arrays(ckpt, "hidden", hidden.state()))
+    else:
+        arrays = _hidden_units(ckpt, hidden, slices)
     try:
         hidden.set_state(arrays, int(ckpt.meta["hidden"]["step"]))
     except ValueError as err:
         raise CheckpointError(f"{ckpt.url}: hidden layers don't fit the config: {err}") from None
+
+
+def _hidden_units(ckpt: Checkpoint, hidden: HiddenLayers, slices: list | None) -> dict:
+    """The arrays of ``hidden``'s units, cut out of the whole layer or the slices that
+    hold them (every array's last axis is the units', but the per-row update counts)."""
+    width = ckpt.meta["config"]["hidden"][0]
+    c0, c1 = hidden.columns or (0, width)
+    sources = [(hidden_prefix(s), a, b) for s, a, b in slices or [(None, 0, width)]]
+    sources = [(p, a, b) for p, a, b in sources if a < c1 and b > c0]
+    out: dict[str, np.ndarray] = {}
+    for name in hidden.state():
+        for prefix, a, b in sources:
+            if name not in ADDED_LATER or ckpt.has(f"{prefix}/{name}"):
+                value = ckpt.read(f"{prefix}/{name}")
+                if name == "W0.n":
+                    out[name] = value
+                    break
+                if name not in out:
+                    out[name] = np.empty((*value.shape[:-1], c1 - c0), value.dtype)
+                lo, hi = max(a, c0), min(b, c1)
+                out[name][..., lo - c0 : hi - c0] = value[..., lo - a : hi - a]
+    return out
 
 
 def restore_shard(ckpt: Checkpoint, shard: WideShard) -> None:

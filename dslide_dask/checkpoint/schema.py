@@ -67,12 +67,7 @@ def check_meta(meta, where: str, sizes: dict[str, int] | None = None) -> None:
     _require(isinstance(arrays, dict), where, "arrays is not a mapping")
     for name, entry in arrays.items():
         _check_entry(name, entry, where, None if sizes is None else sizes.get(name, -1))
-    w0 = arrays.get("hidden/W0")
-    _require(
-        w0 is not None and w0["shape"] == [n_features, hidden[0]], where,
-        f"hidden/W0 must have shape [{n_features}, {hidden[0]}] (n_features x hidden[0]), "
-        f"the entry says {None if w0 is None else w0['shape']}",
-    )  # fmt: skip
+    _check_hidden(meta["hidden"].get("slices"), arrays, n_features, hidden, len(shards), where)
     rows = 0
     for i in range(len(shards)):
         entry = arrays.get(f"shard-{i:04d}/W")
@@ -84,6 +79,37 @@ def check_meta(meta, where: str, sizes: dict[str, int] | None = None) -> None:
         )  # fmt: skip
         rows += shards[i]["neurons"]
     _require(rows == n_labels, where, f"the shards hold {rows} neurons, n_labels is {n_labels}")
+
+
+def _check_hidden(slices, arrays, n_features: int, hidden: list, n_shards: int, where: str):
+    """The input layer's weights: whole (``hidden/W0``), or split by units into slices
+    ``[shard, first unit, end]`` that cover the layer in order."""
+    if slices is None:
+        parts = [("hidden", 0, hidden[0])]
+    else:
+        _require(
+            isinstance(slices, list) and slices and len(hidden) == 1, where,
+            "hidden slices must be a non-empty list, of a one-layer stack",
+        )  # fmt: skip
+        parts, end = [], 0
+        for i, part in enumerate(slices):
+            ok = isinstance(part, list) and len(part) == 3 and all(_is_int(v) for v in part)
+            _require(ok, where, f"hidden slices[{i}] must be [shard, first unit, end]")
+            holder, a, b = part
+            _require(
+                0 <= holder < n_shards and a == end < b <= hidden[0], where,
+                f"hidden slices[{i}] = {part}: not the next units of {hidden[0]} on a shard",
+            )  # fmt: skip
+            parts.append((f"hidden-{holder:04d}", a, b))
+            end = b
+        _require(end == hidden[0], where, f"hidden slices cover {end} of {hidden[0]} units")
+    for prefix, a, b in parts:
+        w0 = arrays.get(f"{prefix}/W0")
+        _require(
+            w0 is not None and w0["shape"] == [n_features, b - a], where,
+            f"{prefix}/W0 must have shape [{n_features}, {b - a}] (n_features x units), "
+            f"the entry says {None if w0 is None else w0['shape']}",
+        )  # fmt: skip
 
 
 def _check_entry(name, entry, where: str, size: int | None) -> None:

@@ -6,6 +6,7 @@ Layout::
     ROOT/step-00001200-3fa9c1d2/      one checkpoint
         meta.json                     config, sizes, step, data position, array entries
         hidden/W0.npy ...             hidden layers (weights, biases, Adam moments)
+        hidden-0000/W0.npy ...        or, split by units, each holder's units
         shard-0000/W.npy ...          one folder per shard of the wide layer
 
 A checkpoint is written into a fresh folder (a random suffix: never over an existing

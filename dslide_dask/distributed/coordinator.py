@@ -12,6 +12,7 @@ arithmetic (the hidden activations of t+1 then come from weights one update old)
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +24,7 @@ from distributed import get_worker
 
 from dslide_dask.checkpoint import CheckpointStore, open_checkpoint
 from dslide_dask.checkpoint.model import model_meta, restore_hidden, write_hidden
-from dslide_dask.data.batches import load, plan, shape
+from dslide_dask.data.batches import plan, shape
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.shuffle import ReadStats
@@ -31,15 +32,17 @@ from dslide_dask.data.stream import Stream
 from dslide_dask.distributed.errors import POLL_SECONDS, ShardLostError
 from dslide_dask.distributed.graph_step import TakesGraphSteps
 from dslide_dask.distributed.handover import CoordinatorState, RowsPiece
+from dslide_dask.distributed.hidden_stack import LocalHidden, SplitHidden
 from dslide_dask.distributed.live_metrics.events import publish
+from dslide_dask.distributed.queries import AnswersQueries
 from dslide_dask.distributed.shard_actor import InProcess, ShardActor
 from dslide_dask.distributed.specs import CoordinatorSpec
 from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
-from dslide_dask.metrics import TrainingLabels, xc_metrics
+from dslide_dask.metrics import TrainingLabels
 from dslide_dask.model.hidden import HiddenLayers
 from dslide_dask.model.network import check_finite, step_stats
 from dslide_dask.model.optimizer import scheduled_lr
-from dslide_dask.model.wide_shard import combine_partials, merge_topk_scores
+from dslide_dask.model.wide_shard import combine_partials
 from dslide_dask.model.wire import pack, payload_bytes, sum_unpacked
 from dslide_dask.omp import passive_wait
 
@@ -48,7 +51,7 @@ from dslide_dask.omp import passive_wait
 KERNEL_THREAD = ThreadPoolExecutor(1, thread_name_prefix="dslide-kernels")
 
 
-class Coordinator(TakesGraphSteps):
+class Coordinator(TakesGraphSteps, AnswersQueries):
     """Runs the training loop of one model whose shards are other actors."""
 
     def __init__(self, spec: CoordinatorSpec, state: CoordinatorState | None = None,
@@ -60,13 +63,19 @@ class Coordinator(TakesGraphSteps):
         self.n_threads = spec.n_threads
         numba.set_num_threads(spec.n_threads)
         fresh = spec.restore is None and state is None
-        self.hidden = HiddenLayers(self.cfg, spec.n_features, self.cfg.seed, initialize=fresh)
+        self.hidden: HiddenLayers | None = None  # here, unless split over the shards
+        if not spec.hidden_units:
+            self.hidden = HiddenLayers(self.cfg, spec.n_features, self.cfg.seed, fresh)
+            self.stack: LocalHidden | SplitHidden = LocalHidden(self.hidden, self._compute)
+        self.hidden_units = spec.hidden_units
+        self._keys = itertools.count()  # names a training step's hidden forward
         self.layout = spec.layout
         self.step = 0
         self.last_checkpoint: str | None = None
         if spec.restore is not None:
             ckpt = open_checkpoint(spec.restore, spec.storage_options)
-            restore_hidden(ckpt, self.hidden)
+            if self.hidden is not None:
+                restore_hidden(ckpt, self.hidden)
             self.step, self.last_checkpoint = ckpt.step, ckpt.url
         self.labels = TrainingLabels(spec.n_labels)  # PSP@k's label frequencies
         if state is not None:
@@ -105,6 +114,9 @@ class Coordinator(TakesGraphSteps):
         self.shards = [self.shards[0], *shards]
         self.remote = [False] + [True] * len(shards)
         self.n_remote = len(shards)
+        if self.hidden_units:
+            holders = self.shards[: len(self.hidden_units)]
+            self.stack = SplitHidden(holders, self.hidden_units, self._all)
 
     # -- data --------------------------------------------------------------------------------
     async def set_data(
@@ -156,12 +168,12 @@ class Coordinator(TakesGraphSteps):
             return None
         t0 = time.perf_counter()
         *where, batch = item
-        h, acts = await self._compute(self.hidden.forward, batch.X)
+        h, acts = await self.stack.forward(batch.X, next(self._keys))
         h_wire = pack(h, self.wire_dtype)
         parts = await self._all([s.forward(h_wire, batch.Y) for s in self.shards], "forward")
         lse, label_term = combine_partials(parts)
         grads = await self._all([s.backward(lse) for s in self.shards], "backward")
-        await self._compute(self.hidden.backward, batch.X, acts, sum_unpacked(grads))
+        await self.stack.backward(batch.X, acts, sum_unpacked(grads))
         sent = self.n_remote * (payload_bytes((h_wire, batch.Y)) + lse.nbytes)
         received = self._remote_bytes(parts) + self._remote_bytes(grads)
         return self._stats(
@@ -184,7 +196,7 @@ class Coordinator(TakesGraphSteps):
             if item is None:
                 return None
             *where, batch = item
-            h, acts = await self._compute(self.hidden.forward, batch.X)
+            h, acts = await self.stack.forward(batch.X, next(self._keys))
             h_wire = pack(h, self.wire_dtype)
             parts = await self._all([s.forward(h_wire, batch.Y) for s in self.shards], "forward")
             sent += self.n_remote * payload_bytes((h_wire, batch.Y))
@@ -209,7 +221,9 @@ class Coordinator(TakesGraphSteps):
             ]
         try:
             grads = await self._all(backward, "backward")
-            await self._compute(self.hidden.backward, batch.X, acts, sum_unpacked(grads))
+            if item is not None:  # t+1's activations come from the weights before t's update
+                await ahead
+            await self.stack.backward(batch.X, acts, sum_unpacked(grads))
             received = self._remote_bytes(grads)
             self.pending = None
             if item is not None:
@@ -229,7 +243,7 @@ class Coordinator(TakesGraphSteps):
     async def _forward_packed(self, X: CSR):
         """The hidden stack's output for training batch ``X``, packed for the wire, and its
         activations."""
-        h, acts = await self._compute(self.hidden.forward, X)
+        h, acts = await self.stack.forward(X, next(self._keys))
         return pack(h, self.wire_dtype), acts
 
     def _remote_bytes(self, replies: list) -> int:
@@ -240,6 +254,8 @@ class Coordinator(TakesGraphSteps):
 
     def _stats(self, batch, where, parts, *, lse, label_term, sent, received, t0) -> dict:
         self.step += 1
+        hidden_sent, hidden_received = self.stack.take_traffic()
+        sent, received = sent + hidden_sent, received + hidden_received
         self.labels.add(batch.Y)
         epoch, index = where
         self.position = (epoch, index + 1)
@@ -261,51 +277,16 @@ class Coordinator(TakesGraphSteps):
             "skipped_lines": self.reads.n_skipped,
         }
 
-    # -- inference ---------------------------------------------------------------------------
-    async def evaluate(
-        self,
-        source: XCDataset | str,
-        storage_options: dict | None = None,
-        *,
-        ks: tuple[int, ...] = (1, 3, 5),
-        exact: bool = True,
-        max_points: int | None = None,
-    ) -> dict[str, float]:
-        """P@k, nDCG@k and (once trained) PSP@k, PSnDCG@k on (``max_points`` rows spread
-        over) a data set or URL read here."""
-        fits = (self.n_features, self.n_labels)
-        data = await asyncio.to_thread(load, source, storage_options, max_points, fits)
-        topk = await self.topk(data.X, max(ks), exact)
-        scores = xc_metrics(topk, data.Y, ks, **self.labels.metric_args())
-        if len(data):
-            self._publish({"step": self.step, **scores})
-        return scores
-
-    async def topk(
-        self, X: CSR, k: int, exact: bool, *, scores: bool = False, batch_size: int = 4096
-    ):
-        """Top-k label ids of each row from every shard; ``scores``: ``(ids, logits)``."""
-        ids, logits = [np.zeros((0, k), np.int64)], [np.zeros((0, k), np.float32)]
-        for start in range(0, X.n_rows, batch_size):
-            h, _ = await self._compute(self.hidden.forward, X.slice_rows(start, start + batch_size))
-            h_wire = pack(h, self.wire_dtype)
-            parts = await self._all([s.topk(h_wire, k, exact) for s in self.shards], "topk")
-            top, top_scores = merge_topk_scores(parts, k)
-            ids.append(top)
-            logits.append(top_scores)
-        top = np.concatenate(ids)
-        return (top, np.concatenate(logits)) if scores else top
-
     # -- early stopping ----------------------------------------------------------------------
     async def remember(self) -> None:
         """Every shard and the hidden layers keep a copy of their weights, where they are."""
         await self._all([s.remember() for s in self.shards], "remember")
-        await self._compute(self.hidden.remember)
+        await self.stack.remember()
 
     async def recall(self) -> bool:
         """Put back the weights :meth:`remember` kept; False if none were."""
         recalled = await self._all([s.recall() for s in self.shards], "recall")
-        return all([*recalled, await self._compute(self.hidden.recall)])
+        return all([*recalled, await self.stack.recall()])
 
     # -- checkpoints -------------------------------------------------------------------------
     async def save_checkpoint(self, store: CheckpointStore, extra: dict | None = None) -> str:
@@ -315,9 +296,11 @@ class Coordinator(TakesGraphSteps):
         folder = await asyncio.to_thread(store.new_folder, self.step)
         calls = [s.write_checkpoint(folder.url, store.storage_options) for s in self.shards]
         shards = await self._all(calls, "checkpoint")
-        hidden = await self._compute(write_hidden, folder, self.hidden)
+        hidden, step = {}, 0  # a split layer's units: written by their shards
+        if self.hidden is not None:
+            hidden, step = await self._compute(write_hidden, folder, self.hidden), self.hidden.step
         meta = model_meta(
-            self.cfg, self.n_features, self.n_labels, self.layout, self.hidden.step, shards,
+            self.cfg, self.n_features, self.n_labels, self.layout, step, shards,
             hidden, {**self.stream.meta(*self.position), **(extra or {})},
         )  # fmt: skip
         ckpt = await asyncio.to_thread(store.commit, folder, meta)
@@ -329,9 +312,9 @@ class Coordinator(TakesGraphSteps):
         """Write the model to ``url`` (a store keeping only this checkpoint)."""
         return await self.save_checkpoint(CheckpointStore(url, storage_options, keep=1), extra)
 
-    def hidden_weights(self) -> list[np.ndarray]:
+    async def hidden_weights(self) -> list[np.ndarray]:
         """The hidden layers' weights and biases (for tests and checkpoints)."""
-        return self.hidden.params()
+        return await self.stack.params()
 
     async def ask_shards(self, method: str) -> list:
         """Every shard's answer to a question (``info``, ``get_weights``), in shard order."""

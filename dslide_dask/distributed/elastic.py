@@ -237,8 +237,11 @@ class FollowsTheCluster:
         t0 = time.perf_counter()
         at_step, old = self.step, self.placement
         new = self._place({a: w for a, w in self._workers().items() if a not in leaving}, old)
-        live = self.elastic.live and (
-            old.plan is None or new.plan is None or fits_while_moving(old.plan, new.plan)
+        live = (
+            self.elastic.live
+            and not old.hidden_units  # a split hidden layer moves through a checkpoint
+            and not new.hidden_units
+            and (old.plan is None or new.plan is None or fits_while_moving(old.plan, new.plan))
         )
         if not live and self.policy is None:
             return None

@@ -12,7 +12,7 @@ numba's compiled kernels, Dask) takes :data:`RUNTIME_BYTES`: measured on the 0.8
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dslide_dask.model.config import SlideConfig
 
@@ -119,21 +119,23 @@ def hidden_memory(cfg: SlideConfig, n_features: int) -> dict[str, int]:
 
 def memory_plan(
     cfg: SlideConfig, n_features: int, placement_workers: dict[str, dict], sizes: list[int],
-    *, batch_size: int = 256,
+    *, batch_size: int = 256, hidden_units: tuple[tuple[int, int], ...] = (),
 ) -> MemoryPlan:  # fmt: skip
     """The plan of shards of ``sizes`` neurons on ``placement_workers`` (address ->
     the scheduler's worker info, in shard order); shard 0's worker also holds the
-    hidden layers."""
-    hidden = hidden_memory(cfg, n_features)
+    hidden layers, or, split by units, shard s's worker units ``hidden_units[s]``."""
+    held = [hidden_memory(cfg, n_features)]
+    if hidden_units:
+        held = [hidden_memory(replace(cfg, hidden=(b - a,)), n_features) for a, b in hidden_units]
     out = []
     for s, (address, info) in enumerate(placement_workers.items()):
         parts = shard_memory(cfg, sizes[s], batch_size)
         weights, optimizer = parts["weights"], parts["optimizer"]
         role = f"shard {s}"
-        if s == 0:
-            weights += hidden["weights"]
-            optimizer += hidden["optimizer"]
-            role = "hidden layers, shard 0"
+        if s < len(held):
+            weights += held[s]["weights"]
+            optimizer += held[s]["optimizer"]
+            role = "hidden layers, shard 0" if not hidden_units else f"hidden units, shard {s}"
         out.append(
             WorkerMemory(
                 address, role, sizes[s], weights, optimizer, parts["tables"],

@@ -7,12 +7,15 @@ import math
 from dataclasses import dataclass
 
 from dslide_dask.distributed.memory_plan import (
+    BUDGET,
     MemoryPlan,
     MemoryPlanError,
+    hidden_memory,
     memory_plan,
     what_would_fit,
 )
 from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.hidden import unit_ranges
 from dslide_dask.model.layout import ShardLayout
 
 
@@ -23,6 +26,9 @@ class Placement:
     workers: tuple[str, ...]
     layout: ShardLayout
     plan: MemoryPlan | None = None
+    #: the hidden layer's units on each of the first shards' workers (empty: all on the
+    #: coordinator's)
+    hidden_units: tuple[tuple[int, int], ...] = ()
 
 
 def shard_bytes(cfg: SlideConfig, n_neurons: int) -> int:
@@ -42,6 +48,7 @@ def place_shards(
     n_features: int = 0,
     batch_size: int = 256,
     previous: Placement | None = None,
+    hidden_shards: int | None = None,
 ) -> Placement:
     """Choose workers for the shards of an output layer of ``n_labels`` neurons.
 
@@ -57,6 +64,11 @@ def place_shards(
     ``previous``: the placement of a model being re-balanced live. Its workers that are
     still there keep their order (the coordinator stays where it is, if it can) and the
     layout moves as few neurons as the new shares allow (:meth:`ShardLayout.rebalanced`).
+
+    ``hidden_shards``: the workers the (one-layer) hidden stack's units are split over,
+    the first ones. None decides by bytes: the stack stays whole on the coordinator's
+    worker unless it would fill more than :data:`HIDDEN_SHARE` of that worker's budget
+    or the model would not fit so; then it is split over every shard's worker.
     """
     if not 0 <= coordinator_load < 1:
         raise ValueError(f"coordinator_load must be in [0, 1), got {coordinator_load}")
@@ -71,32 +83,74 @@ def place_shards(
         raise ValueError(f"n_shards must be in [1, {len(order)}] (the workers), got {n_shards}")
     chosen = {a: workers[a] for a in order[:n_shards]}
     infos = list(chosen.values())
-    by_threads = [max(1, int(w.get("nthreads", 1))) for w in infos]
-    candidates = [_capacities(by_threads, coordinator_load, n_labels)]
-    if all(w.get("memory_limit") for w in infos):
-        alone = memory_plan(cfg, n_features, {"0": infos[0]}, [0], batch_size=batch_size)
-        free = [0.8 * w["memory_limit"] for w in infos]
-        free[0] -= alone.total  # the hidden layers and the process
-        percent = [max(1, round(100 * f / max(free))) for f in free]  # of the freest
-        candidates.append(_capacities(percent, 0.0, n_labels))
+    limited = all(w.get("memory_limit") for w in infos)
+    if hidden_shards is not None:
+        if hidden_shards > 1 and len(cfg.hidden) != 1:
+            raise ValueError(
+                f"hidden_shards={hidden_shards}: only a one-layer hidden stack splits by "
+                f"units, got hidden={list(cfg.hidden)}"
+            )
+        splits = [min(hidden_shards, n_shards)]
+    else:
+        splits = [1, n_shards] if limited and len(cfg.hidden) == 1 and n_shards > 1 else [1]
     plan = None
-    for capacities in candidates:
-        if previous is None:
-            layout = ShardLayout.from_capacities(n_labels, capacities)
-        else:
-            index = {a: s for s, a in enumerate(chosen)}
-            new_index = [index.get(a) for a in previous.workers]
-            layout = previous.layout.rebalanced(capacities, new_index)
-        sizes = [layout.size(s) for s in range(n_shards)]
-        plan = memory_plan(cfg, n_features, chosen, sizes, batch_size=batch_size)
-        if plan.fits:
-            return Placement(tuple(chosen), layout, plan)
+    for split in splits:
+        units = tuple(unit_ranges(cfg.hidden[0], split)) if split > 1 else ()
+        shares = _candidates(
+            cfg, n_features, infos, units, coordinator_load=coordinator_load, n_labels=n_labels
+        )
+        for capacities in shares:
+            if previous is None:
+                layout = ShardLayout.from_capacities(n_labels, capacities)
+            else:
+                index = {a: s for s, a in enumerate(chosen)}
+                new_index = [index.get(a) for a in previous.workers]
+                layout = previous.layout.rebalanced(capacities, new_index)
+            sizes = [layout.size(s) for s in range(n_shards)]
+            plan = memory_plan(
+                cfg, n_features, chosen, sizes, batch_size=batch_size, hidden_units=units
+            )
+            crowded = split == 1 and splits[-1] > 1 and _hidden_crowds(cfg, n_features, infos[0])
+            if plan.fits and not crowded:
+                return Placement(tuple(chosen), layout, plan, units)
     ideas = what_would_fit(cfg, plan, len(workers))
     raise MemoryPlanError(
         f"the model does not fit {n_shards} worker(s): it needs {plan.total / 2**30:.2f} GiB "
         f"and each worker may fill 80% of its memory limit.\n{plan.table()}"
         + (f"\nIt would fit with: {'; or '.join(ideas)}." if ideas else "")
     )
+
+
+#: Share of the coordinator's worker's budget the whole hidden stack may take before the
+#: placement splits it by units over the shards' workers.
+HIDDEN_SHARE = 0.5
+
+
+def _hidden_crowds(cfg: SlideConfig, n_features: int, info: dict) -> bool:
+    """Whether the whole hidden stack would take more than :data:`HIDDEN_SHARE` of the
+    coordinator's worker's budget."""
+    held = sum(hidden_memory(cfg, n_features).values())
+    return held > HIDDEN_SHARE * BUDGET * info["memory_limit"]
+
+
+def _candidates(
+    cfg: SlideConfig, n_features: int, infos: list[dict], units: tuple, *,
+    coordinator_load: float, n_labels: int,
+) -> list[list[int]]:  # fmt: skip
+    """Shares to try: by threads, then (with memory limits) by free memory, each worker's
+    part of the hidden stack and its process taken off."""
+    by_threads = [max(1, int(w.get("nthreads", 1))) for w in infos]
+    out = [_capacities(by_threads, coordinator_load, n_labels)]
+    if all(w.get("memory_limit") for w in infos):
+        empty = memory_plan(
+            cfg, n_features, {str(s): w for s, w in enumerate(infos)}, [0] * len(infos),
+            hidden_units=units,
+        )  # fmt: skip
+        held = [e.total for e in empty.workers]  # the hidden stack's part, the process
+        free = [BUDGET * w["memory_limit"] - h for w, h in zip(infos, held, strict=True)]
+        percent = [max(1, round(100 * f / max(free))) for f in free]  # of the freest
+        out.append(_capacities(percent, 0.0, n_labels))
+    return out
 
 
 def _capacities(weights: list[int], coordinator_load: float, n_labels: int) -> list[int]:

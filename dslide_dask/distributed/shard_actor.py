@@ -9,12 +9,13 @@ import numba
 import numpy as np
 
 from dslide_dask.checkpoint import Folder, open_checkpoint
-from dslide_dask.checkpoint.model import restore_shard, write_shard
+from dslide_dask.checkpoint.model import restore_hidden, restore_shard, write_hidden, write_shard
 from dslide_dask.data.csr import CSR
 from dslide_dask.distributed.handover import RowsPiece, take_rows
 from dslide_dask.distributed.registry import register
 from dslide_dask.distributed.specs import ShardSpec
 from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
+from dslide_dask.model.hidden import HiddenLayers
 from dslide_dask.model.wide_shard import ActiveSets, SoftmaxPartials, WideShard
 from dslide_dask.model.wire import Packed, pack, unpack
 from dslide_dask.omp import passive_wait
@@ -45,6 +46,15 @@ class ShardActor:
             restore_shard(open_checkpoint(spec.restore, spec.storage_options), self.shard)
         elif spec.handover is not None:
             take_rows(self.shard, spec.handover.layout, pieces or {})
+        self.hidden: HiddenLayers | None = None  # a slice of the hidden layer, if any here
+        if spec.hidden_units is not None:
+            self.hidden = HiddenLayers(
+                spec.cfg, spec.n_features, spec.cfg.seed, initialize=spec.restore is None,
+                columns=spec.hidden_units,
+            )  # fmt: skip
+            if spec.restore is not None:
+                restore_hidden(open_checkpoint(spec.restore, spec.storage_options), self.hidden)
+        self._inputs: dict[int, tuple] = {}  # a step's input and activations, for backward
         self.busy_seconds = 0.0
         self.calls = 0
         register(spec.model_id, spec.shard_index, self)
@@ -63,6 +73,21 @@ class ShardActor:
         with self._busy():
             return self.shard.gather(active_sets)
 
+    def hidden_forward(self, X: CSR, key: int | None) -> np.ndarray:
+        """This worker's units of the hidden layer for ``X`` (float32: the coordinator
+        packs the whole vector); kept for :meth:`hidden_backward` under ``key``."""
+        with self._busy():
+            h, acts = self.hidden.forward(X)
+            if key is not None:
+                self._inputs[key] = (X, acts)
+            return h
+
+    def hidden_backward(self, key: int, grad_h: np.ndarray) -> None:
+        """Update this worker's units with their part of ``d loss / d h``."""
+        with self._busy():
+            X, acts = self._inputs.pop(key)
+            self.hidden.backward(X, acts, grad_h)
+
     def backward(self, lse: np.ndarray) -> Packed:
         with self._busy():
             return pack(self.shard.backward(lse), self.wire_dtype)
@@ -74,10 +99,12 @@ class ShardActor:
     def remember(self) -> None:
         with self._busy():
             self.shard.remember()
+            if self.hidden is not None:
+                self.hidden.remember()
 
     def recall(self) -> bool:
         with self._busy():
-            return self.shard.recall()
+            return self.shard.recall() and (self.hidden is None or self.hidden.recall())
 
     def info(self) -> dict:
         shard = self.shard
@@ -107,11 +134,21 @@ class ShardActor:
     ) -> tuple[dict[str, dict], dict[str, int]]:
         """Write this shard's rows into a checkpoint folder: ``(entries, counters)``."""
         with self._busy():
-            return write_shard(Folder.open(folder_url, storage_options), self.shard)
+            folder = Folder.open(folder_url, storage_options)
+            entries, counters = write_shard(folder, self.shard)
+            if self.hidden is not None:
+                entries.update(write_hidden(folder, self.hidden, self.shard.shard_index))
+                counters["hidden_units"] = list(self.hidden.columns)
+                counters["hidden_step"] = self.hidden.step
+            return entries, counters
 
     def get_weights(self) -> tuple[np.ndarray, np.ndarray]:
         """This shard's weights and biases (for tests and checkpoints, never per step)."""
         return self.shard.W, self.shard.bias
+
+    def hidden_weights(self) -> list[np.ndarray] | None:
+        """The weights and biases of this worker's hidden units (tests only)."""
+        return None if self.hidden is None else self.hidden.params()
 
 
 class InProcess:

@@ -31,6 +31,8 @@ class ShardSpec:
     storage_options: dict | None = None
     model_id: str = ""  #: names the model's parts for graph-mode tasks
     handover: Handover | None = None  #: take the rows from a live model's shards
+    n_features: int = 0  #: width of the input, for a slice of the hidden layer
+    hidden_units: tuple[int, int] | None = None  #: the hidden layer's units held here
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,11 @@ class CoordinatorSpec:
     run_name: str = "default"  #: the run's name on the dashboard
     step_mode: str = "actor"  #: "graph": each step as tasks named by phase, for profiling
     model_id: str = ""  #: names the model's parts for graph-mode tasks
+    #: the hidden layer's units on each of the first shards (empty: all here)
+    hidden_units: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.step_mode not in STEP_MODES:
             raise ValueError(f"step_mode must be one of {list(STEP_MODES)}, got {self.step_mode!r}")
+        if self.hidden_units and self.step_mode != "actor":
+            raise ValueError("a hidden layer split over workers needs step_mode='actor'")

@@ -49,6 +49,9 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
     says what was lost and redone. ``restore`` starts from a checkpoint URL, of any
     sharding. Live metrics go to the dashboard (``/dslide``) under ``name``.
     ``step_mode="graph"``: steps as tasks named by phase, for profiling (:mod:`.graph_step`).
+    ``hidden_shards``: split a one-layer hidden stack's units over the first workers
+    (:mod:`.hidden_stack`); None splits it over every worker only when, whole, it would
+    crowd the coordinator's worker (:func:`~.placement.place_shards`).
     """
 
     def __init__(
@@ -59,6 +62,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
         n_labels: int,
         *,
         n_shards: int | None = None,
+        hidden_shards: int | None = None,
         wire_dtype: str = "float16",
         pipeline: bool = True,
         step_mode: str = "actor",
@@ -76,6 +80,8 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
         self.n_features = n_features
         self.n_labels = n_labels
         self.n_shards_asked = n_shards
+        # graph steps run the hidden stack on the coordinator: split only if asked (an error)
+        self.hidden_shards = 1 if hidden_shards is None and step_mode == "graph" else hidden_shards
         self.wire_dtype = wire_dtype
         self.pipeline = pipeline
         self.step_mode = step_mode
@@ -116,7 +122,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
             n_shards = min(n_shards, len(workers))
         return place_shards(
             workers, self.cfg, self.n_labels, n_shards, coordinator_load=self.coordinator_load,
-            n_features=self.n_features, previous=previous,
+            n_features=self.n_features, previous=previous, hidden_shards=self.hidden_shards,
         )  # fmt: skip
 
     def _start(
@@ -133,6 +139,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
         self._model_id = token
         threads = [int(workers[w].get("nthreads", 1)) for w in self.placement.workers]
         layout = self.placement.layout
+        units = self.placement.hidden_units
         pieces = HandoverPieces(client, handover, layout, token)
 
         def shard(s: int) -> ShardSpec:
@@ -147,6 +154,8 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
                 storage_options=self.storage_options,
                 model_id=token,
                 handover=handover,
+                n_features=self.n_features,
+                hidden_units=units[s] if s < len(units) else None,
             )
 
         spec = CoordinatorSpec(
@@ -165,6 +174,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
             run_name=self.name,
             step_mode=self.step_mode,
             model_id=token,
+            hidden_units=units,
         )
         # the coordinator (with shard 0) and the other shards are built side by side
         coordinator = client.submit(

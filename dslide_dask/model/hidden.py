@@ -16,24 +16,40 @@ class HiddenLayers:
 
     The first weight matrix is feature-major ``[n_features, hidden[0]]``: a sparse row
     reads and updates only the rows of its non-zero features (lazy Adam on those rows).
+
+    ``columns=(c0, c1)``: only units ``c0 .. c1-1`` of a one-layer stack, for a layer
+    split by units over workers. Every unit's arithmetic is its own, so the slices
+    together compute exactly what the whole layer does, from the same initial weights.
     """
 
     def __init__(
-        self, cfg: SlideConfig, n_features: int, seed: int, initialize: bool = True
-    ) -> None:
+        self, cfg: SlideConfig, n_features: int, seed: int, initialize: bool = True,
+        columns: tuple[int, int] | None = None,
+    ) -> None:  # fmt: skip
         """``initialize=False`` leaves the weights unset, for :meth:`set_state` to fill."""
         self.cfg = cfg
         self.n_features = n_features
         rng = np.random.default_rng(seed)
         widths = (n_features, *cfg.hidden)
         shapes = list(zip(widths[:-1], widths[1:], strict=True))
-        if initialize:
-            self.weights = [rng.standard_normal(shape, np.float32) for shape in shapes]
-            for w in self.weights:
-                w *= np.float32(cfg.init_std)
-        else:
+        self.columns = columns
+        if columns is not None:
+            c0, c1 = columns
+            if len(cfg.hidden) != 1 or not 0 <= c0 < c1 <= cfg.hidden[0]:
+                raise ValueError(
+                    f"units {c0}..{c1 - 1} of hidden={list(cfg.hidden)}: only a one-layer "
+                    f"stack splits by units, into ranges within its width"
+                )
+            shapes = [(n_features, c1 - c0)]
+        if not initialize:
             self.weights = [np.empty(shape, np.float32) for shape in shapes]
-        self.biases = [np.zeros(b, np.float32) for b in cfg.hidden]
+        elif columns is None:
+            self.weights = [rng.standard_normal(shape, np.float32) for shape in shapes]
+        else:
+            self.weights = [_normal_columns(rng, n_features, cfg.hidden[0], columns)]
+        for w in self.weights if initialize else ():
+            w *= np.float32(cfg.init_std)
+        self.biases = [np.zeros(shape[1], np.float32) for shape in shapes]
         n_later = len(self.params()) - 1
         # the sparse input layer's moments as cfg.moment_dtype; the small dense layers'
         # float32 (numpy arithmetic)
@@ -124,6 +140,28 @@ class HiddenLayers:
         adam.adam_dense(
             self.params()[i], grad.astype(np.float32), m, v, lr_t, cfg.beta1, cfg.beta2, cfg.eps
         )
+
+
+def _normal_columns(
+    rng: np.random.Generator, rows: int, width: int, columns: tuple[int, int]
+) -> np.ndarray:
+    """Columns ``c0:c1`` of ``rng.standard_normal((rows, width))``, drawn a block of rows
+    at a time (the stream is the same; the whole matrix is never held)."""
+    c0, c1 = columns
+    out = np.empty((rows, c1 - c0), np.float32)
+    block = max(1, (1 << 24) // width)
+    for start in range(0, rows, block):
+        stop = min(rows, start + block)
+        out[start:stop] = rng.standard_normal((stop - start, width), np.float32)[:, c0:c1]
+    return out
+
+
+def unit_ranges(width: int, n: int) -> list[tuple[int, int]]:
+    """``n`` contiguous ranges of units, as even as can be, covering ``0 .. width-1``."""
+    if not 1 <= n <= width:
+        raise ValueError(f"cannot split {width} units into {n} parts")
+    bounds = [width * i // n for i in range(n + 1)]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
 def _copy_into(target: np.ndarray, value: np.ndarray, name: str) -> None:

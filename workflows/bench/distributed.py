@@ -49,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step-modes", default="actor", metavar="M[,M]",
                         help="step modes to run on each cluster: actor, graph "
                         "(default: actor)")  # fmt: skip
+    parser.add_argument("--hidden-shards", type=int, default=None, metavar="S",
+                        help="split the hidden layer's units over the first S workers "
+                        "(default: the trainer's choice, by memory)")  # fmt: skip
     parser.add_argument("--no-pipeline", dest="pipeline", action="store_false",
                         help="actor steps one phase at a time, as graph steps are")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=1, metavar="N",
@@ -104,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = SlideConfig(**params)
     shape = (train.n_features, train.n_labels)
     allreduce = cfg.allreduce_bytes(*shape)
-    options = {"pipeline": args.pipeline}
+    options = {"pipeline": args.pipeline, "hidden_shards": args.hidden_shards}
     if args.coordinator_load is not None:
         options["coordinator_load"] = args.coordinator_load
     rows = []

@@ -1,0 +1,54 @@
+"""What a coordinator answers besides training: top-k labels and evaluation, with the
+model where it is (the hidden stack, then every shard, for each block of rows)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from dslide_dask.data.batches import load
+from dslide_dask.data.csr import CSR
+from dslide_dask.data.dataset import XCDataset
+from dslide_dask.metrics import xc_metrics
+from dslide_dask.model.wide_shard import merge_topk_scores
+from dslide_dask.model.wire import pack
+
+
+class AnswersQueries:
+    """Queries of :class:`~dslide_dask.distributed.coordinator.Coordinator` (its
+    attributes: ``stack``, ``shards``, ``labels``, ``wire_dtype``...)."""
+
+    async def evaluate(
+        self,
+        source: XCDataset | str,
+        storage_options: dict | None = None,
+        *,
+        ks: tuple[int, ...] = (1, 3, 5),
+        exact: bool = True,
+        max_points: int | None = None,
+    ) -> dict[str, float]:
+        """P@k, nDCG@k and (once trained) PSP@k, PSnDCG@k on (``max_points`` rows spread
+        over) a data set or URL read here."""
+        fits = (self.n_features, self.n_labels)
+        data = await asyncio.to_thread(load, source, storage_options, max_points, fits)
+        topk = await self.topk(data.X, max(ks), exact)
+        scores = xc_metrics(topk, data.Y, ks, **self.labels.metric_args())
+        if len(data):
+            self._publish({"step": self.step, **scores})
+        return scores
+
+    async def topk(
+        self, X: CSR, k: int, exact: bool, *, scores: bool = False, batch_size: int = 4096
+    ):
+        """Top-k label ids of each row from every shard; ``scores``: ``(ids, logits)``."""
+        ids, logits = [np.zeros((0, k), np.int64)], [np.zeros((0, k), np.float32)]
+        for start in range(0, X.n_rows, batch_size):
+            h, _ = await self.stack.forward(X.slice_rows(start, start + batch_size), None)
+            h_wire = pack(h, self.wire_dtype)
+            parts = await self._all([s.topk(h_wire, k, exact) for s in self.shards], "topk")
+            top, top_scores = merge_topk_scores(parts, k)
+            ids.append(top)
+            logits.append(top_scores)
+        top = np.concatenate(ids)
+        return (top, np.concatenate(logits)) if scores else top
