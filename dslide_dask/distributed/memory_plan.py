@@ -12,7 +12,7 @@ numba's compiled kernels, Dask) takes :data:`RUNTIME_BYTES`: measured on the 0.8
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from dslide_dask.model.config import SlideConfig
 
@@ -107,11 +107,12 @@ def row_bytes(cfg: SlideConfig) -> int:
     return parts["weights"] + parts["optimizer"]
 
 
-def hidden_memory(cfg: SlideConfig, n_features: int) -> dict[str, int]:
-    """The hidden layers' weights and optimiser state (on the coordinator's worker)."""
-    widths = (n_features, *cfg.hidden)
+def hidden_memory(cfg: SlideConfig, n_features: int, units: int | None = None) -> dict[str, int]:
+    """The hidden layers' weights and optimiser state (on the coordinator's worker), or
+    those of ``units`` units of a one-layer stack split by units."""
+    widths = (n_features, *cfg.hidden) if units is None else (n_features, units)
     params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:], strict=True))
-    first = n_features * cfg.hidden[0]  # the sparse input layer's moments: moment_dtype
+    first = n_features * widths[1]  # the sparse input layer's moments: moment_dtype
     per_moment = MOMENT_BYTES[cfg.moment_dtype] * first + 4 * (params - first)
     counts = 4 * n_features  # each input row's update count
     return {"weights": 4 * params, "optimizer": (2 if cfg.beta1 > 0 else 1) * per_moment + counts}
@@ -126,7 +127,7 @@ def memory_plan(
     hidden layers, or, split by units, shard s's worker units ``hidden_units[s]``."""
     held = [hidden_memory(cfg, n_features)]
     if hidden_units:
-        held = [hidden_memory(replace(cfg, hidden=(b - a,)), n_features) for a, b in hidden_units]
+        held = [hidden_memory(cfg, n_features, b - a) for a, b in hidden_units]
     out = []
     for s, (address, info) in enumerate(placement_workers.items()):
         parts = shard_memory(cfg, sizes[s], batch_size)
@@ -173,6 +174,8 @@ def what_would_fit(cfg: SlideConfig, plan: MemoryPlan, n_workers_total: int) -> 
     if tables > 0.1 * need and cfg.L > 1:
         shrink(f"L={cfg.L // 2} hash tables", lambda w: w.tables / 2)
     if over and plan.workers[0] in over and len(plan.workers) > 1:
+        if len(cfg.hidden) == 1 and plan.workers[0].role.startswith("hidden layers"):
+            ideas.append(f"hidden_shards={len(plan.workers)} (the hidden layer split by units)")
         ideas.append("a larger first worker: it also holds the hidden layers")
     return ideas
 

@@ -80,6 +80,8 @@ class ShardActor:
             h, acts = self.hidden.forward(X)
             if key is not None:
                 self._inputs[key] = (X, acts)
+                while len(self._inputs) > 2:  # the pipeline's depth; older: data restarted
+                    self._inputs.pop(next(iter(self._inputs)))
             return h
 
     def hidden_backward(self, key: int, grad_h: np.ndarray) -> None:
