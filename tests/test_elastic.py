@@ -283,26 +283,38 @@ def _by_neuron(trainer) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.timeout(240)
-def test_a_live_rebalance_moves_every_row_worker_to_worker_unchanged(tiny, tmp_path):
+@pytest.mark.parametrize(
+    ("hidden_shards", "split"),
+    [(1, [(), ()]), (3, [((0, 32), (32, 64)), ((0, 21), (21, 42), (42, 64))])],
+    ids=["hidden layer whole", "hidden layer split 2 -> 3 ways"],
+)
+def test_a_live_rebalance_moves_every_row_worker_to_worker_unchanged(
+    tiny, tmp_path, hidden_shards, split
+):
     """Onto a worker that joined, with no checkpoint store at all: every output row, the
-    hidden layers and the step come over bit for bit, only the new worker's share of the
-    rows crosses the network, and training goes on from there."""
+    hidden layer (whole, or its units re-split over the new workers) and the step come
+    over bit for bit, only the new worker's share of the rows crosses the network, and
+    training goes on from there."""
     train, test = tiny
     with (
         cluster(2) as lc,
         Client(lc) as client,
-        DistributedTrainer(client, CFG, train.n_features, train.n_labels) as trainer,
+        DistributedTrainer(
+            client, CFG, train.n_features, train.n_labels, hidden_shards=hidden_shards
+        ) as trainer,
     ):
         trainer.train(train, Stream(BATCH, epochs=1))
         W, bias = _by_neuron(trainer)
         hidden = trainer.hidden_weights()
         old = trainer.placement
+        assert old.hidden_units == split[0]
         assert trainer.rebalance() is None  # no new worker: nothing to do
         lc.scale(3)
         client.wait_for_workers(3)
         move = trainer.rebalance()
         assert move is not None and move.live and move.workers == 3
         new = trainer.placement
+        assert new.hidden_units == split[1]
         assert new.workers[:2] == old.workers  # the coordinator stays where it was
         joined_rows = new.layout.size(2)
         assert move.rows_moved == joined_rows  # only the joiner's rows travel

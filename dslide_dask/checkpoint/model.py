@@ -15,7 +15,7 @@ import numpy as np
 from dslide_dask.checkpoint.arrays import CheckpointError
 from dslide_dask.checkpoint.store import Checkpoint, CheckpointStore, Folder
 from dslide_dask.model.config import SlideConfig
-from dslide_dask.model.hidden import HiddenLayers
+from dslide_dask.model.hidden import HiddenLayers, gather_units
 from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.network import SlideNetwork
 from dslide_dask.model.wide_shard import WideShard
@@ -157,24 +157,19 @@ def restore_hidden(ckpt: Checkpoint, hidden: HiddenLayers) -> None:
 
 def _hidden_units(ckpt: Checkpoint, hidden: HiddenLayers, slices: list | None) -> dict:
     """The arrays of ``hidden``'s units, cut out of the whole layer or the slices that
-    hold them (every array's last axis is the units', but the per-row update counts)."""
+    hold them."""
     width = ckpt.meta["config"]["hidden"][0]
-    c0, c1 = hidden.columns or (0, width)
-    sources = [(hidden_prefix(s), a, b) for s, a, b in slices or [(None, 0, width)]]
-    sources = [(p, a, b) for p, a, b in sources if a < c1 and b > c0]
-    out: dict[str, np.ndarray] = {}
-    for name in hidden.state():
-        for prefix, a, b in sources:
-            if name not in ADDED_LATER or ckpt.has(f"{prefix}/{name}"):
-                value = ckpt.read(f"{prefix}/{name}")
-                if name == "W0.n":
-                    out[name] = value
-                    break
-                if name not in out:
-                    out[name] = np.empty((*value.shape[:-1], c1 - c0), value.dtype)
-                lo, hi = max(a, c0), min(b, c1)
-                out[name][..., lo - c0 : hi - c0] = value[..., lo - a : hi - a]
-    return out
+
+    def reader(prefix: str):
+        def get(name: str) -> np.ndarray | None:
+            if name in ADDED_LATER and not ckpt.has(f"{prefix}/{name}"):
+                return None
+            return ckpt.read(f"{prefix}/{name}")
+
+        return get
+
+    sources = [(a, b, reader(hidden_prefix(s))) for s, a, b in slices or [(None, 0, width)]]
+    return gather_units(hidden.state(), hidden.columns or (0, width), sources)
 
 
 def restore_shard(ckpt: Checkpoint, shard: WideShard) -> None:

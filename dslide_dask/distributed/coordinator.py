@@ -31,7 +31,7 @@ from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.data.stream import Stream
 from dslide_dask.distributed.errors import POLL_SECONDS, ShardLostError
 from dslide_dask.distributed.graph_step import TakesGraphSteps
-from dslide_dask.distributed.handover import CoordinatorState, RowsPiece
+from dslide_dask.distributed.handover import CoordinatorState, RowsPiece, UnitsPiece, take_units
 from dslide_dask.distributed.hidden_stack import LocalHidden, SplitHidden
 from dslide_dask.distributed.live_metrics.events import publish
 from dslide_dask.distributed.queries import AnswersQueries
@@ -55,8 +55,10 @@ class Coordinator(TakesGraphSteps, AnswersQueries):
     """Runs the training loop of one model whose shards are other actors."""
 
     def __init__(self, spec: CoordinatorSpec, state: CoordinatorState | None = None,
-                 pieces: dict[int, RowsPiece] | None = None) -> None:  # fmt: skip
-        """``state``, ``pieces`` (shard 0's rows): a live model handed over (:mod:`.handover`)."""
+                 pieces: dict[int, RowsPiece] | None = None,
+                 units: list[UnitsPiece] | None = None) -> None:  # fmt: skip
+        """``state``, ``pieces`` (shard 0's rows), ``units`` (the hidden stack's, or shard
+        0's slice's): a live model handed over (:mod:`.handover`)."""
         raise_malloc_thresholds()
         passive_wait()
         self.cfg = spec.cfg
@@ -79,7 +81,8 @@ class Coordinator(TakesGraphSteps, AnswersQueries):
             self.step, self.last_checkpoint = ckpt.step, ckpt.url
         self.labels = TrainingLabels(spec.n_labels)  # PSP@k's label frequencies
         if state is not None:
-            self.hidden.set_state(state.hidden, state.hidden_step)
+            if self.hidden is not None:
+                take_units(self.hidden, units or [])
             self.step, self.last_checkpoint = state.step, state.last_checkpoint
             self.labels = state.labels
         self.policy = spec.checkpoint
@@ -89,7 +92,9 @@ class Coordinator(TakesGraphSteps, AnswersQueries):
         self.n_labels = spec.n_labels
         self.worker = get_worker()
         # shard 0 lives here: its calls need no serialisation and no loop-back connection
-        self.local_shard = ShardActor(spec.local_shard, pieces)
+        self.local_shard = ShardActor(
+            spec.local_shard, pieces, None if self.hidden is not None else units
+        )
         self.shards: list = [InProcess(self.local_shard, self._on_kernel_thread)]
         self.remote = [False]
         self.n_remote = 0

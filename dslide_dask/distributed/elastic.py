@@ -237,11 +237,8 @@ class FollowsTheCluster:
         t0 = time.perf_counter()
         at_step, old = self.step, self.placement
         new = self._place({a: w for a, w in self._workers().items() if a not in leaving}, old)
-        live = (
-            self.elastic.live
-            and not old.hidden_units  # a split hidden layer moves through a checkpoint
-            and not new.hidden_units
-            and (old.plan is None or new.plan is None or fits_while_moving(old.plan, new.plan))
+        live = self.elastic.live and (
+            old.plan is None or new.plan is None or fits_while_moving(old.plan, new.plan)
         )
         if not live and self.policy is None:
             return None
@@ -251,7 +248,7 @@ class FollowsTheCluster:
             position = self._wait(self.coordinator.where())
             old_futures, self._moving_from = (
                 self._futures,
-                Handover(self._model_id, old.layout, old.workers),
+                Handover(self._model_id, old.layout, old.workers, old.hidden_units),
             )
             try:
                 self._start(None, new, self._moving_from)

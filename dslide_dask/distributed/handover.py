@@ -21,6 +21,7 @@ import numpy as np
 from dslide_dask.distributed.placement import Placement
 from dslide_dask.distributed.registry import COORDINATOR, lookup
 from dslide_dask.metrics import TrainingLabels
+from dslide_dask.model.hidden import HiddenLayers, gather_units
 from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.wide_shard import WideShard
 
@@ -36,6 +37,7 @@ class Handover:
     model_id: str
     layout: ShardLayout
     workers: tuple[str, ...]  #: the worker of each old shard (shard 0: the coordinator's)
+    hidden_units: tuple[tuple[int, int], ...] = ()  #: the old split of the hidden layer
 
 
 @dataclass
@@ -47,11 +49,19 @@ class RowsPiece:
 
 
 @dataclass
-class CoordinatorState:
-    """What a coordinator hands its successor besides the rows of its shard."""
+class UnitsPiece:
+    """Hidden units ``a .. b-1`` of one old holder (the whole stack when ``a`` is None)."""
 
-    hidden: dict[str, np.ndarray]  #: :meth:`HiddenLayers.state`
-    hidden_step: int
+    a: int | None
+    b: int | None
+    arrays: dict[str, np.ndarray]  #: named as :meth:`HiddenLayers.state`
+    step: int  #: the stack's Adam step
+
+
+@dataclass
+class CoordinatorState:
+    """What a coordinator hands its successor besides the model's arrays."""
+
     step: int
     last_checkpoint: str | None
     labels: TrainingLabels  #: PSP@k's label counts so far
@@ -78,12 +88,32 @@ def take_rows(shard: WideShard, old: ShardLayout, pieces: dict[int, RowsPiece]) 
 
 
 def coordinator_state(model_id: str) -> CoordinatorState:
-    """Task on the old coordinator's worker: its state (arrays shared, not copied: the
-    successor copies them into its own)."""
+    """Task on the old coordinator's worker: its counters."""
     old = lookup(model_id, COORDINATOR)
-    return CoordinatorState(
-        old.hidden.state(), old.hidden.step, old.step, old.last_checkpoint, old.labels
-    )
+    return CoordinatorState(old.step, old.last_checkpoint, old.labels)
+
+
+def units_for(model_id: str, part: int | str, a: int | None, b: int | None) -> UnitsPiece:
+    """Task on an old holder's worker (a shard, or the coordinator with the whole stack):
+    its hidden units ``a .. b-1`` (None: all of the stack, shared, not copied: the
+    successor copies them into its own)."""
+    hidden: HiddenLayers = lookup(model_id, part).hidden
+    state = hidden.state()
+    if a is None:
+        return UnitsPiece(None, None, state, hidden.step)
+    first = hidden.columns[0] if hidden.columns else 0
+    arrays = {k: v if k == "W0.n" else v[..., a - first : b - first] for k, v in state.items()}
+    return UnitsPiece(a, b, arrays, hidden.step)
+
+
+def take_units(hidden: HiddenLayers, pieces: list[UnitsPiece]) -> None:
+    """Fill a new hidden stack (or slice) from the old holders' pieces."""
+    if len(pieces) == 1 and pieces[0].a is None:
+        hidden.set_state(pieces[0].arrays, pieces[0].step)
+        return
+    columns = hidden.columns or (0, hidden.cfg.hidden[0])
+    sources = [(p.a, p.b, p.arrays.get) for p in pieces]
+    hidden.set_state(gather_units(hidden.state(), columns, sources), pieces[0].step)
 
 
 class HandoverPieces:
@@ -93,14 +123,59 @@ class HandoverPieces:
     any constructor on those workers (a one-thread worker building a new shard would
     otherwise hold back the rows every other new shard waits for)."""
 
-    def __init__(self, client, handover: Handover | None, layout: ShardLayout, token: str):
+    def __init__(
+        self, client, handover: Handover | None, layout: ShardLayout, token: str, *,
+        hidden_units: tuple[tuple[int, int], ...] = (),
+    ) -> None:  # fmt: skip
         self.client, self.handover, self.layout, self.token = client, handover, layout, token
+        self.hidden_units = hidden_units  #: the new split of the hidden layer
 
     def shard(self, s: int) -> tuple:
-        """``(pieces,)``: new shard ``s``'s rows, by old shard."""
+        """``(rows,)`` or, for a holder of hidden units, ``(rows, units)``: new shard
+        ``s``'s rows by old shard, and its units' pieces."""
         old = self.handover
         if old is None:
             return ()
+        if s < len(self.hidden_units):
+            return (*self._rows(s), self._units(self.hidden_units[s]))
+        return self._rows(s)
+
+    def coordinator(self) -> tuple:
+        """``(state, rows, units)`` for the new coordinator (which holds shard 0): the
+        units of the whole stack, or of shard 0's slice."""
+        old = self.handover
+        if old is None:
+            return ()
+        state = self.client.submit(
+            coordinator_state, old.model_id, workers=[old.workers[0]],
+            allow_other_workers=False, pure=False, priority=PRIORITY,
+            key=f"handover-coordinator-{self.token}",
+        )  # fmt: skip
+        units = self._units(self.hidden_units[0] if self.hidden_units else None)
+        return (state, *self._rows(0), units)
+
+    def _units(self, units: tuple[int, int] | None) -> list:
+        """Tasks copying units ``units`` (None: the whole stack) out of the old holders."""
+        old = self.handover
+        if not old.hidden_units:  # the whole stack on the old coordinator
+            sources = [(COORDINATOR, 0, *(units or (None, None)))]
+        else:
+            lo, hi = units or (0, old.hidden_units[-1][1])
+            sources = [
+                (j, j, max(a, lo), min(b, hi))
+                for j, (a, b) in enumerate(old.hidden_units) if a < hi and b > lo
+            ]  # fmt: skip
+        return [
+            self.client.submit(
+                units_for, old.model_id, part, a, b, workers=[old.workers[j]],
+                allow_other_workers=False, pure=False, priority=PRIORITY,
+                key=f"handover-units-{part}-{a}-{b}-{self.token}",
+            )
+            for part, j, a, b in sources
+        ]  # fmt: skip
+
+    def _rows(self, s: int) -> tuple:
+        old = self.handover
         donors = [j for j, _, _ in self.layout.sources(s, old.layout)]
         return ({
             j: self.client.submit(
@@ -110,18 +185,6 @@ class HandoverPieces:
             )
             for j in donors
         },)  # fmt: skip
-
-    def coordinator(self) -> tuple:
-        """``(state, pieces)`` for the new coordinator (which holds shard 0)."""
-        old = self.handover
-        if old is None:
-            return ()
-        state = self.client.submit(
-            coordinator_state, old.model_id, workers=[old.workers[0]],
-            allow_other_workers=False, pure=False, priority=PRIORITY,
-            key=f"handover-coordinator-{self.token}",
-        )  # fmt: skip
-        return (state, *self.shard(0))
 
 
 def rows_crossing(old: Placement, new: Placement) -> int:

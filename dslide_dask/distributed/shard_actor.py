@@ -11,7 +11,7 @@ import numpy as np
 from dslide_dask.checkpoint import Folder, open_checkpoint
 from dslide_dask.checkpoint.model import restore_hidden, restore_shard, write_hidden, write_shard
 from dslide_dask.data.csr import CSR
-from dslide_dask.distributed.handover import RowsPiece, take_rows
+from dslide_dask.distributed.handover import RowsPiece, UnitsPiece, take_rows, take_units
 from dslide_dask.distributed.registry import register
 from dslide_dask.distributed.specs import ShardSpec
 from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
@@ -29,10 +29,14 @@ class ShardActor:
     With ``spec.restore`` (a checkpoint URL) the shard loads its rows from there, whatever
     sharding wrote them; checkpoints are written by the shard straight to storage. With
     ``spec.handover``, ``pieces`` are its rows from the shards of a live model
-    (:mod:`~dslide_dask.distributed.handover`), by old shard index.
+    (:mod:`~dslide_dask.distributed.handover`), by old shard index, and ``units`` those of
+    the hidden layer's units it holds.
     """
 
-    def __init__(self, spec: ShardSpec, pieces: dict[int, RowsPiece] | None = None) -> None:
+    def __init__(
+        self, spec: ShardSpec, pieces: dict[int, RowsPiece] | None = None,
+        units: list[UnitsPiece] | None = None,
+    ) -> None:  # fmt: skip
         raise_malloc_thresholds()
         passive_wait()
         self.n_threads = spec.n_threads
@@ -54,6 +58,8 @@ class ShardActor:
             )  # fmt: skip
             if spec.restore is not None:
                 restore_hidden(open_checkpoint(spec.restore, spec.storage_options), self.hidden)
+            elif spec.handover is not None:
+                take_units(self.hidden, units or [])
         self._inputs: dict[int, tuple] = {}  # a step's input and activations, for backward
         self.busy_seconds = 0.0
         self.calls = 0

@@ -140,7 +140,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
         threads = [int(workers[w].get("nthreads", 1)) for w in self.placement.workers]
         layout = self.placement.layout
         units = self.placement.hidden_units
-        pieces = HandoverPieces(client, handover, layout, token)
+        pieces = HandoverPieces(client, handover, layout, token, hidden_units=units)
 
         def shard(s: int) -> ShardSpec:
             return ShardSpec(

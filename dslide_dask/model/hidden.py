@@ -156,6 +156,27 @@ def _normal_columns(
     return out
 
 
+def gather_units(names, columns: tuple[int, int], sources: list) -> dict[str, np.ndarray]:
+    """Arrays ``names`` of units ``c0 .. c1-1`` of a one-layer stack, cut out of
+    ``sources``: ``(a, b, get)`` for a holder of units ``a .. b-1`` whose ``get(name)`` is
+    its array (None if it lacks it). Every array's last axis is the units', but the input
+    rows' update counts ``W0.n``, which every holder has whole."""
+    c0, c1 = columns
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        for a, b, get in sources:
+            if b <= c0 or a >= c1 or (value := get(name)) is None:
+                continue
+            if name == "W0.n":
+                out[name] = value
+                break
+            if name not in out:
+                out[name] = np.empty((*value.shape[:-1], c1 - c0), value.dtype)
+            lo, hi = max(a, c0), min(b, c1)
+            out[name][..., lo - c0 : hi - c0] = value[..., lo - a : hi - a]
+    return out
+
+
 def unit_ranges(width: int, n: int) -> list[tuple[int, int]]:
     """``n`` contiguous ranges of units, as even as can be, covering ``0 .. width-1``."""
     if not 1 <= n <= width:
