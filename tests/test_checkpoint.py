@@ -67,13 +67,18 @@ def test_saved_model_predicts_the_same_under_any_sharding(tiny, tmp_path):
         assert again.step == t.step
 
 
-@pytest.mark.parametrize("stop_at, dropout", [(40, 0.0), (47, 0.0), (47, 0.3)])
-def test_resume_continues_exactly_like_an_uninterrupted_run(tiny, tmp_path, stop_at, dropout):
+@pytest.mark.parametrize(
+    "stop_at, dropout, beta1", [(40, 0.0, 0.0), (47, 0.0, 0.0), (47, 0.3, 0.0), (47, 0.0, 0.9)]
+)
+def test_resume_continues_exactly_like_an_uninterrupted_run(
+    tiny, tmp_path, stop_at, dropout, beta1
+):
     """Stop at a checkpoint (at an epoch's end, or in the middle of one) and resume: the
     rest of the run takes the same batches (and dropout masks) and ends with the same
-    model, to the bit."""
+    model, to the bit. With ``beta1 = 0`` the first moments, never written, are not
+    kept either."""
     train, _ = tiny
-    cfg = dataclasses.replace(CFG, dropout=dropout)
+    cfg = dataclasses.replace(CFG, dropout=dropout, beta1=beta1)
     data = train.slice(0, 64 * 40)  # 40 batches an epoch
     policy = CheckpointPolicy(str(tmp_path / "whole"), every_steps=stop_at)
     whole = trainer(tiny, cfg, checkpoint=policy)  # checkpoints too: they rebuild the tables
@@ -90,6 +95,7 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tiny, tmp_path, stop
     pos = ckpt.meta["position"]
     last_epoch, last_batch = divmod(stop_at - 1, 40)  # of the last step trained
     assert ckpt.step == stop_at and pos == {"epoch": last_epoch, "batch": last_batch + 1}
+    assert ("shard-0000/W.m" in ckpt.meta["arrays"]) == (beta1 > 0)
     resumed = trainer(tiny, cfg, restore=ckpt)
     resumed.train(data, Stream(64, epochs=2, seed=5).from_position(pos["epoch"], pos["batch"]))
     assert resumed.step == whole.step == 80

@@ -99,6 +99,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     from dslide_workflows.bench import (
         accuracy,
+        checkpoint,
         cluster,
         distributed,
         elastic,
@@ -112,6 +113,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     for name, module in (
         ("engine", engine), ("distributed", distributed), ("storage", storage),
         ("cluster", cluster), ("accuracy", accuracy), ("topk", topk), ("elastic", elastic),
+        ("checkpoint", checkpoint),
     ):  # fmt: skip
         q = bench.add_parser(
             name,

@@ -18,6 +18,7 @@ from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.hidden import HiddenLayers, gather_units
 from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.network import SlideNetwork
+from dslide_dask.model.optimizer import with_row_updates
 from dslide_dask.model.wide_shard import WideShard
 
 
@@ -66,7 +67,8 @@ def write_hidden(
 
 
 def write_shard(folder: Folder, shard: WideShard) -> tuple[dict[str, dict], dict[str, int]]:
-    """One shard's rows into ``folder``: ``(entries, counters)``.
+    """One shard's rows into ``folder``: ``(entries, counters)`` (not the first moments
+    with ``beta1 = 0``: never written, they stay zero).
 
     The shard's hash tables are rebuilt from its weights first, as a restored shard's are:
     training then goes on identically from the live shard and from the checkpoint.
@@ -74,7 +76,9 @@ def write_shard(folder: Folder, shard: WideShard) -> tuple[dict[str, dict], dict
     shard.index.rebuild(shard.W)
     arrays, counters = shard.state()
     prefix = shard_prefix(shard.shard_index)
-    entries = {f"{prefix}/{k}": folder.write(f"{prefix}/{k}", v) for k, v in arrays.items()}
+    entries = {
+        f"{prefix}/{k}": folder.write(f"{prefix}/{k}", arrays[k]) for k in shard.kept_arrays()
+    }
     return entries, {**counters, "neurons": shard.n_local}
 
 
@@ -180,27 +184,24 @@ def restore_shard(ckpt: Checkpoint, shard: WideShard) -> None:
             f"{ckpt.url}: the checkpoint's wide layer has {old.n_neurons} neurons, "
             f"this one {shard.n_neurons}"
         )
-    names = WideShard.ROW_ARRAYS
-    if old == shard.layout:
-        prefix = shard_prefix(shard.shard_index)
-        arrays = dict(_read_arrays(ckpt, prefix, names))
-    else:
-        arrays = _gather_rows(ckpt, old, shard)
+    counters = ckpt.meta["shards"][0]
+    names, got = shard.kept_arrays(), set()
+    if old == shard.layout:  # the shard's own file of each array
+        sources = [(shard.shard_index, slice(None), slice(None))]
+    else:  # its rows, picked out of every old shard that holds some of them
+        sources = shard.layout.sources(shard.shard_index, old)
     try:
-        shard.set_state(arrays, ckpt.meta["shards"][0])
+        for j, here, there in sources:  # one array in memory at a time, straight into place
+            for name, value in _read_arrays(ckpt, shard_prefix(j), names):
+                shard.put_rows(here, {name: value[there]})
+                got.add(name)
+        if "W.n" not in got:  # written before rows counted their updates
+            shard.put_rows(
+                slice(None), with_row_updates({}, "W.n", shard.n_local, counters["step"])
+            )
+        shard.set_counters(counters)
     except ValueError as err:
         raise CheckpointError(f"{ckpt.url}: shard arrays don't fit the config: {err}") from None
-
-
-def _gather_rows(ckpt: Checkpoint, old: ShardLayout, shard: WideShard) -> dict[str, np.ndarray]:
-    """This shard's rows, picked out of every old shard that holds some of them."""
-    out: dict[str, np.ndarray] = {}
-    for j, here, there in shard.layout.sources(shard.shard_index, old):
-        for name, source in _read_arrays(ckpt, shard_prefix(j), WideShard.ROW_ARRAYS):
-            if name not in out:
-                out[name] = np.empty((shard.n_local, *source.shape[1:]), source.dtype)
-            out[name][here] = source[there]
-    return out
 
 
 def save_network(

@@ -11,8 +11,6 @@ training step is two calls, because the softmax normaliser spans all shards:
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +21,7 @@ from dslide_dask.kernels import adam, topk, wide_layer
 from dslide_dask.kernels.bfloat16 import STORAGE, convert
 from dslide_dask.kernels.tables import mix64
 from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.init import init_rows
 from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.lsh_index import LSHIndex, LSHQuery, MIPSIndex, RebuildSchedule
 from dslide_dask.model.optimizer import scheduled_lr, with_row_updates
@@ -57,29 +56,6 @@ class ActiveSets:
     n_active: np.ndarray  # entries of each row in use
     n_label: np.ndarray  # of which labels
     n_found: np.ndarray  # of which labels or retrieved from the tables (the rest: padding)
-
-
-_INIT_BLOCK = 1 << 16
-
-
-def init_rows(seed: int, rows: np.ndarray, dim: int, std: float) -> np.ndarray:
-    """Initial weights ``N(0, std)`` of the given global rows of a layer, the same rows
-    whatever the sharding (each block of rows has its own random stream; blocks are
-    drawn in parallel: numpy's generators release the GIL)."""
-    out = np.empty((len(rows), dim), np.float32)
-    blocks = rows // _INIT_BLOCK
-
-    def fill(block: int) -> None:
-        values = np.random.default_rng([seed, block]).standard_normal(
-            (_INIT_BLOCK, dim), np.float32
-        )
-        values *= np.float32(std)
-        mine = np.flatnonzero(blocks == block)
-        out[mine] = values[rows[mine] - block * _INIT_BLOCK]
-
-    with ThreadPoolExecutor(min(4, os.cpu_count() or 1)) as pool:
-        list(pool.map(fill, np.unique(blocks).tolist()))
-    return out
 
 
 def combine_partials(parts: list[SoftmaxPartials]) -> tuple[np.ndarray, np.ndarray]:
@@ -306,23 +282,30 @@ class WideShard:
     def set_state(self, arrays: dict[str, np.ndarray], counters: dict[str, int]) -> None:
         """Take per-neuron arrays (this shard's rows, local order) and counters."""
         arrays = with_row_updates(arrays, "W.n", self.n_local, int(counters["step"]))
+        if missing := [name for name in self.kept_arrays() if name not in arrays]:
+            raise ValueError(f"no {', '.join(missing)}")
         self.put_rows(slice(None), arrays)
         self.set_counters(counters)
 
-    def rows(self, local: np.ndarray) -> dict[str, np.ndarray]:
-        """Copies of some rows' per-neuron arrays (as :attr:`ROW_ARRAYS`, less those that
-        stay zero) for a live re-balance to move to another shard."""
+    def kept_arrays(self) -> tuple[str, ...]:
+        """The per-neuron arrays that hold anything: :attr:`ROW_ARRAYS`, less the first
+        moments with ``beta1 = 0`` (never written; what checkpoints and moves carry)."""
         unkept = FIRST_MOMENTS if self.cfg.beta1 == 0 else ()
-        return {name: a[local] for name, a in self.state()[0].items() if name not in unkept}
+        return tuple(name for name in self.ROW_ARRAYS if name not in unkept)
+
+    def rows(self, local: np.ndarray) -> dict[str, np.ndarray]:
+        """Copies of some rows' kept arrays, for a live re-balance to move elsewhere."""
+        arrays, _ = self.state()
+        return {name: arrays[name][local] for name in self.kept_arrays()}
 
     def put_rows(self, local: np.ndarray | slice, arrays: dict[str, np.ndarray]) -> None:
-        """Take some rows' per-neuron arrays (moments float32 or bfloat16); rehash after."""
+        """Take some rows of per-neuron arrays (moments float32 or bfloat16); rehash after."""
         mine, _ = self.state()
         n = self.n_local if isinstance(local, slice) else len(local)
-        for name in self.ROW_ARRAYS:
-            if name not in arrays and name in FIRST_MOMENTS and self.cfg.beta1 == 0:
-                continue  # never written: zero here too
-            value, want = arrays[name], (n, *mine[name].shape[1:])
+        for name, value in arrays.items():
+            if name not in mine:
+                raise ValueError(f"{name}: not a per-neuron array of a shard")
+            want = (n, *mine[name].shape[1:])
             if value.shape != want:
                 raise ValueError(f"{name}: shape {value.shape}, shard needs {want}")
             mine[name][local] = convert(value, mine[name])
