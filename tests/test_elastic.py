@@ -328,3 +328,31 @@ def test_a_live_rebalance_moves_every_row_worker_to_worker_unchanged(
         history = trainer.train(train, Stream(BATCH, epochs=2))
         assert [r["step"] for r in history] == list(range(41, 121))
         assert trainer.evaluate(test)["P@1"] > 0.3
+
+
+@pytest.mark.timeout(240)
+def test_a_worker_the_rest_cannot_replace_stays_and_the_run_goes_on(tiny, tmp_path):
+    """If the workers that would stay cannot hold the model (the plan says so), a worker
+    asked to leave is not let go: the run trains on with the model where it is."""
+    from dslide_dask.distributed.memory_plan import MemoryPlanError
+
+    train, _ = tiny
+    with cluster(3) as lc, Client(lc) as client, DistributedTrainer(
+        client, CFG, train.n_features, train.n_labels, elastic=ElasticPolicy(join=False),
+    ) as trainer:  # fmt: skip
+        leaving = trainer.placement.workers[2]
+
+        def too_small(*args):
+            raise MemoryPlanError("the model does not fit 2 worker(s)")
+
+        trainer._place = too_small  # as a plan of the two that stay would say
+
+        def retire_at_step_5(record):
+            if record["step"] == 5:
+                assert client.retire_workers([leaving]) == {}
+
+        history = trainer.train(train, Stream(BATCH, epochs=1), retire_at_step_5)
+        assert trainer.moves == [] and trainer.recoveries == []
+        assert leaving in client.scheduler_info(n_workers=-1)["workers"]
+        assert leaving in trainer.placement.workers
+        assert [r["step"] for r in history] == list(range(1, 41))

@@ -23,7 +23,7 @@ from distributed import SchedulerPlugin
 from dslide_dask.checkpoint import open_checkpoint
 from dslide_dask.data.stream import Stream
 from dslide_dask.distributed.handover import Handover, rows_crossing
-from dslide_dask.distributed.memory_plan import fits_while_moving, row_bytes
+from dslide_dask.distributed.memory_plan import MemoryPlanError, fits_while_moving, row_bytes
 from dslide_dask.distributed.placement import shard_bytes
 
 #: Steps per coordinator call: the step boundaries where the model can move.
@@ -233,10 +233,16 @@ class FollowsTheCluster:
         """Re-balance the model at this step over the workers there are, less ``leaving``:
         live, worker to worker (:mod:`.handover`), when every worker can hold its old and
         new parts at once, else through a checkpoint. The data position to go on from;
-        None if it cannot move (no room for a live move and no checkpoint store)."""
+        None if it cannot move: the workers that would stay cannot hold the model, or
+        there is no room for a live move and no checkpoint store (a worker asked to
+        leave then stays, as Dask alone would keep it)."""
         t0 = time.perf_counter()
         at_step, old = self.step, self.placement
-        new = self._place({a: w for a, w in self._workers().items() if a not in leaving}, old)
+        staying = {a: w for a, w in self._workers().items() if a not in leaving}
+        try:
+            new = self._place(staying, old)
+        except MemoryPlanError:
+            return None
         live = self.elastic.live and (
             old.plan is None or new.plan is None or fits_while_moving(old.plan, new.plan)
         )

@@ -6,10 +6,11 @@ holds some of its rows copies them out (weights, optimiser state, update counts)
 actor is submitted with those tasks' results as arguments, so Dask carries them from
 worker to worker: nothing goes through the client or storage, and rows whose worker does
 not change never cross the network. The new shard takes the rows into its own order and
-rehashes them into its own tables. The coordinator's state (hidden layers, step, label
-counts) goes the same way. At a step boundary no step is in flight, so the old parts
-are not changing while they are read; the old actors are released once the new ones
-stand.
+rehashes them into its own tables. The hidden layer goes the same way, whole from the
+coordinator or as units from the workers that hold them (re-split over the new holders),
+and so do the coordinator's step and label counts. At a step boundary no step is in
+flight, so the old parts are not changing while they are read; the old actors are
+released once the new ones stand.
 """
 
 from __future__ import annotations
