@@ -234,6 +234,8 @@ def test_a_hidden_layer_split_over_workers_trains_as_the_whole_one(client, tiny,
         extra = sum(traffic) - sum(h["bytes_sent"] + h["bytes_received"] for h in whole_history)
         inputs = sum(payload_bytes(b.X) for *_, b in Stream(32, seed=3).batches(data))
         assert extra == inputs + len(split_history) * 2 * 32 * 32 * 4
+        # waits that overlap (the next batch's units beside this one's output layer) once
+        assert all(h["shard_wait_seconds"] <= h["seconds"] for h in split_history)
     finally:
         whole.close()
         split.close()

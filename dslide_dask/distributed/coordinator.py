@@ -107,7 +107,8 @@ class Coordinator(TakesGraphSteps, AnswersQueries):
         self.reads = ReadStats()
         self.pending = None  # pipelined: the step whose forward pass the shards have done
         self.compute_seconds = 0.0  # this worker's hidden-layer arithmetic
-        self.wait_seconds = 0.0  # waiting for the shards
+        self.wait_seconds = 0.0  # waiting for the shards (overlapping waits once)
+        self._waiting = (0, 0.0)  # waits under way, and since when
         self.shard_seconds = [0.0] * len(self.shard_workers)  # each shard's answers, in all
         self.run_name = spec.run_name  # on the dashboard
         self.take_graph_steps(spec)
@@ -350,6 +351,8 @@ class Coordinator(TakesGraphSteps, AnswersQueries):
         """Await actor calls to every shard; fail fast if a shard's worker is gone."""
 
         t0 = time.perf_counter()
+        n, since = self._waiting
+        self._waiting = (n + 1, t0 if n == 0 else since)
 
         async def wait(i, call):
             result = await call
@@ -369,7 +372,10 @@ class Coordinator(TakesGraphSteps, AnswersQueries):
                     return [t.result() for t in tasks]
                 await self._check_alive(what)
         finally:
-            self.wait_seconds += time.perf_counter() - t0
+            n, since = self._waiting
+            self._waiting = (n - 1, since)
+            if n == 1:  # the last of overlapping waits (the pipeline's, a split layer's)
+                self.wait_seconds += time.perf_counter() - since
             for task in tasks:
                 task.cancel()
 
