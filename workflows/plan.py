@@ -41,7 +41,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     n_features, n_labels = _shape(run)
     cfg = cfg.for_data(n_labels)
     print(f"model: {n_features:,} features, hidden {cfg.hidden}, {n_labels:,} labels, "
-          f"{_parameters(cfg, n_features, n_labels):,} parameters")  # fmt: skip
+          f"{cfg.parameters(n_features, n_labels):,} parameters")  # fmt: skip
     workers, where = _workers(run, args.memory_limit)
     print(f"cluster: {where}")
     try:
@@ -55,12 +55,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(placement.plan.table())
     print("fits: every worker stays under 80% of its memory limit")
     return 0
-
-
-def _parameters(cfg, n_features: int, n_labels: int) -> int:
-    widths = (n_features, *cfg.hidden)
-    hidden = sum(a * b + b for a, b in zip(widths[:-1], widths[1:], strict=True))
-    return hidden + n_labels * (cfg.hidden[-1] + 1)
 
 
 def _shape(run) -> tuple[int, int]:

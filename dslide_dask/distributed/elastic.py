@@ -270,11 +270,11 @@ class FollowsTheCluster:
         if leaving:
             self._retire(leaving)
         self._events_seen = last_event(self.client)
-        self.moves.append(
-            Move(at_step, tuple(sorted(leaving)), tuple(sorted(joined)),
-                 len(self.placement.workers), time.perf_counter() - t0, live, crossing,
-                 crossing * row_bytes(self.cfg))
-        )  # fmt: skip
+        self.moves.append(Move(
+            at_step=at_step, leaving=tuple(sorted(leaving)), joined=tuple(sorted(joined)),
+            workers=len(self.placement.workers), seconds=time.perf_counter() - t0,
+            live=live, rows_moved=crossing, bytes_moved=crossing * row_bytes(self.cfg),
+        ))  # fmt: skip
         return position
 
     def _retire(self, leaving: set[str]) -> None:

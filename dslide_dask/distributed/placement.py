@@ -91,8 +91,13 @@ def place_shards(
                 f"units, got hidden={list(cfg.hidden)}"
             )
         splits = [min(hidden_shards, n_shards)]
+    elif not (limited and len(cfg.hidden) == 1 and n_shards > 1):
+        splits = [1]
+    elif _hidden_crowds(cfg, n_features, infos[0]):
+        splits = [n_shards]
     else:
-        splits = [1, n_shards] if limited and len(cfg.hidden) == 1 and n_shards > 1 else [1]
+        splits = [1, n_shards]  # split only if the model does not fit whole
+    index = {a: s for s, a in enumerate(chosen)}
     plan = None
     for split in splits:
         units = tuple(unit_ranges(cfg.hidden[0], split)) if split > 1 else ()
@@ -103,15 +108,13 @@ def place_shards(
             if previous is None:
                 layout = ShardLayout.from_capacities(n_labels, capacities)
             else:
-                index = {a: s for s, a in enumerate(chosen)}
                 new_index = [index.get(a) for a in previous.workers]
                 layout = previous.layout.rebalanced(capacities, new_index)
             sizes = [layout.size(s) for s in range(n_shards)]
             plan = memory_plan(
                 cfg, n_features, chosen, sizes, batch_size=batch_size, hidden_units=units
             )
-            crowded = split == 1 and splits[-1] > 1 and _hidden_crowds(cfg, n_features, infos[0])
-            if plan.fits and not crowded:
+            if plan.fits:
                 return Placement(tuple(chosen), layout, plan, units)
     ideas = what_would_fit(cfg, plan, len(workers))
     raise MemoryPlanError(

@@ -46,19 +46,20 @@ class ShardActor:
         self.shard = WideShard(
             spec.cfg, spec.dim_in, spec.layout, spec.shard_index, initialize=fresh
         )
-        if spec.restore is not None:
-            restore_shard(open_checkpoint(spec.restore, spec.storage_options), self.shard)
-        elif spec.handover is not None:
-            take_rows(self.shard, spec.handover.layout, pieces or {})
         self.hidden: HiddenLayers | None = None  # a slice of the hidden layer, if any here
         if spec.hidden_units is not None:
             self.hidden = HiddenLayers(
-                spec.cfg, spec.n_features, spec.cfg.seed, initialize=spec.restore is None,
+                spec.cfg, spec.n_features, spec.cfg.seed, initialize=fresh,
                 columns=spec.hidden_units,
             )  # fmt: skip
-            if spec.restore is not None:
-                restore_hidden(open_checkpoint(spec.restore, spec.storage_options), self.hidden)
-            elif spec.handover is not None:
+        if spec.restore is not None:
+            ckpt = open_checkpoint(spec.restore, spec.storage_options)
+            restore_shard(ckpt, self.shard)
+            if self.hidden is not None:
+                restore_hidden(ckpt, self.hidden)
+        elif spec.handover is not None:
+            take_rows(self.shard, spec.handover.layout, pieces or {})
+            if self.hidden is not None:
                 take_units(self.hidden, units or [])
         self._inputs: dict[int, tuple] = {}  # a step's input and activations, for backward
         self.busy_seconds = 0.0

@@ -187,12 +187,15 @@ class SlideConfig:
         per_bucket = max(1.0, n_items / AUTO_NEURONS_PER_BUCKET)
         return min(AUTO_RANGE_POW_MAX, max(4, math.ceil(math.log2(per_bucket))))
 
+    def parameters(self, n_features: int, n_labels: int) -> int:
+        """Weights and biases of this network on data of that shape."""
+        widths = (n_features, *self.hidden, n_labels)
+        return sum(a * b + b for a, b in zip(widths[:-1], widths[1:], strict=True))
+
     def allreduce_bytes(self, n_features: int, n_labels: int) -> int:
         """Bytes a data-parallel step all-reduces for this network: 2 x parameters x 4
         (the yardstick for what model parallelism moves instead)."""
-        widths = (n_features, *self.hidden, n_labels)
-        params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:], strict=True))
-        return 2 * 4 * params
+        return 2 * 4 * self.parameters(n_features, n_labels)
 
     @property
     def code_bits(self) -> int:

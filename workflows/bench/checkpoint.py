@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     spec = resolve_spec(args.preset)
     cfg = SlideConfig(**{"hidden": (args.hidden,), **dict(args.engine_opt)})
     shape = (spec.n_features, spec.n_labels)
-    parameters = (spec.n_features + 1) * args.hidden + spec.n_labels * (args.hidden + 1)
+    parameters = cfg.parameters(*shape)
     print(f"{args.preset} shape, hidden {args.hidden}: {parameters:,} parameters; "
           f"{args.workers} workers of {args.memory_limit}", flush=True)  # fmt: skip
     out = args.out or Path(tempfile.mkdtemp(prefix="dslide-bench-checkpoint-"))
