@@ -84,8 +84,12 @@ def test_a_retired_worker_hands_its_rows_off_and_goes(tiny, tmp_path, who, live)
             history = trainer.train(train, stream, retire_at_step_25)
             assert asked == [{}]  # Dask alone could not retire it: it held an actor
             (move,) = trainer.moves
-            assert move.at_step == 30 and move.leaving == (leaving,) and move.workers == 2
+            # asked at 25: from the boundary at 30 (live: prepared while training goes on)
+            assert move.began_at == 30
+            assert move.leaving == (leaving,) and move.workers == 2
             assert move.live == live
+            # a live move switches at a later boundary: the old model trains meanwhile
+            assert move.steps_while_preparing >= 10 if live else move.steps_while_preparing == 0
             assert (tmp_path / "ckpt").exists() != live  # a live move writes nothing
             assert leaving not in client.scheduler_info(n_workers=-1)["workers"]  # retired
             assert leaving not in trainer.placement.workers
@@ -139,7 +143,7 @@ def test_dslide_leave_returns_once_the_run_has_moved_the_workers_rows_off(tiny, 
         assert hooks[0].returncode == 0, err
         assert out.strip() == f"dslide leave: {leaving} retired"
         (move,) = trainer.moves
-        assert move.at_step == 20 and move.leaving == (leaving,)
+        assert move.began_at == 20 and move.leaving == (leaving,)
         assert leaving not in client.scheduler_info(n_workers=-1)["workers"]
         assert trainer.recoveries == []
         assert [r["step"] for r in history] == list(range(1, 81))
@@ -186,7 +190,7 @@ def test_a_worker_that_joins_gets_a_shard_when_the_move_pays(tiny, tmp_path):
 
         history = trainer.train(train, Stream(BATCH, epochs=2), grow_at_step_15)
         (move,) = trainer.moves
-        assert move.at_step == 20 and move.leaving == () and len(move.joined) == 1
+        assert move.began_at == 20 and move.leaving == () and len(move.joined) == 1
         assert set(trainer.placement.workers) == before | set(move.joined)
         assert [r["step"] for r in history] == list(range(1, 81))
 
@@ -214,7 +218,7 @@ def test_adaptive_scaling_shrinks_the_cluster_through_a_hand_off(tiny, tmp_path)
 
         history = trainer.train(train, Stream(BATCH, epochs=3), shrink_at_step_15)
         (move,) = trainer.moves
-        assert move.at_step == 30 and len(move.leaving) == 1
+        assert move.began_at == 30 and len(move.leaving) == 1
         assert trainer.recoveries == []
         assert len(trainer.placement.workers) == 2
         assert len(client.scheduler_info(n_workers=-1)["workers"]) == 2
@@ -264,7 +268,7 @@ def test_chaos_short_joins_retirements_and_kills(tiny, tmp_path):
             assert [r["step"] for r in history] == list(range(1, 161))
             # the two retirements hand off at the next boundary; whether the worker that
             # joined is worth a move depends on measured step and move times
-            assert [m.at_step for m in trainer.moves if m.leaving] == [30, 120]
+            assert [m.began_at for m in trainer.moves if m.leaving] == [30, 120]
             assert len(trainer.recoveries) == 1 and trainer.recoveries[0].restored_step == 80
             p1 = trainer.evaluate(test)["P@1"]
     assert abs(p1 - p1_clean) < 0.05, (p1, p1_clean)
@@ -327,6 +331,38 @@ def test_a_live_rebalance_moves_every_row_worker_to_worker_unchanged(
         assert {i["steps"] for i in trainer.shard_info()} == {40}
         history = trainer.train(train, Stream(BATCH, epochs=2))
         assert [r["step"] for r in history] == list(range(41, 121))
+        assert trainer.evaluate(test)["P@1"] > 0.3
+
+
+@pytest.mark.timeout(240)
+def test_a_move_prepared_while_the_model_trains_on_takes_its_state_at_the_switch(tiny):
+    """The new model is built from a copy taken while the old one trains on; at the
+    switch every output row, the hidden layer and the step are copied again as they are
+    then, bit for bit, and training goes on from there."""
+    train, test = tiny
+    with (
+        cluster(2) as lc,
+        Client(lc) as client,
+        DistributedTrainer(client, CFG, train.n_features, train.n_labels, elastic=None) as trainer,
+    ):
+        trainer.train(train, Stream(BATCH, epochs=1))
+        lc.scale(3)
+        client.wait_for_workers(3)
+        assert trainer.rebalance(wait=False) is None  # prepared, not switched to
+        trainer.train(train, Stream(BATCH, epochs=1))  # steps 41-80 on the old model
+        assert len(trainer.placement.workers) == 2
+        W, bias = _by_neuron(trainer)
+        hidden = trainer.hidden_weights()
+        move = trainer.rebalance()
+        assert move.live and move.workers == 3 and (move.began_at, move.at_step) == (40, 80)
+        W_after, bias_after = _by_neuron(trainer)
+        np.testing.assert_array_equal(W_after, W)
+        np.testing.assert_array_equal(bias_after, bias)
+        for got, want in zip(trainer.hidden_weights(), hidden, strict=True):
+            np.testing.assert_array_equal(got, want)
+        assert {i["steps"] for i in trainer.shard_info()} == {80}
+        history = trainer.train(train, Stream(BATCH, epochs=1))
+        assert [r["step"] for r in history] == list(range(81, 121))
         assert trainer.evaluate(test)["P@1"] > 0.3
 
 

@@ -80,3 +80,43 @@ def test_rows_from_the_wrong_shards_are_refused():
     target = WideShard(cfg, 16, new, 2, initialize=False)
     with pytest.raises(ValueError, match=r"rows from shards \[0\], expected \[0, 1\]"):
         take_rows(target, old, {0: rows_for("model-b", 0, new, 2)})
+
+
+@pytest.mark.parametrize("redrawn", [False, True], ids=["same hash functions", "redrawn"])
+def test_a_prepared_shard_takes_the_rows_as_they_are_at_the_switch(redrawn):
+    """A move prepared while training goes on: the new shard is built (and hashed) from a
+    first copy; at the switch it takes the rows again as they are then, bit for bit, and
+    keeps its tables, unless the old shards drew new hash functions meanwhile."""
+    cfg = SlideConfig(hidden=(16,), K=2, L=4)
+    old = ShardLayout.strided(N_LABELS, 2)
+    shards = [WideShard(cfg, 16, old, s) for s in range(2)]
+    parts = [_Part(shard) for shard in shards]
+    for s, part in enumerate(parts):
+        register("training-model", s, part)
+    new = old.rebalanced((1, 1, 1), (0, 1))
+    prepared = []
+    for s in range(new.n_shards):
+        shard = WideShard(cfg, 16, new, s, initialize=False)
+        donors = [j for j, _, _ in new.sources(s, old)]
+        take_rows(shard, old, {j: rows_for("training-model", j, new, s) for j in donors})
+        prepared.append((shard, shard.index.ids.copy(), shard.index.counts.copy()))
+    rng = np.random.default_rng(1)
+    for shard in shards:  # the old model trains on: every array it keeps changes
+        arrays = shard.state()[0]
+        for name in shard.kept_arrays():
+            arrays[name][...] = rng.integers(1, 100, arrays[name].shape)
+        shard.step, shard.schedule.next_rebuild = 57, 100
+        if redrawn:
+            shard.index.draw(shard.seed + 1)
+            shard.index.n_draws = 2
+    for shard, ids, counts in prepared:
+        donors = [j for j, _, _ in new.sources(shard.shard_index, old)]
+        pieces = {j: rows_for("training-model", j, new, shard.shard_index) for j in donors}
+        take_rows(shard, old, pieces, rehash=False)
+        assert shard.step == 57 and shard.schedule.next_rebuild == 100
+        assert shard.index.n_draws == (2 if redrawn else 1)
+        kept = np.array_equal(shard.index.counts, counts) and np.array_equal(shard.index.ids, ids)
+        assert kept != redrawn
+    want, got = _by_neuron(shards), _by_neuron([shard for shard, _, _ in prepared])
+    for name in shards[0].kept_arrays():
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)

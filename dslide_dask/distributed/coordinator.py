@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 import numba
-import numpy as np
 from distributed import get_worker
 
 from dslide_dask.checkpoint import CheckpointStore, open_checkpoint
@@ -40,6 +39,7 @@ from dslide_dask.distributed.specs import CoordinatorSpec
 from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
 from dslide_dask.metrics import TrainingLabels
 from dslide_dask.model.hidden import HiddenLayers
+from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.network import check_finite, step_stats
 from dslide_dask.model.optimizer import scheduled_lr
 from dslide_dask.model.wide_shard import combine_partials
@@ -81,10 +81,9 @@ class Coordinator(TakesGraphSteps, AnswersQueries):
             self.step, self.last_checkpoint = ckpt.step, ckpt.url
         self.labels = TrainingLabels(spec.n_labels)  # PSP@k's label frequencies
         if state is not None:
+            self.settle(spec.layout, state)
             if self.hidden is not None:
                 take_units(self.hidden, units or [])
-            self.step, self.last_checkpoint = state.step, state.last_checkpoint
-            self.labels = state.labels
         self.policy = spec.checkpoint
         self.store = spec.checkpoint.store() if spec.checkpoint is not None else None
         self.last_save = time.monotonic()
@@ -96,12 +95,12 @@ class Coordinator(TakesGraphSteps, AnswersQueries):
             spec.local_shard, pieces, None if self.hidden is not None else units
         )
         self.shards: list = [InProcess(self.local_shard, self._on_kernel_thread)]
-        self.remote = [False]
-        self.n_remote = 0
+        self.remote, self.n_remote = [False], 0
         self.shard_workers = list(spec.shard_workers)
         self.wire_dtype = spec.wire_dtype
         self.pipeline = spec.pipeline
         self.batches: Iterator[tuple[int, int, XCDataset]] = iter(())
+        self.planned = None  # the data source the batches come from
         self.stream = Stream(batch_size=1)  # how batches are drawn
         self.position = (0, 0)  # (epoch, batch) of the next batch to train
         self.reads = ReadStats()
@@ -113,13 +112,25 @@ class Coordinator(TakesGraphSteps, AnswersQueries):
         self.run_name = spec.run_name  # on the dashboard
         self.take_graph_steps(spec)
 
+    def settle(self, old: ShardLayout, piece: CoordinatorState | dict | list) -> None:
+        """One piece of the old coordinator's parts again, as it is now: its counters,
+        shard 0's rows or the hidden units (:func:`~.handover.settle`)."""
+        if isinstance(piece, CoordinatorState):
+            self.step, self.last_checkpoint = piece.step, piece.last_checkpoint
+            self.labels = piece.labels
+            if piece.data is not None:
+                self._use_data(*piece.data)
+        elif isinstance(piece, list) and self.hidden is not None:
+            take_units(self.hidden, piece, adopt=True)
+        else:
+            self.local_shard.settle(old, piece)
+
     def connect(self, shards: list) -> None:
         """The actors of the other shards (1, 2, ...), in shard order."""
         if len(shards) != len(self.shard_workers) - 1:
             raise ValueError(f"{len(shards)} shard actors for {len(self.shard_workers)} shards")
         self.shards = [self.shards[0], *shards]
-        self.remote = [False] + [True] * len(shards)
-        self.n_remote = len(shards)
+        self.remote, self.n_remote = [False] + [True] * len(shards), len(shards)
         if self.hidden_units:
             holders = self.shards[: len(self.hidden_units)]
             self.stack = SplitHidden(holders, self.hidden_units, self._all)
@@ -136,16 +147,20 @@ class Coordinator(TakesGraphSteps, AnswersQueries):
                 f"data has {planned.n_features} features and {planned.n_labels} labels, "
                 f"the model {self.n_features} and {self.n_labels}"
             )
+        self._use_data(planned, stream)
+
+    def _use_data(self, planned, stream: Stream) -> None:
         self.reads = ReadStats()
         self.labels.n_points = planned.n_points
-        self.stream = stream
+        self.planned, self.stream, self.pending = planned, stream, None
         self.position = (stream.first_epoch, stream.first_batch)
-        self.pending = None
         self.batches = stream.batches(planned, self.reads)
 
-    def where(self) -> tuple[int, int]:
-        """``(epoch, batch)`` of the next batch to train (a step boundary's position)."""
-        return self.position
+    def data_left(self) -> tuple | None:
+        """The planned data source and the rest of the stream, for a successor."""
+        if self.planned is None:
+            return None
+        return self.planned, self.stream.from_position(*self.position)
 
     # -- training ----------------------------------------------------------------------------
     async def run(self, n_steps: int) -> list[dict]:
@@ -317,14 +332,6 @@ class Coordinator(TakesGraphSteps, AnswersQueries):
     async def save(self, url: str, storage_options: dict | None, extra: dict | None) -> str:
         """Write the model to ``url`` (a store keeping only this checkpoint)."""
         return await self.save_checkpoint(CheckpointStore(url, storage_options, keep=1), extra)
-
-    async def hidden_weights(self) -> list[np.ndarray]:
-        """The hidden layers' weights and biases (for tests and checkpoints)."""
-        return await self.stack.params()
-
-    async def ask_shards(self, method: str) -> list:
-        """Every shard's answer to a question (``info``, ``get_weights``), in shard order."""
-        return list(await asyncio.gather(*(getattr(s, method)() for s in self.shards)))
 
     # -- plumbing ----------------------------------------------------------------------------
     async def _on_kernel_thread(self, fn, *args):

@@ -5,12 +5,11 @@ Dask does not retire a worker that holds an actor: ``Client.retire_workers``, ad
 scaling and the Kubernetes operator's scale-down (which retires before deleting pods)
 give up at once and log a ``retire-workers`` event naming it under
 ``could-not-retire``. That event, read from the scheduler's public event log, is our
-notice: at the next step boundary the trainer re-balances the model onto the workers
-that stay (worker to worker, :mod:`.handover`; through a checkpoint when the workers
-have no room for two copies of their part), releases the old actors, retires the
-worker itself (now it can) and goes on from the same step. No step is redone. A worker
-that joins is used the same way when :func:`join_pays` says the time saved outweighs
-the move.
+notice: the trainer re-balances the model onto the workers that stay (worker to
+worker, :mod:`.rebalance`; through a checkpoint when the workers have no room for two
+copies of their part), releases the old actors, retires the worker itself (now it can)
+and goes on from the same step. No step is redone. A worker that joins is used the same
+way when :func:`join_pays` says the time saved outweighs the move.
 """
 
 from __future__ import annotations
@@ -19,12 +18,6 @@ import time
 from dataclasses import dataclass
 
 from distributed import SchedulerPlugin
-
-from dslide_dask.checkpoint import open_checkpoint
-from dslide_dask.data.stream import Stream
-from dslide_dask.distributed.handover import Handover, rows_crossing
-from dslide_dask.distributed.memory_plan import MemoryPlanError, fits_while_moving, row_bytes
-from dslide_dask.distributed.placement import shard_bytes
 
 #: Steps per coordinator call: the step boundaries where the model can move.
 STEPS_PER_CALL = 10
@@ -157,7 +150,7 @@ def join_pays(
 @dataclass(frozen=True)
 class Move:
     """The model moved at a step boundary, off workers asked to leave and/or onto
-    workers that joined. No step is redone."""
+    workers that joined. No step is redone. ``seconds``: how long training stopped."""
 
     at_step: int
     leaving: tuple[str, ...]
@@ -167,123 +160,18 @@ class Move:
     live: bool = True  #: worker to worker; False: through a checkpoint
     rows_moved: int = 0  #: output rows whose worker changed
     bytes_moved: int = 0  #: their weights and optimiser state
+    #: a live move: from when the new model was started to when training stopped for the
+    #: switch (``seconds``: the switch, training paused); the steps taken meanwhile
+    prepare_seconds: float = 0.0
+    steps_while_preparing: int = 0
+
+    @property
+    def began_at(self) -> int:
+        """The step boundary where the move began."""
+        return self.at_step - self.steps_while_preparing
 
 
 def last_event(client) -> float:
     """The scheduler's time stamp of the newest event that could ask for a hand-off."""
     events = [*client.get_events("all"), *client.get_events(LEAVE_TOPIC)]
     return max((t for t, _ in events), default=0.0)
-
-
-class FollowsTheCluster:
-    """The moves of :class:`~dslide_dask.distributed.trainer.DistributedTrainer` (its
-    attributes: ``client``, ``policy``, ``elastic``, ``placement``, ``history``...)."""
-
-    def _follow_the_cluster(self, stream: Stream, n_points: int | None) -> tuple[int, int] | None:
-        """At a step boundary: move the model off workers asked to leave, or onto workers
-        that joined when that pays (:mod:`~dslide_dask.distributed.elastic`). The data
-        position to go on from if it moved."""
-        if self.elastic is None:
-            return None
-        alive = set(self.client.scheduler_info(n_workers=-1)["workers"])  # one query
-        model = set(self.placement.workers)
-        if not model <= alive:
-            return None  # a lost worker: the next call fails and the model is restored
-        leaving: set[str] = set()
-        if self.elastic.leave:
-            events = [*self.client.get_events("all"), *self.client.get_events(LEAVE_TOPIC)]
-            leaving = retire_requests(events, self._events_seen) & model
-        workers = alive - self._left
-        joined = workers - model - self._unused - leaving
-        if not leaving and not (joined and self._join_pays(stream, n_points, len(joined))):
-            return None
-        return self._move(leaving, joined)
-
-    def rebalance(self) -> Move | None:
-        """Between training calls: move the model onto the workers there are now (those
-        that joined included), worker to worker; the move, or None if there was nothing to
-        do (or no room to move live and no checkpoint store)."""
-        model = set(self.placement.workers)
-        joined = set(self._workers()) - model
-        if not joined or self._move(set(), joined) is None:
-            return None
-        return self.moves[-1]
-
-    def _join_pays(self, stream: Stream, n_points: int | None, n_new: int) -> bool:
-        if not self.elastic.join or self.n_shards_asked is not None:
-            return False
-        recent = self.history[-STEPS_PER_CALL:]
-        step_seconds = sum(s["seconds"] for s in recent) / max(1, len(recent))
-        remaining = 1 << 40  # a stream from storage: its length is not known here
-        if n_points is not None:
-            total = stream.epochs * -(-n_points // stream.batch_size) - stream.first_batch
-            remaining = total - (self.step - self._call_start)
-        n_now = len(self.placement.workers)
-        if self.moves:
-            move_seconds = self.moves[-1].seconds
-        else:  # about the new workers' share of the model crosses the network
-            moving = shard_bytes(self.cfg, self.n_labels) * n_new / (n_now + n_new)
-            move_seconds = moving / self.elastic.move_bytes_per_second
-        return join_pays(
-            remaining, step_seconds, workers_now=n_now, workers_then=n_now + n_new,
-            move_seconds=move_seconds,
-        )  # fmt: skip
-
-    def _move(self, leaving: set[str], joined: set[str]) -> tuple[int, int] | None:
-        """Re-balance the model at this step over the workers there are, less ``leaving``:
-        live, worker to worker (:mod:`.handover`), when every worker can hold its old and
-        new parts at once, else through a checkpoint. The data position to go on from;
-        None if it cannot move: the workers that would stay cannot hold the model, or
-        there is no room for a live move and no checkpoint store (a worker asked to
-        leave then stays, as Dask alone would keep it)."""
-        t0 = time.perf_counter()
-        at_step, old = self.step, self.placement
-        staying = {a: w for a, w in self._workers().items() if a not in leaving}
-        try:
-            new = self._place(staying, old)
-        except MemoryPlanError:
-            return None
-        live = self.elastic.live and (
-            old.plan is None or new.plan is None or fits_while_moving(old.plan, new.plan)
-        )
-        if not live and self.policy is None:
-            return None
-        self._left |= leaving
-        crossing = rows_crossing(old, new)
-        if live:
-            position = self._wait(self.coordinator.where())
-            old_futures, self._moving_from = (
-                self._futures,
-                Handover(self._model_id, old.layout, old.workers, old.hidden_units),
-            )
-            try:
-                self._start(None, new, self._moving_from)
-            finally:
-                self._moving_from = None
-                self._release(old_futures)
-        else:
-            url = self._wait(self.coordinator.save_checkpoint(self.policy.store()))
-            meta = open_checkpoint(url, self.policy.storage_options).meta
-            position = meta["position"]["epoch"], meta["position"]["batch"]
-            self.close()
-            self._start(url, new)  # on the workers that stay, before any of them may go
-        if leaving:
-            self._retire(leaving)
-        self._events_seen = last_event(self.client)
-        self.moves.append(Move(
-            at_step=at_step, leaving=tuple(sorted(leaving)), joined=tuple(sorted(joined)),
-            workers=len(self.placement.workers), seconds=time.perf_counter() - t0,
-            live=live, rows_moved=crossing, bytes_moved=crossing * row_bytes(self.cfg),
-        ))  # fmt: skip
-        return position
-
-    def _retire(self, leaving: set[str]) -> None:
-        """Retire the workers whose rows were handed off, as they were asked to (once
-        the scheduler has forgotten the released actors, it lets them go)."""
-        deadline = time.monotonic() + self.replace_wait
-        pending = set(leaving)
-        while pending and time.monotonic() < deadline:
-            pending -= set(self.client.retire_workers(list(pending)))
-            pending &= set(self.client.scheduler_info(n_workers=-1)["workers"])
-            if pending:
-                time.sleep(0.1)

@@ -1,16 +1,20 @@
-"""A live model handed to a new set of workers at a step boundary, worker to worker.
+"""A live model handed to a new set of workers, worker to worker.
 
 A re-balance (workers joined, or one must leave) builds the new model's actors while the
 old ones are still up. For each new shard, a task on the worker of every old shard that
 holds some of its rows copies them out (weights, optimiser state, update counts); the new
 actor is submitted with those tasks' results as arguments, so Dask carries them from
-worker to worker: nothing goes through the client or storage, and rows whose worker does
-not change never cross the network. The new shard takes the rows into its own order and
-rehashes them into its own tables. The hidden layer goes the same way, whole from the
-coordinator or as units from the workers that hold them (re-split over the new holders),
-and so do the coordinator's step and label counts. At a step boundary no step is in
-flight, so the old parts are not changing while they are read; the old actors are
-released once the new ones stand.
+worker to worker: nothing goes through the client or storage. Rows whose worker does not
+change are copied straight from the old shard to the new one in that process. The new
+shard takes the rows into its own order and rehashes them into its own tables. The hidden
+layer goes the same way, whole from the coordinator or as units from the workers that
+hold them (re-split over the new holders), and so do the coordinator's step and label
+counts.
+
+The old model may train on meanwhile (:mod:`.rebalance`): the copies are then a few steps
+old, and :meth:`HandoverPieces.settle` copies every part again, at a step boundary (no
+step in flight, nothing changing), into the standing actors, which keep their tables.
+The old actors are released once the new ones have taken over.
 """
 
 from __future__ import annotations
@@ -49,6 +53,14 @@ class RowsPiece:
     counters: dict[str, int]  #: the old shard's step and table schedule
 
 
+@dataclass(frozen=True)
+class LocalRows:
+    """Rows of an old shard in the new shard's own worker process: copied straight
+    from it, row by row (no copy in between, nothing serialised)."""
+
+    model_id: str  #: the old model's
+
+
 @dataclass
 class UnitsPiece:
     """Hidden units ``a .. b-1`` of one old holder (the whole stack when ``a`` is None)."""
@@ -66,6 +78,8 @@ class CoordinatorState:
     step: int
     last_checkpoint: str | None
     labels: TrainingLabels  #: PSP@k's label counts so far
+    #: the planned data source and the rest of the stream (None: no data set yet)
+    data: tuple | None = None
 
 
 def rows_for(model_id: str, old_shard: int, new_layout: ShardLayout, new_shard: int) -> RowsPiece:
@@ -77,21 +91,42 @@ def rows_for(model_id: str, old_shard: int, new_layout: ShardLayout, new_shard: 
     raise ValueError(f"old shard {old_shard} holds no rows of new shard {new_shard}")
 
 
-def take_rows(shard: WideShard, old: ShardLayout, pieces: dict[int, RowsPiece]) -> None:
-    """Fill a new (uninitialised) shard from the pieces of the old shards holding its
-    rows, then rehash it."""
+def take_rows(
+    shard: WideShard, old: ShardLayout, pieces: dict[int, RowsPiece | LocalRows],
+    rehash: bool = True, *, some: bool = False,
+) -> None:  # fmt: skip
+    """Fill a new shard from the pieces of the old shards holding its rows, then rehash
+    it (``rehash=False``: its tables stay, unless the old shards redrew their hash
+    functions since). ``some``: pieces of some of those shards only."""
     sources = shard.layout.sources(shard.shard_index, old)
-    if sorted(pieces) != [j for j, _, _ in sources]:
+    if not some and sorted(pieces) != [j for j, _, _ in sources]:
         raise ValueError(f"rows from shards {sorted(pieces)}, expected {[j for j, *_ in sources]}")
-    for j, here, _ in sources:
-        shard.put_rows(here, pieces[j].arrays)
-    shard.set_counters(next(iter(pieces.values())).counters)
+    for j, here, there in sources:
+        if (piece := pieces.get(j)) is None:
+            continue
+        if isinstance(piece, LocalRows):
+            donor: WideShard = lookup(piece.model_id, j).shard
+            shard.copy_rows(here, donor, there)
+            counters = donor.state()[1]
+        else:
+            shard.put_rows(here, piece.arrays)
+            counters = piece.counters
+    shard.set_counters(counters, rehash=rehash)
+
+
+def settle(model_id: str, part: int | str, old: ShardLayout, piece) -> None:
+    """Task on a new part's worker when a prepared move switches: one piece of the old
+    model, as it is now, into the actor built from an earlier copy of it (rows from one
+    old shard, ``{j: piece}``; a hidden layer's units; the coordinator's counters). Each
+    piece goes as soon as it is copied out, so the pieces cross the network side by side
+    with the copying of the others."""
+    lookup(model_id, part).settle(old, piece)
 
 
 def coordinator_state(model_id: str) -> CoordinatorState:
     """Task on the old coordinator's worker: its counters."""
     old = lookup(model_id, COORDINATOR)
-    return CoordinatorState(old.step, old.last_checkpoint, old.labels)
+    return CoordinatorState(old.step, old.last_checkpoint, old.labels, old.data_left())
 
 
 def units_for(model_id: str, part: int | str, a: int | None, b: int | None) -> UnitsPiece:
@@ -107,10 +142,13 @@ def units_for(model_id: str, part: int | str, a: int | None, b: int | None) -> U
     return UnitsPiece(a, b, arrays, hidden.step)
 
 
-def take_units(hidden: HiddenLayers, pieces: list[UnitsPiece]) -> None:
-    """Fill a new hidden stack (or slice) from the old holders' pieces."""
+def take_units(hidden: HiddenLayers, pieces: list[UnitsPiece], *, adopt: bool = False) -> None:
+    """Fill a new hidden stack (or slice) from the old holders' pieces (``adopt``: a whole
+    stack's arrays become the new one's, uncopied; for a switch, after which the old
+    stack is never used again)."""
     if len(pieces) == 1 and pieces[0].a is None:
-        hidden.set_state(pieces[0].arrays, pieces[0].step)
+        take = hidden.adopt if adopt else hidden.set_state
+        take(pieces[0].arrays, pieces[0].step)
         return
     columns = hidden.columns or (0, hidden.cfg.hidden[0])
     sources = [(p.a, p.b, p.arrays.get) for p in pieces]
@@ -120,33 +158,56 @@ def take_units(hidden: HiddenLayers, pieces: list[UnitsPiece]) -> None:
 class HandoverPieces:
     """The tasks that copy a live model's parts out for the new actors, as the extra
     constructor arguments of each (none without a handover). Each task is pinned to
-    the old part's worker; Dask moves its result to the new actor's. They go before
-    any constructor on those workers (a one-thread worker building a new shard would
-    otherwise hold back the rows every other new shard waits for)."""
+    the old part's worker; Dask moves its result to the new actor's. All are submitted
+    at once, before anything that takes them (a one-thread worker building a new shard
+    or taking its rows would otherwise hold back the rows other new shards wait for)."""
 
-    def __init__(
-        self, client, handover: Handover | None, layout: ShardLayout, token: str, *,
-        hidden_units: tuple[tuple[int, int], ...] = (),
-    ) -> None:  # fmt: skip
-        self.client, self.handover, self.layout, self.token = client, handover, layout, token
-        self.hidden_units = hidden_units  #: the new split of the hidden layer
+    def __init__(self, client, handover: Handover | None, new: Placement, token: str) -> None:
+        self.client, self.handover, self.token = client, handover, token
+        self.layout, self.workers = new.layout, new.workers
+        self.hidden_units = new.hidden_units  #: the new split of the hidden layer
+        self._args: list[tuple] = []
+        if handover is not None:
+            self._args = [self._coordinator(), *map(self._shard, range(1, len(self.workers)))]
 
     def shard(self, s: int) -> tuple:
         """``(rows,)`` or, for a holder of hidden units, ``(rows, units)``: new shard
         ``s``'s rows by old shard, and its units' pieces."""
-        old = self.handover
-        if old is None:
-            return ()
-        if s < len(self.hidden_units):
-            return (*self._rows(s), self._units(self.hidden_units[s]))
-        return self._rows(s)
+        return self._args[s] if self._args else ()
 
     def coordinator(self) -> tuple:
         """``(state, rows, units)`` for the new coordinator (which holds shard 0): the
         units of the whole stack, or of shard 0's slice."""
+        return self._args[0] if self._args else ()
+
+    def settle(self, model_id: str) -> list:
+        """Tasks that copy the old model's parts, as they are now, into the standing
+        actors of model ``model_id``, a task a piece: the switch of a prepared move."""
         old = self.handover
-        if old is None:
-            return ()
+        tasks = []
+        for s, args in enumerate(self._args):
+            part = COORDINATOR if s == 0 else s
+            rows = args[1] if s == 0 else args[0]
+            pieces = [{j: piece} for j, piece in rows.items()]
+            pieces += [args[0]] if s == 0 else []  # the coordinator's counters
+            pieces += [args[-1]] if s == 0 or len(args) > 1 else []  # hidden units
+            tasks += [
+                self.client.submit(
+                    settle, model_id, part, old.layout, piece, workers=[self.workers[s]],
+                    allow_other_workers=False, pure=False,
+                    key=f"handover-settle-{s}-{i}-{self.token}",
+                )
+                for i, piece in enumerate(pieces)
+            ]  # fmt: skip
+        return tasks
+
+    def _shard(self, s: int) -> tuple:
+        if s < len(self.hidden_units):
+            return (*self._rows(s), self._units(self.hidden_units[s]))
+        return self._rows(s)
+
+    def _coordinator(self) -> tuple:
+        old = self.handover
         state = self.client.submit(
             coordinator_state, old.model_id, workers=[old.workers[0]],
             allow_other_workers=False, pure=False, priority=PRIORITY,
@@ -179,7 +240,7 @@ class HandoverPieces:
         old = self.handover
         donors = [j for j, _, _ in self.layout.sources(s, old.layout)]
         return ({
-            j: self.client.submit(
+            j: LocalRows(old.model_id) if old.workers[j] == self.workers[s] else self.client.submit(
                 rows_for, old.model_id, j, self.layout, s, workers=[old.workers[j]],
                 allow_other_workers=False, pure=False, priority=PRIORITY,
                 key=f"handover-rows-{j}-{s}-{self.token}",

@@ -52,3 +52,11 @@ class AnswersQueries:
             logits.append(top_scores)
         top = np.concatenate(ids)
         return (top, np.concatenate(logits)) if scores else top
+
+    async def hidden_weights(self) -> list[np.ndarray]:
+        """The hidden layers' weights and biases (for tests and checkpoints)."""
+        return await self.stack.params()
+
+    async def ask_shards(self, method: str) -> list:
+        """Every shard's answer to a question (``info``, ``get_weights``), in shard order."""
+        return list(await asyncio.gather(*(getattr(s, method)() for s in self.shards)))

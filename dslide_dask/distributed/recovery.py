@@ -82,8 +82,8 @@ class SurvivesLostWorkers:
         """``(shard, worker)`` of every shard whose worker is gone."""
         alive = set(self.client.scheduler_info(n_workers=-1)["workers"])
         lost = [(s, w) for s, w in enumerate(self.placement.workers) if w not in alive]
-        if self._moving_from is not None:  # the new model is built from the old one's parts
-            lost += [(s, w) for s, w in enumerate(self._moving_from.workers) if w not in alive]
+        if self._moving_to is not None:  # the new model is taking the old one's parts
+            lost += [(s, w) for s, w in enumerate(self._moving_to.workers) if w not in alive]
         return sorted(set(lost))
 
     def _lost_message(self, lost: list[tuple[int, str]]) -> str:

@@ -16,6 +16,7 @@ from dslide_dask.distributed.registry import register
 from dslide_dask.distributed.specs import ShardSpec
 from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
 from dslide_dask.model.hidden import HiddenLayers
+from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.wide_shard import ActiveSets, SoftmaxPartials, WideShard
 from dslide_dask.model.wire import Packed, pack, unpack
 from dslide_dask.omp import passive_wait
@@ -65,6 +66,14 @@ class ShardActor:
         self.busy_seconds = 0.0
         self.calls = 0
         register(spec.model_id, spec.shard_index, self)
+
+    def settle(self, old: ShardLayout, piece: dict | list) -> None:
+        """Take one piece of the live model this shard was built from again, as it is
+        now: rows (keeping the tables) or hidden units (:func:`~.handover.settle`)."""
+        if isinstance(piece, dict):
+            take_rows(self.shard, old, piece, rehash=False, some=True)
+        else:
+            take_units(self.hidden, piece, adopt=True)
 
     def forward(self, h: Packed, Y: CSR) -> SoftmaxPartials:
         with self._busy():

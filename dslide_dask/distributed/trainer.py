@@ -19,7 +19,6 @@ from dslide_dask.distributed.coordinator import Coordinator
 from dslide_dask.distributed.elastic import (
     STEPS_PER_CALL,
     ElasticPolicy,
-    FollowsTheCluster,
     KeepShardWorkers,
     Move,
     last_event,
@@ -27,6 +26,7 @@ from dslide_dask.distributed.elastic import (
 from dslide_dask.distributed.errors import POLL_SECONDS, ShardLostError
 from dslide_dask.distributed.handover import Handover, HandoverPieces
 from dslide_dask.distributed.placement import Placement, place_shards
+from dslide_dask.distributed.rebalance import FollowsTheCluster, Launch
 from dslide_dask.distributed.recovery import Recovery, SurvivesLostWorkers
 from dslide_dask.distributed.shard_actor import ShardActor
 from dslide_dask.distributed.specs import CoordinatorSpec, ShardSpec
@@ -101,7 +101,6 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
             if elastic.leave:
                 client.register_plugin(KeepShardWorkers(), name=KeepShardWorkers.name)
         self._left: set[str] = set()
-        self._moving_from: Handover | None = None  #: the old model during a live move
         self.history: list[dict] = []
         self.start_step = 0
         if restore is not None:
@@ -131,16 +130,19 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
     ) -> None:  # fmt: skip
         """Place (unless given a placement) and start the actors: fresh, restored from a
         checkpoint URL, or taking over a live model's parts (:mod:`.handover`)."""
+        self._adopt(self._launch(restore, placement or self._place(self._workers()), handover))
+
+    def _launch(
+        self, restore: str | None, placement: Placement, handover: Handover | None = None
+    ) -> Launch:
+        """Submit a model's actors on ``placement`` without waiting for them."""
         client, cfg = self.client, self.cfg
         workers = self._workers()
-        self.placement: Placement = placement or self._place(workers)
-        self._unused = set(workers) - set(self.placement.workers)
         token = uuid.uuid4().hex[:8]
-        self._model_id = token
-        threads = [int(workers[w].get("nthreads", 1)) for w in self.placement.workers]
-        layout = self.placement.layout
-        units = self.placement.hidden_units
-        pieces = HandoverPieces(client, handover, layout, token, hidden_units=units)
+        threads = [int(workers[w].get("nthreads", 1)) for w in placement.workers]
+        layout = placement.layout
+        units = placement.hidden_units
+        pieces = HandoverPieces(client, handover, placement, token)
 
         def shard(s: int) -> ShardSpec:
             return ShardSpec(
@@ -163,7 +165,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
             n_features=self.n_features,
             n_labels=self.n_labels,
             layout=layout,
-            shard_workers=tuple(self.placement.workers),
+            shard_workers=tuple(placement.workers),
             n_threads=threads[0],
             wire_dtype=self.wire_dtype,
             pipeline=self.pipeline,
@@ -182,7 +184,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
             spec,
             *pieces.coordinator(),
             actor=True,
-            workers=[self.placement.workers[0]],
+            workers=[placement.workers[0]],
             allow_other_workers=False,
             key=f"coordinator-{token}",
         )
@@ -196,10 +198,17 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
                 allow_other_workers=False,
                 key=f"wide-shard-{s}-{token}",
             )
-            for s, w in enumerate(self.placement.workers)
+            for s, w in enumerate(placement.workers)
             if s > 0
         ]
-        self._futures = [coordinator, *others]
+        unused = frozenset(workers) - set(placement.workers)
+        return Launch(placement, token, unused, (coordinator, *others))
+
+    def _adopt(self, launch: Launch) -> None:
+        """Train with the launched model from now on (once its actors stand)."""
+        self.placement, self._model_id, self._unused = launch.placement, launch.token, launch.unused
+        self._futures = list(launch.futures)
+        coordinator, *others = launch.futures
         self.coordinator = self._wait(coordinator)
         self._wait(self.coordinator.connect([self._wait(f) for f in others]))
 
@@ -237,14 +246,20 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
                 self.history.append(stats)
                 if callback is not None:
                     callback(stats)
-            if len(chunk) < STEPS_PER_CALL:
+            done = len(chunk) < STEPS_PER_CALL  # a move under way completes first
+            if done and self._prepared is None:
+                self._release_old_model()
                 return self.history[start_len:]
             try:
-                position = self._follow_the_cluster(stream, getattr(data, "n_points", None))
+                n_points = getattr(data, "n_points", None)
+                position = self._follow_the_cluster(stream, n_points, finish=done)
             except Exception as err:  # a worker lost during the move
                 position = self._recover(err, start_len, stream)
             if position is not None:
                 self._set_data(data, stream.from_position(*position), storage_options)
+            elif done:
+                self._release_old_model()
+                return self.history[start_len:]
 
     def _set_data(self, data, stream: Stream, storage_options: dict | None) -> None:
         """The coordinator trains next on ``data`` (blocks on the cluster go to it
@@ -321,6 +336,8 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
     def close(self) -> None:
         """Release the actors (and the model they hold): their futures and the handle
         of the coordinator, which keeps its actor alive too."""
+        self._drop_prepared()
+        self._release_old_model()
         futures, self._futures, self.coordinator = self._futures, [], None
         self._release(futures)
 

@@ -87,6 +87,26 @@ class HiddenLayers:
             _copy_into(target, arrays[name], name)
         self.step = step
 
+    def adopt(self, arrays: dict[str, np.ndarray], step: int) -> None:
+        """Make the arrays of another stack's :meth:`state` (same shapes and dtypes) this
+        one's, uncopied; the other stack must not be used again."""
+        mine = self.state()
+        for name, value in arrays.items():
+            if name not in mine or (value.shape, value.dtype) != (
+                mine[name].shape,
+                mine[name].dtype,
+            ):
+                raise ValueError(f"{name}: {value.dtype}{list(value.shape)} does not fit")
+        if missing := set(mine) - set(arrays):
+            raise ValueError(f"no {', '.join(sorted(missing))}")
+        names = self.param_names()
+        n = len(self.weights)
+        self.weights = [arrays[name] for name in names[:n]]
+        self.biases = [arrays[name] for name in names[n:]]
+        self.moments = [(arrays[f"{name}.m"], arrays[f"{name}.v"]) for name in names]
+        self.row_updates = arrays["W0.n"]
+        self.step = step
+
     def remember(self) -> None:
         """Keep a copy of the parameters (early stopping's best model so far)."""
         self._best = [p.copy() for p in self.params()]

@@ -17,7 +17,7 @@ import numpy as np
 
 from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import active_sets as active_kernels
-from dslide_dask.kernels import adam, topk, wide_layer
+from dslide_dask.kernels import adam, rows, topk, wide_layer
 from dslide_dask.kernels.bfloat16 import STORAGE, convert
 from dslide_dask.kernels.tables import mix64
 from dslide_dask.model.config import SlideConfig
@@ -296,7 +296,14 @@ class WideShard:
     def rows(self, local: np.ndarray) -> dict[str, np.ndarray]:
         """Copies of some rows' kept arrays, for a live re-balance to move elsewhere."""
         arrays, _ = self.state()
-        return {name: arrays[name][local] for name in self.kept_arrays()}
+        return {name: rows.take_rows(arrays[name], local) for name in self.kept_arrays()}
+
+    def copy_rows(self, local: np.ndarray, other: WideShard, there: np.ndarray) -> None:
+        """Take rows ``there`` of another shard of this model (in this process) as rows
+        ``local``, straight across; rehash after."""
+        mine, theirs = self.state()[0], other.state()[0]
+        for name in self.kept_arrays():
+            rows.copy_rows(mine[name], local, theirs[name], there)
 
     def put_rows(self, local: np.ndarray | slice, arrays: dict[str, np.ndarray]) -> None:
         """Take some rows of per-neuron arrays (moments float32 or bfloat16); rehash after."""
@@ -308,19 +315,26 @@ class WideShard:
             want = (n, *mine[name].shape[1:])
             if value.shape != want:
                 raise ValueError(f"{name}: shape {value.shape}, shard needs {want}")
-            mine[name][local] = convert(value, mine[name])
+            value = convert(value, mine[name])
+            if isinstance(local, slice):
+                mine[name][local] = value
+            else:  # straight into place, no gathered copy between
+                rows.copy_rows(mine[name], local, np.ascontiguousarray(value), np.arange(n))
 
-    def set_counters(self, counters: dict[str, int]) -> None:
-        """Take :meth:`state`'s counters; redraw the hash functions and rebuild the tables."""
+    def set_counters(self, counters: dict[str, int], rehash: bool = True) -> None:
+        """Take :meth:`state`'s counters; redraw the hash functions and rebuild the tables
+        (``rehash=False``: keep the tables, built from these rows a few steps ago, unless
+        the hash functions changed since)."""
         self.step = int(counters["step"])
         sched = self.schedule
         sched.n_rebuilds = int(counters["n_rebuilds"])
         sched.next_rebuild = int(counters["next_rebuild"])
         sched.next_redraw = int(counters["next_redraw"]) or None
         n_draws = int(counters["n_draws"])
-        self.index.draw(self.seed + n_draws - 1)
-        self.index.n_draws = n_draws
-        self.index.rebuild(self.W)
+        if rehash or n_draws != self.index.n_draws:
+            self.index.draw(self.seed + n_draws - 1)
+            self.index.n_draws = n_draws
+            self.index.rebuild(self.W)
 
     def remember(self) -> None:
         """Keep a copy of the weights and biases (early stopping's best model so far)."""

@@ -105,6 +105,11 @@ def run(args: argparse.Namespace) -> int:
             "each_step_once": steps == list(range(1, len(history) + 1)),
             "step_ms_before": 1e3 * statistics.median(before),
             "step_ms_after": 1e3 * statistics.median(after),
+            "step_ms_while_preparing": [
+                1e3 * statistics.median([h["seconds"] for h in history[a:b]] or [float("nan")])
+                for a, b in ((m["at_step"] - m["steps_while_preparing"], m["at_step"])
+                             for m in moves)
+            ],  # fmt: skip
             "moves": moves,
             **scores,
         })  # fmt: skip
@@ -130,12 +135,21 @@ def format_row(row: dict) -> str:
 def format_report(rows: list[dict]) -> str:
     lines = [format_row(r) for r in rows]
     step_s = rows[-1]["step_ms_before"] / 1e3
-    for m in rows[-1]["moves"]:
+    moves = zip(rows[-1]["moves"], rows[-1]["step_ms_while_preparing"], strict=True)
+    for m, preparing_ms in moves:
         how = "live, worker to worker" if m["live"] else "through a checkpoint"
+        began = m["at_step"] - m["steps_while_preparing"]
+        if m["steps_while_preparing"]:
+            lines.append(
+                f"move begun at step {began}: new model prepared while training went on, "
+                f"{m['prepare_seconds']:.2f} s, {m['steps_while_preparing']} steps "
+                f"(median {preparing_ms:.0f} ms)"
+            )
         lines.append(
-            f"move at step {m['at_step']} onto {m['workers']} workers ({how}): "
-            f"{m['seconds']:.2f} s = {m['seconds'] / step_s:.1f} steps of {1e3 * step_s:.0f} ms; "
-            f"{m['rows_moved']:,} output rows ({m['bytes_moved'] / 1e6:.0f} MB) changed worker"
+            f"move at step {m['at_step']} onto {m['workers']} workers ({how}): training "
+            f"stopped {m['seconds']:.2f} s = {m['seconds'] / step_s:.1f} steps of "
+            f"{1e3 * step_s:.0f} ms; {m['rows_moved']:,} output rows "
+            f"({m['bytes_moved'] / 1e6:.0f} MB) changed worker"
         )
     if not rows[-1]["moves"]:
         lines.append("no move: the join did not pay (see docs/elastic.md)")

@@ -1,0 +1,267 @@
+"""How a training run follows the cluster: at step boundaries it moves the model off
+workers asked to leave (:mod:`.elastic`) and onto workers that joined, when that pays.
+
+A live move goes in two phases, so that training stops only for the second:
+
+1. **prepare**: the new model's actors are built from a copy of the old model's parts
+   (:mod:`.handover`), taken while the old model trains on; each new shard hashes its
+   rows into its own tables, the slow part;
+2. **switch**, at the first step boundary after they all stand: training stops, the
+   old parts are copied again, as they are now, into the standing actors, and the old
+   actors go. The new tables stay: built from rows a few steps old, they are as stale as
+   tables are between two scheduled rebuilds (unless the hash functions were redrawn
+   meanwhile: then they are rebuilt).
+
+Without room on the workers for both models, the move goes through a checkpoint, and
+training stops throughout.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from distributed import wait
+
+from dslide_dask.checkpoint import open_checkpoint
+from dslide_dask.data.stream import Stream
+from dslide_dask.distributed.elastic import (
+    LEAVE_TOPIC,
+    STEPS_PER_CALL,
+    Move,
+    join_pays,
+    last_event,
+    retire_requests,
+)
+from dslide_dask.distributed.errors import POLL_SECONDS, ShardLostError
+from dslide_dask.distributed.handover import Handover, HandoverPieces, rows_crossing
+from dslide_dask.distributed.memory_plan import MemoryPlanError, fits_while_moving, row_bytes
+from dslide_dask.distributed.placement import Placement, shard_bytes
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A model's actors submitted on a placement, perhaps still being built."""
+
+    placement: Placement
+    token: str  #: the model's id
+    unused: frozenset[str]  #: the workers there were that it does not use
+    futures: tuple  #: the coordinator's actor future, then the other shards'
+
+
+@dataclass(frozen=True)
+class PreparedMove:
+    """A live move being prepared: the new model built from the old one's parts."""
+
+    launch: Launch
+    old: Handover
+    leaving: frozenset[str]
+    joined: frozenset[str]
+    at_step: int  #: when the copy it is built from was taken
+    started: float  #: ``time.perf_counter()`` then
+    rows_moved: int  #: output rows whose worker changes
+
+
+class FollowsTheCluster:
+    """The moves of :class:`~dslide_dask.distributed.trainer.DistributedTrainer` (its
+    attributes: ``client``, ``policy``, ``elastic``, ``placement``, ``history``...)."""
+
+    _prepared: PreparedMove | None = None
+    _old_model: list = []  #: the actors of the model switched from, until released
+    _moving_to: Placement | None = None  #: the new model's, while it takes the old one's parts
+
+    def _follow_the_cluster(
+        self, stream: Stream, n_points: int | None, finish: bool = False
+    ) -> tuple[int, int] | None:
+        """At a step boundary: switch to a prepared model once it stands (``finish``: wait
+        for it; the data has run out); else start moving the model off workers asked to
+        leave, or onto workers that joined when that pays. The data position to go on
+        from if the model was restarted from a checkpoint."""
+        self._release_old_model()
+        if self.elastic is None:
+            return None
+        alive = set(self.client.scheduler_info(n_workers=-1)["workers"])  # one query
+        model = set(self.placement.workers)
+        if not model <= alive:
+            return None  # a lost worker: the next call fails and the model is restored
+        if self._prepared is not None:
+            if self._await_prepared() if finish else self._prepared_stands(alive):
+                self._switch()  # the new coordinator goes on with the old one's data
+            return None
+        leaving: set[str] = set()
+        if self.elastic.leave:
+            events = [*self.client.get_events("all"), *self.client.get_events(LEAVE_TOPIC)]
+            leaving = retire_requests(events, self._events_seen) & model
+        workers = alive - self._left
+        joined = workers - model - self._unused - leaving
+        if not leaving and not (joined and self._join_pays(stream, n_points, len(joined))):
+            return None
+        return self._move(leaving, joined)
+
+    def rebalance(self, wait: bool = True) -> Move | None:
+        """Between training calls: move the model onto the workers there are now (those
+        that joined included), worker to worker; the move, or None if there was nothing to
+        do (or no room to move live and no checkpoint store). ``wait=False``: only start
+        preparing it; training calls switch to it once it stands (or a later call of this
+        finishes it)."""
+        if self._prepared is None:
+            joined = set(self._workers()) - set(self.placement.workers)
+            if not joined:
+                return None
+            moves = len(self.moves)
+            self._move(set(), joined)
+            if len(self.moves) > moves:  # moved through a checkpoint
+                return self.moves[-1]
+        if self._prepared is None or not wait or not self._await_prepared():
+            return None
+        self._switch()
+        return self.moves[-1]
+
+    def _join_pays(self, stream: Stream, n_points: int | None, n_new: int) -> bool:
+        if not self.elastic.join or self.n_shards_asked is not None:
+            return False
+        recent = self.history[-STEPS_PER_CALL:]
+        step_seconds = sum(s["seconds"] for s in recent) / max(1, len(recent))
+        remaining = 1 << 40  # a stream from storage: its length is not known here
+        if n_points is not None:
+            total = stream.epochs * -(-n_points // stream.batch_size) - stream.first_batch
+            remaining = total - (self.step - self._call_start)
+        n_now = len(self.placement.workers)
+        if self.moves:
+            move_seconds = self.moves[-1].seconds
+        else:  # about the new workers' share of the model crosses the network
+            moving = shard_bytes(self.cfg, self.n_labels) * n_new / (n_now + n_new)
+            move_seconds = moving / self.elastic.move_bytes_per_second
+        return join_pays(
+            remaining, step_seconds, workers_now=n_now, workers_then=n_now + n_new,
+            move_seconds=move_seconds,
+        )  # fmt: skip
+
+    def _move(self, leaving: set[str], joined: set[str]) -> tuple[int, int] | None:
+        """Re-balance the model over the workers there are, less ``leaving``: start
+        preparing a live move (:attr:`_prepared`) when every worker can hold its old and
+        new parts at once, else move through a checkpoint now. The data position to go on
+        from if the model moved now; None otherwise, and if it cannot move: the workers
+        that would stay cannot hold the model, or there is no room for a live move and no
+        checkpoint store (a worker asked to leave then stays, as Dask alone would keep it)."""
+        t0 = time.perf_counter()
+        at_step, old = self.step, self.placement
+        staying = {a: w for a, w in self._workers().items() if a not in leaving}
+        try:
+            new = self._place(staying, old)
+        except MemoryPlanError:
+            return None
+        live = (self.elastic is None or self.elastic.live) and (
+            old.plan is None or new.plan is None or fits_while_moving(old.plan, new.plan)
+        )
+        if not live and self.policy is None:
+            return None
+        self._left |= leaving
+        crossing = rows_crossing(old, new)
+        if live:
+            handover = Handover(self._model_id, old.layout, old.workers, old.hidden_units)
+            self._prepared = PreparedMove(
+                self._launch(None, new, handover), handover, frozenset(leaving),
+                frozenset(joined), at_step, t0, crossing,
+            )  # fmt: skip
+            return None
+        url = self._wait(self.coordinator.save_checkpoint(self.policy.store()))
+        meta = open_checkpoint(url, self.policy.storage_options).meta
+        self.close()
+        self._start(url, new)  # on the workers that stay, before any of them may go
+        self._moved(leaving, joined, at_step=at_step, seconds=time.perf_counter() - t0,
+                    live=False, rows_moved=crossing)  # fmt: skip
+        return meta["position"]["epoch"], meta["position"]["batch"]
+
+    def _prepared_stands(self, alive: set[str]) -> bool:
+        """Whether every actor of the prepared model stands. A prepared model that lost a
+        worker is dropped (a later boundary may move again); one that failed raises."""
+        futures = self._prepared.launch.futures
+        if not set(self._prepared.launch.placement.workers) <= alive:
+            self._drop_prepared()
+            return False
+        if failed := [f for f in futures if f.status == "error"]:
+            self._drop_prepared()
+            failed[0].result()
+        return all(f.done() for f in futures)
+
+    def _await_prepared(self) -> bool:
+        """Wait until the prepared model stands (True) or is dropped (False); raises if a
+        worker of the model in use is lost meanwhile."""
+        while self._prepared is not None:
+            try:
+                wait(list(self._prepared.launch.futures), timeout=POLL_SECONDS)
+            except TimeoutError:
+                if lost := self._lost():
+                    raise ShardLostError(self._lost_message(lost)) from None
+            alive = set(self.client.scheduler_info(n_workers=-1)["workers"])
+            if self._prepared_stands(alive):
+                return True
+        return False
+
+    def _switch(self) -> None:
+        """Train on with the prepared model: copy the old parts into it again (with the
+        data and the position in it) if the old model took steps since the first copy;
+        let the old model go."""
+        prepared, self._prepared = self._prepared, None
+        t0 = time.perf_counter()
+        launch = prepared.launch
+        self._moving_to = launch.placement  # a lost new worker fails the waits below
+        try:
+            if self.step > prepared.at_step:
+                pieces = HandoverPieces(
+                    self.client, prepared.old, launch.placement, f"{launch.token}-switch"
+                )
+                for future in pieces.settle(launch.token):
+                    self._wait(future)
+        except BaseException:  # the old model is recovered; the workers leaving ask again
+            self._left -= prepared.leaving
+            self._release(list(launch.futures))
+            raise
+        finally:
+            self._moving_to = None
+        self._old_model = self._futures  # let go at the next boundary, not now
+        self._adopt(launch)
+        if prepared.leaving:
+            self._release_old_model()  # before the workers that left may retire
+        self._moved(
+            prepared.leaving, prepared.joined, at_step=self.step,
+            seconds=time.perf_counter() - t0, live=True, rows_moved=prepared.rows_moved,
+            prepare_seconds=t0 - prepared.started,
+            steps_while_preparing=self.step - prepared.at_step,
+        )  # fmt: skip
+
+    def _release_old_model(self) -> None:
+        if self._old_model:
+            old, self._old_model = self._old_model, []
+            self._release(old)
+
+    def _drop_prepared(self) -> None:
+        """Release a prepared model that will not be switched to; the workers it was to
+        take off are asked again (their requests stand)."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None:
+            self._left -= prepared.leaving
+            self._release(list(prepared.launch.futures))
+
+    def _moved(self, leaving, joined, *, rows_moved: int, **how) -> None:
+        """Retire the workers that left, and record the move."""
+        if leaving:
+            self._retire(set(leaving))
+        self._events_seen = last_event(self.client)
+        self.moves.append(Move(
+            leaving=tuple(sorted(leaving)), joined=tuple(sorted(joined)),
+            workers=len(self.placement.workers), rows_moved=rows_moved,
+            bytes_moved=rows_moved * row_bytes(self.cfg), **how,
+        ))  # fmt: skip
+
+    def _retire(self, leaving: set[str]) -> None:
+        """Retire the workers whose rows were handed off, as they were asked to (once
+        the scheduler has forgotten the released actors, it lets them go)."""
+        deadline = time.monotonic() + self.replace_wait
+        pending = set(leaving)
+        while pending and time.monotonic() < deadline:
+            pending -= set(self.client.retire_workers(list(pending)))
+            pending &= set(self.client.scheduler_info(n_workers=-1)["workers"])
+            if pending:
+                time.sleep(0.1)
