@@ -20,9 +20,11 @@ from dslide_dask.distributed import DistributedTrainer
 from dslide_dask.distributed.elastic import (
     LEAVE_TOPIC,
     ElasticPolicy,
+    Move,
     join_pays,
     retire_requests,
 )
+from dslide_dask.distributed.rebalance import FollowsTheCluster
 
 from .test_resilience import BATCH, CFG, cluster
 
@@ -49,6 +51,15 @@ def test_joining_pays_only_when_the_time_saved_outweighs_the_move():
     assert not join_pays(100, 0.1, workers_now=2, workers_then=4, move_seconds=10)  # 5 s
     assert not join_pays(10**6, 0.1, workers_now=4, workers_then=4, move_seconds=1)
     assert not join_pays(0, 1.0, workers_now=1, workers_then=8, move_seconds=0.1)
+
+
+def test_a_moves_cost_counts_the_steps_slowed_while_it_was_prepared():
+    run = FollowsTheCluster()
+    run.history = [{"seconds": 0.1}] * 20 + [{"seconds": 0.3}] * 10
+    assert run._slowdown(10) == pytest.approx(2.0)  # 10 steps, 0.2 s slower each
+    assert run._slowdown(0) == 0 and run._slowdown(30) == 0  # nothing before to compare
+    move = Move(50, (), ("w",), 3, seconds=0.5, slowdown_seconds=2.0)
+    assert move.cost_seconds == pytest.approx(2.5) and move.began_at == 50
 
 
 @pytest.mark.timeout(240)

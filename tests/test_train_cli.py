@@ -264,15 +264,26 @@ def test_the_run_summary_says_how_the_model_moved():
 
     history = [{"step": 1, "samples": 4, "active": 10.0, "bytes_sent": 0, "bytes_received": 0}]
     moves = [
-        Move(200, (), ("tcp://c", "tcp://d"), 4, 5.39, True, 346_689, 359_169_804),
+        Move(
+            230,
+            (),
+            ("tcp://c", "tcp://d"),
+            4,
+            0.55,
+            True,
+            346_689,
+            359_169_804,
+            prepare_seconds=6.78,
+            steps_while_preparing=30,
+        ),  # fmt: skip
         Move(300, ("tcp://a",), (), 3, 10.9, False, 120_000, 124_000_000),
     ]
     text, numbers = summary(
         history, 1.0, 0.1, (100, 1000), SlideConfig(), [], None, [], moves=moves
     )
     assert (
-        "moved           at step 200 onto 4 workers (2 joined), worker to worker: "
-        "346,689 rows (359 MB) in 5.4 s"
+        "moved           at step 230 onto 4 workers (2 joined), worker to worker: "
+        "346,689 rows (359 MB); prepared over 30 steps (6.8 s), training stopped 0.55 s"
     ) in text
     assert "at step 300 onto 3 workers (1 left), through a checkpoint" in text
     assert numbers["moves"][0]["rows_moved"] == 346_689

@@ -61,9 +61,11 @@ def summary(
             f"{len(who)} {what}" for who, what in ((m.joined, "joined"), (m.leaving, "left")) if who
         )
         how = "worker to worker" if m.live else "through a checkpoint"
+        prepared = (f"prepared over {m.steps_while_preparing} steps ({m.prepare_seconds:.1f} s), "
+                    if m.steps_while_preparing else "")  # fmt: skip
         lines.append(f"  moved           at step {m.at_step} onto {m.workers} workers ({why}), "
-                     f"{how}: {m.rows_moved:,} rows ({m.bytes_moved / 1e6:,.0f} MB) "
-                     f"in {m.seconds:.1f} s")  # fmt: skip
+                     f"{how}: {m.rows_moved:,} rows ({m.bytes_moved / 1e6:,.0f} MB); "
+                     f"{prepared}training stopped {m.seconds:.2f} s")  # fmt: skip
     for ev in evaluations:
         lines.append(f"  eval step {ev['step']:<5} " + format_scores(
             {k: v for k, v in ev.items() if k != "step"}))  # fmt: skip

@@ -161,9 +161,16 @@ class Move:
     rows_moved: int = 0  #: output rows whose worker changed
     bytes_moved: int = 0  #: their weights and optimiser state
     #: a live move: from when the new model was started to when training stopped for the
-    #: switch (``seconds``: the switch, training paused); the steps taken meanwhile
+    #: switch (``seconds``: the switch, training paused); the steps taken meanwhile, and
+    #: how much longer they took than the steps before (the preparing shared their cores)
     prepare_seconds: float = 0.0
     steps_while_preparing: int = 0
+    slowdown_seconds: float = 0.0
+
+    @property
+    def cost_seconds(self) -> float:
+        """What the move cost the run: the pause and the slowdown while preparing."""
+        return self.seconds + self.slowdown_seconds
 
     @property
     def began_at(self) -> int:

@@ -18,6 +18,7 @@ training stops throughout.
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -128,7 +129,7 @@ class FollowsTheCluster:
             remaining = total - (self.step - self._call_start)
         n_now = len(self.placement.workers)
         if self.moves:
-            move_seconds = self.moves[-1].seconds
+            move_seconds = self.moves[-1].cost_seconds
         else:  # about the new workers' share of the model crosses the network
             moving = shard_bytes(self.cfg, self.n_labels) * n_new / (n_now + n_new)
             move_seconds = moving / self.elastic.move_bytes_per_second
@@ -224,12 +225,21 @@ class FollowsTheCluster:
         self._adopt(launch)
         if prepared.leaving:
             self._release_old_model()  # before the workers that left may retire
+        n = self.step - prepared.at_step
         self._moved(
             prepared.leaving, prepared.joined, at_step=self.step,
             seconds=time.perf_counter() - t0, live=True, rows_moved=prepared.rows_moved,
-            prepare_seconds=t0 - prepared.started,
-            steps_while_preparing=self.step - prepared.at_step,
+            prepare_seconds=t0 - prepared.started, steps_while_preparing=n,
+            slowdown_seconds=self._slowdown(n),
         )  # fmt: skip
+
+    def _slowdown(self, n: int) -> float:
+        """How much longer the last ``n`` steps took than the median step before them."""
+        if n <= 0 or len(self.history) <= n:
+            return 0.0
+        before = [s["seconds"] for s in self.history[-n - STEPS_PER_CALL : -n]]
+        during = sum(s["seconds"] for s in self.history[-n:])
+        return max(0.0, during - n * statistics.median(before))
 
     def _release_old_model(self) -> None:
         if self._old_model:

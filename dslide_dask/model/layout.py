@@ -8,6 +8,7 @@ evenly, whatever order the label ids come in.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -103,14 +104,9 @@ class ShardLayout:
 
     def sources(self, shard: int, old: ShardLayout) -> list[tuple[int, np.ndarray, np.ndarray]]:
         """Where ``shard`` of this layout finds its neurons in an ``old`` layout: for each
-        old shard holding some, ``(old shard, local rows here, local rows there)``."""
-        mine = self.global_ids(shard, np.arange(self.size(shard)))
-        owners = old.owner(mine)
-        out = []
-        for j in np.unique(owners):
-            here = np.flatnonzero(owners == j)
-            out.append((int(j), here, old.to_local(mine[here])))
-        return out
+        old shard holding some, ``(old shard, local rows here, local rows there)``
+        (read-only arrays, kept for the next call: a move asks for them several times)."""
+        return _sources(self, shard, old)
 
     @property
     def n_shards(self) -> int:
@@ -137,6 +133,19 @@ class ShardLayout:
         period = len(self._pattern)
         full, rest = divmod(self.n_neurons, period)
         return int(full * self._counts[shard] + (self._pattern[:rest] == shard).sum())
+
+
+@functools.lru_cache(maxsize=16)
+def _sources(new: ShardLayout, shard: int, old: ShardLayout) -> list:
+    mine = new.global_ids(shard, np.arange(new.size(shard)))
+    owners = old.owner(mine)
+    out = []
+    for j in np.unique(owners):
+        here = np.flatnonzero(owners == j)
+        there = old.to_local(mine[here])
+        here.flags.writeable = there.flags.writeable = False
+        out.append((int(j), here, there))
+    return out
 
 
 #: Pattern slots per shard a re-balanced layout aims at (its shares' resolution).

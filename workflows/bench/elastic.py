@@ -3,12 +3,14 @@
 Both runs train the same passes over the same prefix of a preset (default amazon-670k)
 on a LocalCluster that starts with ``--workers`` worker processes. In the second,
 ``--join`` more are started when step ``--at-step`` is recorded (the run waits until they
-are up); the trainer re-balances the model onto them at its next step boundary if the
-move pays. Reported: the move (seconds; live, worker to worker, or through a checkpoint;
-the output rows and bytes that changed worker), the median step time before it and the
-move in steps of that time, whether every step was recorded exactly once, and samples/s
-and P@k of both runs. On a machine with fewer cores than workers, more workers do not
-make steps faster: the policy's price of a join assumes each worker brings its own.
+are up); the trainer starts moving the model onto them at its next step boundary if the
+move pays. Reported: how long the move was prepared while training went on and how much
+slower those steps were; how long training stopped for the switch, in steps of the median
+step time before the join; whether it went worker to worker or through a checkpoint; the
+output rows and bytes that changed worker; whether every step was recorded exactly once;
+samples/s and P@k of both runs. On a machine with fewer cores than workers, more workers
+do not make steps faster, and preparing a move slows the steps: the policy prices a join
+by what the last move cost (see docs/elastic.md).
 """
 
 from __future__ import annotations
@@ -110,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
                 for a, b in ((m["at_step"] - m["steps_while_preparing"], m["at_step"])
                              for m in moves)
             ],  # fmt: skip
+            "first_step_ms_after": [1e3 * history[m["at_step"]]["seconds"] for m in moves
+                                    if m["at_step"] < len(history)],  # fmt: skip
             "moves": moves,
             **scores,
         })  # fmt: skip
@@ -151,8 +155,16 @@ def format_report(rows: list[dict]) -> str:
             f"{1e3 * step_s:.0f} ms; {m['rows_moved']:,} output rows "
             f"({m['bytes_moved'] / 1e6:.0f} MB) changed worker"
         )
+        lines.append(
+            f"what the move cost the run: {m['seconds'] + m['slowdown_seconds']:.2f} s "
+            f"(the pause, and {m['slowdown_seconds']:.2f} s of slower steps while preparing) "
+            f"= {(m['seconds'] + m['slowdown_seconds']) / step_s:.1f} steps"
+        )
     if not rows[-1]["moves"]:
         lines.append("no move: the join did not pay (see docs/elastic.md)")
     if len(rows) == 2:
         lines.append(f"P@1 difference: {rows[1]['P@1'] - rows[0]['P@1']:+.4f}")
+    if rows[-1]["first_step_ms_after"]:
+        lines.append(f"first step after the move: {rows[-1]['first_step_ms_after'][0]:.0f} ms "
+                     f"(the pipeline starts again)")  # fmt: skip
     return "\n".join(lines)
