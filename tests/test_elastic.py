@@ -286,15 +286,22 @@ def test_chaos_short_joins_retirements_and_kills(tiny, tmp_path):
     assert not [p for p in pids if psutil.pid_exists(p)]  # no worker left behind
 
 
-def _by_neuron(trainer) -> tuple[np.ndarray, np.ndarray]:
-    """The output layer's weights and biases in global neuron order, from every shard."""
+def _weights(trainer) -> list[np.ndarray]:
+    """Every weight of the model, the output layer's in global neuron order (whatever
+    the shards): what a move must carry over bit for bit."""
     layout = trainer.placement.layout
     W = np.zeros((layout.n_neurons, CFG.hidden[-1]), np.float32)
     bias = np.zeros(layout.n_neurons, np.float32)
     for s, (W_s, bias_s) in enumerate(trainer.shard_weights()):
         rows = layout.global_ids(s, np.arange(len(W_s)))
         W[rows], bias[rows] = W_s, bias_s
-    return W, bias
+    return [W, bias, *trainer.hidden_weights()]
+
+
+def _assert_same(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
 
 
 @pytest.mark.timeout(240)
@@ -319,8 +326,7 @@ def test_a_live_rebalance_moves_every_row_worker_to_worker_unchanged(
         ) as trainer,
     ):
         trainer.train(train, Stream(BATCH, epochs=1))
-        W, bias = _by_neuron(trainer)
-        hidden = trainer.hidden_weights()
+        before = _weights(trainer)
         old = trainer.placement
         assert old.hidden_units == split[0]
         assert trainer.rebalance() is None  # no new worker: nothing to do
@@ -334,11 +340,7 @@ def test_a_live_rebalance_moves_every_row_worker_to_worker_unchanged(
         joined_rows = new.layout.size(2)
         assert move.rows_moved == joined_rows  # only the joiner's rows travel
         assert joined_rows == pytest.approx(train.n_labels / 3, rel=0.1)
-        W_after, bias_after = _by_neuron(trainer)
-        np.testing.assert_array_equal(W_after, W)
-        np.testing.assert_array_equal(bias_after, bias)
-        for got, want in zip(trainer.hidden_weights(), hidden, strict=True):
-            np.testing.assert_array_equal(got, want)
+        _assert_same(_weights(trainer), before)
         assert {i["steps"] for i in trainer.shard_info()} == {40}
         history = trainer.train(train, Stream(BATCH, epochs=2))
         assert [r["step"] for r in history] == list(range(41, 121))
@@ -362,15 +364,10 @@ def test_a_move_prepared_while_the_model_trains_on_takes_its_state_at_the_switch
         assert trainer.rebalance(wait=False) is None  # prepared, not switched to
         trainer.train(train, Stream(BATCH, epochs=1))  # steps 41-80 on the old model
         assert len(trainer.placement.workers) == 2
-        W, bias = _by_neuron(trainer)
-        hidden = trainer.hidden_weights()
+        before = _weights(trainer)
         move = trainer.rebalance()
         assert move.live and move.workers == 3 and (move.began_at, move.at_step) == (40, 80)
-        W_after, bias_after = _by_neuron(trainer)
-        np.testing.assert_array_equal(W_after, W)
-        np.testing.assert_array_equal(bias_after, bias)
-        for got, want in zip(trainer.hidden_weights(), hidden, strict=True):
-            np.testing.assert_array_equal(got, want)
+        _assert_same(_weights(trainer), before)
         assert {i["steps"] for i in trainer.shard_info()} == {80}
         history = trainer.train(train, Stream(BATCH, epochs=1))
         assert [r["step"] for r in history] == list(range(81, 121))
