@@ -32,10 +32,11 @@ def cluster(n_workers: int) -> LocalCluster:
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("victim", [0, 1], ids=["coordinator+shard0", "shard1"])
-def test_a_worker_killed_mid_run_is_survived(tiny, tmp_path, victim):
+def test_a_worker_killed_mid_run_is_survived(tiny, tmp_path, victim, capfd):
     """SIGKILL the worker of a shard while steps are running: the trainer notices, places
     the model again (the nanny brings up a replacement worker), restores the latest
-    checkpoint and finishes, redoing at most one checkpoint interval."""
+    checkpoint and finishes, redoing at most one checkpoint interval; no traceback of
+    calls that died with the worker is logged on the client."""
     train, test = tiny
     policy = CheckpointPolicy(str(tmp_path), every_steps=EVERY)
     with cluster(2) as lc, Client(lc) as client:
@@ -74,6 +75,8 @@ def test_a_worker_killed_mid_run_is_survived(tiny, tmp_path, victim):
             p1 = trainer.evaluate(test)["P@1"]
     assert p1 > 0.3
     assert abs(p1 - p1_clean) < 0.08, (p1, p1_clean)
+    err = capfd.readouterr().err  # the client's log and its workers'
+    assert "Traceback" not in err, err[err.index("Traceback") - 500 :][:3000]
 
 
 @pytest.mark.timeout(240)

@@ -36,7 +36,7 @@ from dslide_dask.distributed.live_metrics.events import publish
 from dslide_dask.distributed.queries import AnswersQueries
 from dslide_dask.distributed.shard_actor import InProcess, ShardActor
 from dslide_dask.distributed.specs import CoordinatorSpec
-from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
+from dslide_dask.distributed.worker_process import prepare_worker_process
 from dslide_dask.metrics import TrainingLabels
 from dslide_dask.model.hidden import HiddenLayers
 from dslide_dask.model.layout import ShardLayout
@@ -44,7 +44,6 @@ from dslide_dask.model.network import check_finite, step_stats
 from dslide_dask.model.optimizer import scheduled_lr
 from dslide_dask.model.wide_shard import combine_partials
 from dslide_dask.model.wire import pack, payload_bytes, sum_unpacked
-from dslide_dask.omp import passive_wait
 
 #: The one thread of a worker process that runs the coordinators' and their local shards'
 #: kernels, one call at a time (its thread starts with the first call).
@@ -59,8 +58,7 @@ class Coordinator(TakesGraphSteps, AnswersQueries):
                  units: list[UnitsPiece] | None = None) -> None:  # fmt: skip
         """``state``, ``pieces`` (shard 0's rows), ``units`` (the hidden stack's, or shard
         0's slice's): a live model handed over (:mod:`.handover`)."""
-        raise_malloc_thresholds()
-        passive_wait()
+        prepare_worker_process()
         self.cfg = spec.cfg
         self.n_threads = spec.n_threads
         numba.set_num_threads(spec.n_threads)

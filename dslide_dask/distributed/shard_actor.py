@@ -14,12 +14,11 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.distributed.handover import RowsPiece, UnitsPiece, take_rows, take_units
 from dslide_dask.distributed.registry import register
 from dslide_dask.distributed.specs import ShardSpec
-from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
+from dslide_dask.distributed.worker_process import prepare_worker_process
 from dslide_dask.model.hidden import HiddenLayers
 from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.wide_shard import ActiveSets, SoftmaxPartials, WideShard
 from dslide_dask.model.wire import Packed, pack, unpack
-from dslide_dask.omp import passive_wait
 
 
 class ShardActor:
@@ -38,8 +37,7 @@ class ShardActor:
         self, spec: ShardSpec, pieces: dict[int, RowsPiece] | None = None,
         units: list[UnitsPiece] | None = None,
     ) -> None:  # fmt: skip
-        raise_malloc_thresholds()
-        passive_wait()
+        prepare_worker_process()
         self.n_threads = spec.n_threads
         self.wire_dtype = spec.wire_dtype
         numba.set_num_threads(spec.n_threads)

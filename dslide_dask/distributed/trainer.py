@@ -23,7 +23,11 @@ from dslide_dask.distributed.elastic import (
     Move,
     last_event,
 )
-from dslide_dask.distributed.errors import POLL_SECONDS, ShardLostError
+from dslide_dask.distributed.errors import (
+    POLL_SECONDS,
+    ShardLostError,
+    quiet_calls_of_released_actors,
+)
 from dslide_dask.distributed.handover import Handover, HandoverPieces
 from dslide_dask.distributed.placement import Placement, place_shards
 from dslide_dask.distributed.rebalance import FollowsTheCluster, Launch
@@ -92,6 +96,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
         self.replace_wait = replace_wait
         self.name = name or f"dslide-{uuid.uuid4().hex[:8]}"
         live_metrics.install(client)
+        quiet_calls_of_released_actors()
         self.recoveries: list[Recovery] = []
         self.elastic = elastic
         self.moves: list[Move] = []
