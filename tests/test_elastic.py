@@ -375,6 +375,32 @@ def test_a_move_prepared_while_the_model_trains_on_takes_its_state_at_the_switch
 
 
 @pytest.mark.timeout(240)
+def test_a_worker_asked_to_leave_while_a_move_is_prepared_leaves_after_it(tiny):
+    """A request to leave that comes while a join is being prepared is not swallowed by
+    the switch: the worker's rows are handed off at a boundary after it, and it goes."""
+    train, _ = tiny
+    with (
+        cluster(2) as lc,
+        Client(lc) as client,
+        DistributedTrainer(client, CFG, train.n_features, train.n_labels) as trainer,
+    ):
+        trainer.train(train, Stream(BATCH, epochs=1))
+        leaving = trainer.placement.workers[1]
+        lc.scale(3)
+        client.wait_for_workers(3)
+        assert trainer.rebalance(wait=False) is None  # prepared, not switched to
+        assert client.retire_workers([leaving]) == {}  # refused: it holds actors
+        join = trainer.rebalance()  # the switch
+        assert join.workers == 3 and join.leaving == () and join.at_step == 40
+        history = trainer.train(train, Stream(BATCH, epochs=2))
+        assert trainer.moves[-1].leaving == (leaving,)  # asked before the switch
+        assert trainer.moves[-1].workers == 2 and len(trainer.moves) == 2
+        assert leaving not in trainer.placement.workers
+        assert leaving not in client.scheduler_info(n_workers=-1)["workers"]  # retired
+        assert [r["step"] for r in history] == list(range(41, 121))
+
+
+@pytest.mark.timeout(240)
 def test_a_worker_the_rest_cannot_replace_stays_and_the_run_goes_on(tiny, tmp_path):
     """If the workers that would stay cannot hold the model (the plan says so), a worker
     asked to leave is not let go: the run trains on with the model where it is."""

@@ -31,7 +31,6 @@ from dslide_dask.distributed.elastic import (
     STEPS_PER_CALL,
     Move,
     join_pays,
-    last_event,
     retire_requests,
 )
 from dslide_dask.distributed.errors import POLL_SECONDS, ShardLostError
@@ -61,6 +60,7 @@ class PreparedMove:
     at_step: int  #: when the copy it is built from was taken
     started: float  #: ``time.perf_counter()`` then
     rows_moved: int  #: output rows whose worker changes
+    events_seen: float  #: the newest leave request read when the move was decided
 
 
 class FollowsTheCluster:
@@ -90,14 +90,16 @@ class FollowsTheCluster:
                 self._switch()  # the new coordinator goes on with the old one's data
             return None
         leaving: set[str] = set()
+        seen = self._events_seen
         if self.elastic.leave:
             events = [*self.client.get_events("all"), *self.client.get_events(LEAVE_TOPIC)]
-            leaving = retire_requests(events, self._events_seen) & model
+            leaving = retire_requests(events, seen) & model
+            seen = max((t for t, _ in events), default=seen)
         workers = alive - self._left
         joined = workers - model - self._unused - leaving
         if not leaving and not (joined and self._join_pays(stream, n_points, len(joined))):
             return None
-        return self._move(leaving, joined)
+        return self._move(leaving, joined, seen)
 
     def rebalance(self, wait: bool = True) -> Move | None:
         """Between training calls: move the model onto the workers there are now (those
@@ -110,7 +112,7 @@ class FollowsTheCluster:
             if not joined:
                 return None
             moves = len(self.moves)
-            self._move(set(), joined)
+            self._move(set(), joined, self._events_seen)
             if len(self.moves) > moves:  # moved through a checkpoint
                 return self.moves[-1]
         if self._prepared is None or not wait or not self._await_prepared():
@@ -138,8 +140,9 @@ class FollowsTheCluster:
             move_seconds=move_seconds,
         )  # fmt: skip
 
-    def _move(self, leaving: set[str], joined: set[str]) -> tuple[int, int] | None:
-        """Re-balance the model over the workers there are, less ``leaving``: start
+    def _move(self, leaving: set[str], joined: set[str], seen: float) -> tuple[int, int] | None:
+        """Re-balance the model over the workers there are, less ``leaving`` (asked to
+        leave by the requests up to ``seen``; later ones are read after the move): start
         preparing a live move (:attr:`_prepared`) when every worker can hold its old and
         new parts at once, else move through a checkpoint now. The data position to go on
         from if the model moved now; None otherwise, and if it cannot move: the workers
@@ -163,14 +166,14 @@ class FollowsTheCluster:
             handover = Handover(self._model_id, old.layout, old.workers, old.hidden_units)
             self._prepared = PreparedMove(
                 self._launch(None, new, handover), handover, frozenset(leaving),
-                frozenset(joined), at_step, t0, crossing,
+                frozenset(joined), at_step, t0, crossing, seen,
             )  # fmt: skip
             return None
         url = self._wait(self.coordinator.save_checkpoint(self.policy.store()))
         meta = open_checkpoint(url, self.policy.storage_options).meta
         self.close()
         self._start(url, new)  # on the workers that stay, before any of them may go
-        self._moved(leaving, joined, at_step=at_step, seconds=time.perf_counter() - t0,
+        self._moved(leaving, joined, seen, at_step=at_step, seconds=time.perf_counter() - t0,
                     live=False, rows_moved=crossing)  # fmt: skip
         return meta["position"]["epoch"], meta["position"]["batch"]
 
@@ -227,7 +230,7 @@ class FollowsTheCluster:
             self._release_old_model()  # before the workers that left may retire
         n = self.step - prepared.at_step
         self._moved(
-            prepared.leaving, prepared.joined, at_step=self.step,
+            prepared.leaving, prepared.joined, prepared.events_seen, at_step=self.step,
             seconds=time.perf_counter() - t0, live=True, rows_moved=prepared.rows_moved,
             prepare_seconds=t0 - prepared.started, steps_while_preparing=n,
             slowdown_seconds=self._slowdown(n),
@@ -254,11 +257,12 @@ class FollowsTheCluster:
             self._left -= prepared.leaving
             self._release(list(prepared.launch.futures))
 
-    def _moved(self, leaving, joined, *, rows_moved: int, **how) -> None:
-        """Retire the workers that left, and record the move."""
+    def _moved(self, leaving, joined, seen: float, *, rows_moved: int, **how) -> None:
+        """Retire the workers that left, and record the move. Requests to leave after
+        ``seen`` (while the move was prepared) are read at the next boundary."""
         if leaving:
             self._retire(set(leaving))
-        self._events_seen = last_event(self.client)
+        self._events_seen = seen
         self.moves.append(Move(
             leaving=tuple(sorted(leaving)), joined=tuple(sorted(joined)),
             workers=len(self.placement.workers), rows_moved=rows_moved,
