@@ -105,8 +105,8 @@ class FollowsTheCluster:
         """Between training calls: move the model onto the workers there are now (those
         that joined included), worker to worker; the move, or None if there was nothing to
         do (or no room to move live and no checkpoint store). ``wait=False``: only start
-        preparing it; training calls switch to it once it stands (or a later call of this
-        finishes it)."""
+        preparing it; training calls switch to it once it stands if the trainer follows
+        the cluster (``elastic``), and a later call of this finishes it in any case."""
         if self._prepared is None:
             joined = set(self._workers()) - set(self.placement.workers)
             if not joined:
