@@ -400,6 +400,44 @@ def test_a_worker_asked_to_leave_while_a_move_is_prepared_leaves_after_it(tiny):
         assert [r["step"] for r in history] == list(range(41, 121))
 
 
+def _no_room_for_a_shard_here() -> None:
+    """In a worker process: building a shard fails, as on a node without room for it."""
+    from dslide_dask.distributed import shard_actor
+
+    def no_room(*args, **kwargs):
+        raise MemoryError("no room for a shard here")
+
+    shard_actor.WideShard = no_room
+
+
+@pytest.mark.timeout(240)
+def test_a_joined_worker_the_model_cannot_be_built_on_is_left_out(tiny):
+    """A join whose new model fails to build costs the run neither its model nor a
+    restore: a warning says what failed, training goes on where it was, and the worker
+    is not tried again."""
+    train, _ = tiny
+    with (
+        cluster(2) as lc,
+        Client(lc) as client,
+        DistributedTrainer(client, CFG, train.n_features, train.n_labels) as trainer,
+    ):
+        trainer.train(train, Stream(BATCH, epochs=1))
+        old = trainer.placement.workers
+        lc.scale(3)
+        client.wait_for_workers(3)
+        (joined,) = set(client.scheduler_info(n_workers=-1)["workers"]) - set(old)
+        client.run(_no_room_for_a_shard_here, workers=[joined])
+        match = r"could not build the model on 3 workers \(MemoryError: no room for a shard"
+        with pytest.warns(RuntimeWarning, match=match):
+            assert trainer.rebalance() is None
+        assert trainer.placement.workers == old
+        history = trainer.train(train, Stream(BATCH, epochs=1))
+        assert trainer.rebalance() is None  # nothing left to join
+        assert trainer.placement.workers == old
+        assert trainer.moves == [] and trainer.recoveries == []
+        assert [r["step"] for r in history] == list(range(41, 81))
+
+
 @pytest.mark.timeout(240)
 def test_a_worker_the_rest_cannot_replace_stays_and_the_run_goes_on(tiny, tmp_path):
     """If the workers that would stay cannot hold the model (the plan says so), a worker

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from dataclasses import dataclass
 
 from distributed import wait
@@ -70,6 +71,7 @@ class FollowsTheCluster:
     _prepared: PreparedMove | None = None
     _old_model: list = []  #: the actors of the model switched from, until released
     _moving_to: Placement | None = None  #: the new model's, while it takes the old one's parts
+    _unfit: frozenset[str] = frozenset()  #: joined workers a new model could not be built on
 
     def _follow_the_cluster(
         self, stream: Stream, n_points: int | None, finish: bool = False
@@ -96,7 +98,7 @@ class FollowsTheCluster:
             leaving = retire_requests(events, seen) & model
             seen = max((t for t, _ in events), default=seen)
         workers = alive - self._left
-        joined = workers - model - self._unused - leaving
+        joined = workers - model - self._unused - self._unfit - leaving
         if not leaving and not (joined and self._join_pays(stream, n_points, len(joined))):
             return None
         return self._move(leaving, joined, seen)
@@ -179,15 +181,35 @@ class FollowsTheCluster:
 
     def _prepared_stands(self, alive: set[str]) -> bool:
         """Whether every actor of the prepared model stands. A prepared model that lost a
-        worker is dropped (a later boundary may move again); one that failed raises."""
+        worker is dropped (a later boundary may move again), and so is one that could not
+        be built (:meth:`_unbuilt`)."""
         futures = self._prepared.launch.futures
         if not set(self._prepared.launch.placement.workers) <= alive:
             self._drop_prepared()
             return False
         if failed := [f for f in futures if f.status == "error"]:
+            prepared, error = self._prepared, failed[0].exception()  # before the release
             self._drop_prepared()
-            failed[0].result()
+            self._unbuilt(prepared, error)
+            return False
         return all(f.done() for f in futures)
+
+    def _unbuilt(self, prepared: PreparedMove, error: BaseException) -> None:
+        """A new model failed to build (a joined node without room or with a broken
+        environment): the run goes on with the model it has, rather than stopping or
+        going back to a checkpoint. The workers that joined for it are not tried again;
+        workers asked to leave stay, as when the others cannot hold the model (a new
+        request tries again)."""
+        self._unfit = self._unfit | prepared.joined
+        self._events_seen = max(self._events_seen, prepared.events_seen)
+        warnings.warn(
+            f"could not build the model on {len(prepared.launch.placement.workers)} workers "
+            f"({type(error).__name__}: {error}); training goes on on the "
+            f"{len(self.placement.workers)} it has"
+            + (f", without {', '.join(sorted(prepared.joined))}" if prepared.joined else "")
+            + (f"; {', '.join(sorted(prepared.leaving))} stay" if prepared.leaving else ""),
+            RuntimeWarning, stacklevel=2,
+        )  # fmt: skip
 
     def _await_prepared(self) -> bool:
         """Wait until the prepared model stands (True) or is dropped (False); raises if a

@@ -116,9 +116,10 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
         self._start(restore)
 
     def _workers(self) -> dict[str, dict]:
-        """The scheduler's view of the workers the model may use."""
+        """The scheduler's view of the workers the model may use: not those that left, nor
+        those a model could not be built on."""
         workers = self.client.scheduler_info(n_workers=-1)["workers"]
-        return {a: w for a, w in workers.items() if a not in self._left}
+        return {a: w for a, w in workers.items() if a not in self._left | self._unfit}
 
     def _place(self, workers: dict[str, dict], previous: Placement | None = None) -> Placement:
         n_shards = self.n_shards_asked
