@@ -400,6 +400,32 @@ def test_a_worker_asked_to_leave_while_a_move_is_prepared_leaves_after_it(tiny):
         assert [r["step"] for r in history] == list(range(41, 121))
 
 
+@pytest.mark.timeout(240)
+def test_a_leave_asked_while_a_join_is_prepared_does_not_wait_for_it(tiny):
+    """Training drops a prepared join that would keep a worker asked to leave, and moves
+    once, off that worker and onto the one that joined."""
+    train, _ = tiny
+    with (
+        cluster(2) as lc,
+        Client(lc) as client,
+        DistributedTrainer(client, CFG, train.n_features, train.n_labels) as trainer,
+    ):
+        trainer.train(train, Stream(BATCH, epochs=1))
+        leaving = trainer.placement.workers[1]
+        lc.scale(3)
+        client.wait_for_workers(3)
+        workers = set(client.scheduler_info(n_workers=-1)["workers"])
+        (joined,) = workers - set(trainer.placement.workers)
+        assert trainer.rebalance(wait=False) is None  # a join prepared
+        assert client.retire_workers([leaving]) == {}
+        history = trainer.train(train, Stream(BATCH, epochs=2))
+        (move,) = trainer.moves
+        assert (move.leaving, move.joined, move.workers) == ((leaving,), (joined,), 2)
+        assert move.began_at == 50  # the first boundary: the join was dropped for it
+        assert leaving not in client.scheduler_info(n_workers=-1)["workers"]  # retired
+        assert [r["step"] for r in history] == list(range(41, 121))
+
+
 def _no_room_for_a_shard_here() -> None:
     """In a worker process: building a shard fails, as on a node without room for it."""
     from dslide_dask.distributed import shard_actor

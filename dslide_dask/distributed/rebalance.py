@@ -77,9 +77,10 @@ class FollowsTheCluster:
         self, stream: Stream, n_points: int | None, finish: bool = False
     ) -> tuple[int, int] | None:
         """At a step boundary: switch to a prepared model once it stands (``finish``: wait
-        for it; the data has run out); else start moving the model off workers asked to
-        leave, or onto workers that joined when that pays. The data position to go on
-        from if the model was restarted from a checkpoint."""
+        for it; the data has run out), unless a worker it would keep was asked to leave
+        meanwhile (then it is dropped: a leave does not wait for a join); else start moving
+        the model off workers asked to leave, or onto workers that joined when that pays.
+        The data position to go on from if the model was restarted from a checkpoint."""
         self._release_old_model()
         if self.elastic is None:
             return None
@@ -87,16 +88,18 @@ class FollowsTheCluster:
         model = set(self.placement.workers)
         if not model <= alive:
             return None  # a lost worker: the next call fails and the model is restored
-        if self._prepared is not None:
-            if self._await_prepared() if finish else self._prepared_stands(alive):
-                self._switch()  # the new coordinator goes on with the old one's data
-            return None
         leaving: set[str] = set()
         seen = self._events_seen
         if self.elastic.leave:
             events = [*self.client.get_events("all"), *self.client.get_events(LEAVE_TOPIC)]
             leaving = retire_requests(events, seen) & model
             seen = max((t for t, _ in events), default=seen)
+        if self._prepared is not None:
+            if leaving <= self._prepared.leaving:
+                if self._await_prepared() if finish else self._prepared_stands(alive):
+                    self._switch()  # the new coordinator goes on with the old one's data
+                return None
+            self._drop_prepared()  # and move with the workers that must go, below
         workers = alive - self._left
         joined = workers - model - self._unused - self._unfit - leaving
         if not leaving and not (joined and self._join_pays(stream, n_points, len(joined))):
