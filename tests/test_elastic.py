@@ -2,6 +2,7 @@
 hands its rows off at the next step boundary (no step redone) and is retired; a worker
 that joins is used when the move pays."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -374,20 +375,30 @@ def test_a_move_prepared_while_the_model_trains_on_takes_its_state_at_the_switch
         assert trainer.evaluate(test)["P@1"] > 0.3
 
 
-@pytest.mark.timeout(240)
-def test_a_worker_asked_to_leave_while_a_move_is_prepared_leaves_after_it(tiny):
-    """A request to leave that comes while a join is being prepared is not swallowed by
-    the switch: the worker's rows are handed off at a boundary after it, and it goes."""
-    train, _ = tiny
+@contextlib.contextmanager
+def _trained_then_joined(train):
+    """A trainer that took 40 steps on 2 workers, with a third just joined: ``(client,
+    trainer, the joined worker)``."""
     with (
         cluster(2) as lc,
         Client(lc) as client,
         DistributedTrainer(client, CFG, train.n_features, train.n_labels) as trainer,
     ):
         trainer.train(train, Stream(BATCH, epochs=1))
-        leaving = trainer.placement.workers[1]
+        before = set(trainer.placement.workers)
         lc.scale(3)
         client.wait_for_workers(3)
+        (joined,) = set(client.scheduler_info(n_workers=-1)["workers"]) - before
+        yield client, trainer, joined
+
+
+@pytest.mark.timeout(240)
+def test_a_worker_asked_to_leave_while_a_move_is_prepared_leaves_after_it(tiny):
+    """A request to leave that comes while a join is being prepared is not swallowed by
+    the switch: the worker's rows are handed off at a boundary after it, and it goes."""
+    train, _ = tiny
+    with _trained_then_joined(train) as (client, trainer, _):
+        leaving = trainer.placement.workers[1]
         assert trainer.rebalance(wait=False) is None  # prepared, not switched to
         assert client.retire_workers([leaving]) == {}  # refused: it holds actors
         join = trainer.rebalance()  # the switch
@@ -405,17 +416,8 @@ def test_a_leave_asked_while_a_join_is_prepared_does_not_wait_for_it(tiny):
     """Training drops a prepared join that would keep a worker asked to leave, and moves
     once, off that worker and onto the one that joined."""
     train, _ = tiny
-    with (
-        cluster(2) as lc,
-        Client(lc) as client,
-        DistributedTrainer(client, CFG, train.n_features, train.n_labels) as trainer,
-    ):
-        trainer.train(train, Stream(BATCH, epochs=1))
+    with _trained_then_joined(train) as (client, trainer, joined):
         leaving = trainer.placement.workers[1]
-        lc.scale(3)
-        client.wait_for_workers(3)
-        workers = set(client.scheduler_info(n_workers=-1)["workers"])
-        (joined,) = workers - set(trainer.placement.workers)
         assert trainer.rebalance(wait=False) is None  # a join prepared
         assert client.retire_workers([leaving]) == {}
         history = trainer.train(train, Stream(BATCH, epochs=2))
@@ -442,16 +444,8 @@ def test_a_joined_worker_the_model_cannot_be_built_on_is_left_out(tiny):
     restore: a warning says what failed, training goes on where it was, and the worker
     is not tried again."""
     train, _ = tiny
-    with (
-        cluster(2) as lc,
-        Client(lc) as client,
-        DistributedTrainer(client, CFG, train.n_features, train.n_labels) as trainer,
-    ):
-        trainer.train(train, Stream(BATCH, epochs=1))
+    with _trained_then_joined(train) as (client, trainer, joined):
         old = trainer.placement.workers
-        lc.scale(3)
-        client.wait_for_workers(3)
-        (joined,) = set(client.scheduler_info(n_workers=-1)["workers"]) - set(old)
         client.run(_no_room_for_a_shard_here, workers=[joined])
         match = r"could not build the model on 3 workers \(MemoryError: no room for a shard"
         with pytest.warns(RuntimeWarning, match=match):

@@ -100,8 +100,8 @@ class FollowsTheCluster:
                     self._switch()  # the new coordinator goes on with the old one's data
                 return None
             self._drop_prepared()  # and move with the workers that must go, below
-        workers = alive - self._left
-        joined = workers - model - self._unused - self._unfit - leaving
+        workers = alive - self._left - self._unfit  # as _workers() sees them
+        joined = workers - model - self._unused - leaving
         if not leaving and not (joined and self._join_pays(stream, n_points, len(joined))):
             return None
         return self._move(leaving, joined, seen)
