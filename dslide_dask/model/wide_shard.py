@@ -243,12 +243,14 @@ class WideShard:
         offsets, entry_pos, entry_vec, touched = groups
         todo = np.arange(self.n_local) if cfg.optimizer == "dense-adam" else touched
         grad_h = np.zeros_like(h)
+        lr, salt = scheduled_lr(cfg, self.step, cfg.output_lr), self.seed + self.step
         adam.adam_grouped(
-            offsets, entry_pos, entry_vec, todo, logits.ravel(), h,
-            self.W, self.W_m, self.W_v, self.bias, self.bias_m, self.bias_v, self.W_n,
-            scheduled_lr(cfg, self.step, cfg.output_lr), cfg.beta1, cfg.beta2, cfg.eps, grad_h,
-            self.seed + self.step,
+            offsets, entry_pos, entry_vec, todo, logits.ravel(), h, self.W, self.W_m,
+            self.W_v, self.bias, self.bias_m, self.bias_v, self.W_n, lr, cfg.beta1, cfg.beta2,
+            cfg.eps, grad_h, salt,
         )  # fmt: skip
+        #: what the update read, for a replica of some rows (:mod:`.mirror`) to replay it
+        self.last_update = (self.step, groups, logits.ravel(), h, lr, salt)
         if keep is not None:
             grad_h *= keep
         rebuild, redraw = self.schedule.due(self.step)
