@@ -33,6 +33,7 @@ from dslide_dask.distributed.graph_step import TakesGraphSteps
 from dslide_dask.distributed.handover import CoordinatorState, RowsPiece, UnitsPiece, take_units
 from dslide_dask.distributed.hidden_stack import LocalHidden, SplitHidden
 from dslide_dask.distributed.live_metrics.events import publish
+from dslide_dask.distributed.mirroring import MirrorsRows
 from dslide_dask.distributed.queries import AnswersQueries
 from dslide_dask.distributed.shard_actor import InProcess, ShardActor
 from dslide_dask.distributed.specs import CoordinatorSpec
@@ -50,7 +51,7 @@ from dslide_dask.model.wire import pack, payload_bytes, sum_unpacked
 KERNEL_THREAD = ThreadPoolExecutor(1, thread_name_prefix="dslide-kernels")
 
 
-class Coordinator(TakesGraphSteps, AnswersQueries):
+class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows):
     """Runs the training loop of one model whose shards are other actors."""
 
     def __init__(self, spec: CoordinatorSpec, state: CoordinatorState | None = None,

@@ -43,6 +43,8 @@ class Handover:
     layout: ShardLayout
     workers: tuple[str, ...]  #: the worker of each old shard (shard 0: the coordinator's)
     hidden_units: tuple[tuple[int, int], ...] = ()  #: the old split of the hidden layer
+    #: the old shards stream the rows (:mod:`.mirroring`): no rows are copied here
+    mirrored: bool = False
 
 
 @dataclass
@@ -238,6 +240,8 @@ class HandoverPieces:
 
     def _rows(self, s: int) -> tuple:
         old = self.handover
+        if old.mirrored:
+            return ({},)
         donors = [j for j, _, _ in self.layout.sources(s, old.layout)]
         return ({
             j: LocalRows(old.model_id) if old.workers[j] == self.workers[s] else self.client.submit(

@@ -3,14 +3,20 @@ workers asked to leave (:mod:`.elastic`) and onto workers that joined, when that
 
 A live move goes in two phases, so that training stops only for the second:
 
-1. **prepare**: the new model's actors are built from a copy of the old model's parts
-   (:mod:`.handover`), taken while the old model trains on; each new shard hashes its
-   rows into its own tables, the slow part;
-2. **switch**, at the first step boundary after they all stand: training stops, the
-   old parts are copied again, as they are now, into the standing actors, and the old
-   actors go. The new tables stay: built from rows a few steps old, they are as stale as
-   tables are between two scheduled rebuilds (unless the hash functions were redrawn
-   meanwhile: then they are rebuilt).
+1. **prepare**: the new model's actors are built, with a copy of the old model's small
+   parts (:mod:`.handover`: hidden layers, counters) taken while the old model trains on.
+   Then the old shards stream their rows to the new shards while they train on: a slice
+   a step, and each step the update of the rows sent so far, which the new shards replay
+   (:mod:`.mirroring`); once a new shard has every row it hashes them into its own
+   tables, the slow part;
+2. **switch**, at the first step boundary after every new shard holds the rows as of
+   the step before or later: training stops until they hold them as of this step, the
+   small parts are copied again, as they are now, and the old actors go. The new tables
+   stay: built from rows a few steps old, they are as stale as tables are between two
+   scheduled rebuilds (and redrawn if the old shards redrew theirs).
+
+With bfloat16 moments (rounded by row index) or dense Adam, the rows are not streamed:
+they are copied with the rest at prepare and again at the switch.
 
 Without room on the workers for both models, the move goes through a checkpoint, and
 training stops throughout.
@@ -37,6 +43,7 @@ from dslide_dask.distributed.elastic import (
 from dslide_dask.distributed.errors import POLL_SECONDS, ShardLostError
 from dslide_dask.distributed.handover import Handover, HandoverPieces, rows_crossing
 from dslide_dask.distributed.memory_plan import MemoryPlanError, fits_while_moving, row_bytes
+from dslide_dask.distributed.mirroring import MirrorPlan
 from dslide_dask.distributed.placement import Placement, shard_bytes
 
 
@@ -72,6 +79,7 @@ class FollowsTheCluster:
     _old_model: list = []  #: the actors of the model switched from, until released
     _moving_to: Placement | None = None  #: the new model's, while it takes the old one's parts
     _unfit: frozenset[str] = frozenset()  #: joined workers a new model could not be built on
+    _mirroring = False  #: the old shards stream their rows to the prepared model
 
     def _follow_the_cluster(
         self, stream: Stream, n_points: int | None, finish: bool = False
@@ -99,7 +107,7 @@ class FollowsTheCluster:
                 if self._await_prepared() if finish else self._prepared_stands(alive):
                     self._switch()  # the new coordinator goes on with the old one's data
                 return None
-            self._drop_prepared()  # and move with the workers that must go, below
+            self._drop_prepared(stop_mirror=True)  # and move with the workers that must go
         workers = alive - self._left - self._unfit  # as _workers() sees them
         joined = workers - model - self._unused - leaving
         if not leaving and not (joined and self._join_pays(stream, n_points, len(joined))):
@@ -168,7 +176,8 @@ class FollowsTheCluster:
         self._left |= leaving
         crossing = rows_crossing(old, new)
         if live:
-            handover = Handover(self._model_id, old.layout, old.workers, old.hidden_units)
+            mirrored = self.cfg.optimizer == "adam" and self.cfg.moment_dtype == "float32"
+            handover = Handover(self._model_id, old.layout, old.workers, old.hidden_units, mirrored)
             self._prepared = PreparedMove(
                 self._launch(None, new, handover), handover, frozenset(leaving),
                 frozenset(joined), at_step, t0, crossing, seen,
@@ -182,20 +191,47 @@ class FollowsTheCluster:
                     live=False, rows_moved=crossing)  # fmt: skip
         return meta["position"]["epoch"], meta["position"]["batch"]
 
-    def _prepared_stands(self, alive: set[str]) -> bool:
-        """Whether every actor of the prepared model stands. A prepared model that lost a
-        worker is dropped (a later boundary may move again), and so is one that could not
-        be built (:meth:`_unbuilt`)."""
+    def _prepared_stands(self, alive: set[str], rest: bool = False) -> bool:
+        """Whether every actor of the prepared model stands and holds the rows as of the
+        step before or later (``rest``: no step will come; as of now). A prepared model
+        that lost a worker is dropped (a later boundary may move again), and so is one
+        that could not be built (:meth:`_unbuilt`)."""
         futures = self._prepared.launch.futures
         if not set(self._prepared.launch.placement.workers) <= alive:
-            self._drop_prepared()
+            self._drop_prepared(stop_mirror=True)
             return False
         if failed := [f for f in futures if f.status == "error"]:
             prepared, error = self._prepared, failed[0].exception()  # before the release
-            self._drop_prepared()
+            self._drop_prepared(stop_mirror=True)
             self._unbuilt(prepared, error)
             return False
-        return all(f.done() for f in futures)
+        if not all(f.done() for f in futures):
+            return False
+        if not self._prepared.old.mirrored:
+            return True
+        if not self._mirroring:  # the new actors stand: the old shards start streaming
+            plan = MirrorPlan(self._prepared.launch.placement.layout,
+                              tuple(f.result() for f in futures))  # fmt: skip
+            self._wait(self.coordinator.mirror_to(plan))
+            self._mirroring = True
+        if rest:
+            self._wait(self.coordinator.mirror_rest())  # no-op once every row went
+        try:
+            return self._replicas_at(self._prepared.launch, self.step - (0 if rest else 1))
+        except RuntimeError as error:  # a new shard could not take the rows
+            prepared = self._prepared
+            self._drop_prepared(stop_mirror=True)
+            self._unbuilt(prepared, error)
+            return False
+
+    def _replicas_at(self, launch: Launch, step: int) -> bool:
+        """Whether every new shard holds the rows as of ``step`` or later; raises what a
+        new shard's taking a message raised."""
+        calls = [f.result().mirror_status() for f in launch.futures]
+        statuses = [self._wait(call) for call in calls]
+        if error := next((s.error for s in statuses if s.error), None):
+            raise RuntimeError(error)
+        return all(s.ready and s.step >= step for s in statuses)
 
     def _unbuilt(self, prepared: PreparedMove, error: BaseException) -> None:
         """A new model failed to build (a joined node without room or with a broken
@@ -224,8 +260,10 @@ class FollowsTheCluster:
                 if lost := self._lost():
                     raise ShardLostError(self._lost_message(lost)) from None
             alive = set(self.client.scheduler_info(n_workers=-1)["workers"])
-            if self._prepared_stands(alive):
+            if self._prepared_stands(alive, rest=True):
                 return True
+            if self._mirroring:
+                time.sleep(0.02)  # the new shards are taking the rows
         return False
 
     def _switch(self) -> None:
@@ -237,6 +275,8 @@ class FollowsTheCluster:
         launch = prepared.launch
         self._moving_to = launch.placement  # a lost new worker fails the waits below
         try:
+            while self._mirroring and not self._replicas_at(launch, self.step):
+                time.sleep(0.002)  # the last step's update is on its way
             if self.step > prepared.at_step:
                 pieces = HandoverPieces(
                     self.client, prepared.old, launch.placement, f"{launch.token}-switch"
@@ -249,6 +289,7 @@ class FollowsTheCluster:
             raise
         finally:
             self._moving_to = None
+            self._mirroring = False
         self._old_model = self._futures  # let go at the next boundary, not now
         self._adopt(launch)
         if prepared.leaving:
@@ -274,10 +315,14 @@ class FollowsTheCluster:
             old, self._old_model = self._old_model, []
             self._release(old)
 
-    def _drop_prepared(self) -> None:
+    def _drop_prepared(self, stop_mirror: bool = False) -> None:
         """Release a prepared model that will not be switched to; the workers it was to
-        take off are asked again (their requests stand)."""
+        take off are asked again (their requests stand). ``stop_mirror``: the old model
+        trains on, and stops streaming its rows."""
         prepared, self._prepared = self._prepared, None
+        if stop_mirror and self._mirroring:
+            self._wait(self.coordinator.mirror_to(None))
+        self._mirroring = False
         if prepared is not None:
             self._left -= prepared.leaving
             self._release(list(prepared.launch.futures))

@@ -12,11 +12,13 @@ from dslide_dask.checkpoint import Folder, open_checkpoint
 from dslide_dask.checkpoint.model import restore_hidden, restore_shard, write_hidden, write_shard
 from dslide_dask.data.csr import CSR
 from dslide_dask.distributed.handover import RowsPiece, UnitsPiece, take_rows, take_units
+from dslide_dask.distributed.mirroring import MirrorPlan, MirrorSender, MirrorStatus, ReplicaFeed
 from dslide_dask.distributed.registry import register
 from dslide_dask.distributed.specs import ShardSpec
 from dslide_dask.distributed.worker_process import prepare_worker_process
 from dslide_dask.model.hidden import HiddenLayers
 from dslide_dask.model.layout import ShardLayout
+from dslide_dask.model.mirror import MirrorMessage
 from dslide_dask.model.wide_shard import ActiveSets, SoftmaxPartials, WideShard
 from dslide_dask.model.wire import Packed, pack, unpack
 
@@ -30,7 +32,8 @@ class ShardActor:
     sharding wrote them; checkpoints are written by the shard straight to storage. With
     ``spec.handover``, ``pieces`` are its rows from the shards of a live model
     (:mod:`~dslide_dask.distributed.handover`), by old shard index, and ``units`` those of
-    the hidden layer's units it holds.
+    the hidden layer's units it holds; a mirrored handover brings no rows: the old shards
+    stream them (:mod:`~dslide_dask.distributed.mirroring`).
     """
 
     def __init__(
@@ -57,9 +60,14 @@ class ShardActor:
             if self.hidden is not None:
                 restore_hidden(ckpt, self.hidden)
         elif spec.handover is not None:
-            take_rows(self.shard, spec.handover.layout, pieces or {})
+            if not spec.handover.mirrored:
+                take_rows(self.shard, spec.handover.layout, pieces or {})
             if self.hidden is not None:
                 take_units(self.hidden, units or [])
+        self._feed: ReplicaFeed | None = None  # the old shards' rows, while they stream them
+        if spec.handover is not None and spec.handover.mirrored:
+            self._feed = ReplicaFeed(self.shard, spec.handover.layout, spec.n_threads)
+        self._mirror: MirrorSender | None = None  # where this shard streams its rows to
         self._inputs: dict[int, tuple] = {}  # a step's input and activations, for backward
         self.busy_seconds = 0.0
         self.calls = 0
@@ -72,6 +80,25 @@ class ShardActor:
             take_rows(self.shard, old, piece, rehash=False, some=True)
         else:
             take_units(self.hidden, piece, adopt=True)
+
+    def mirror_to(self, plan: MirrorPlan | None) -> None:
+        """Stream this shard's rows, and then each step's update of them, to a new
+        model's shards (None: stop)."""
+        self._mirror = None if plan is None else MirrorSender(self.shard, plan)
+
+    def mirror_rest(self) -> None:
+        """Send every row not sent yet (between steps)."""
+        if self._mirror is not None:
+            self._mirror.after_step(self.shard, rest=True)
+
+    def mirror(self, message: MirrorMessage) -> None:
+        """A message of an old shard streaming its rows here (queued: returns at once)."""
+        self._feed.put(message)
+
+    def mirror_status(self) -> MirrorStatus:
+        if self._feed is None:  # taken over, or never streamed to
+            return MirrorStatus(True, self.shard.step)
+        return self._feed.status()
 
     def forward(self, h: Packed, Y: CSR) -> SoftmaxPartials:
         with self._busy():
@@ -106,7 +133,10 @@ class ShardActor:
 
     def backward(self, lse: np.ndarray) -> Packed:
         with self._busy():
-            return pack(self.shard.backward(lse), self.wire_dtype)
+            grad_h = self.shard.backward(lse)
+            if self._mirror is not None:
+                self._mirror.after_step(self.shard)
+            return pack(grad_h, self.wire_dtype)
 
     def topk(self, h: Packed, k: int, exact: bool) -> tuple[np.ndarray, np.ndarray]:
         with self._busy():
@@ -136,7 +166,11 @@ class ShardActor:
 
     @contextmanager
     def _busy(self):
-        """Count this call's compute time; numba gets this worker's threads."""
+        """Count this call's compute time; numba gets this worker's threads. A shard that
+        was being streamed to is trained or queried from now on: its feed is done."""
+        if self._feed is not None:
+            self._feed.close()
+            self._feed = None
         numba.set_num_threads(self.n_threads)
         t0 = time.perf_counter()
         try:

@@ -99,6 +99,8 @@ class RowMirror:
             if not rest and t.sent and last is not None and last[0] == step:
                 update = _update_of(last, t.to_new)
             n = len(t.here) - t.sent if rest else min(t.per_step, len(t.here) - t.sent)
+            if rest and not n:
+                continue
             here = there = arrays = None
             if n:
                 here, there = t.here[t.sent : t.sent + n], t.there[t.sent : t.sent + n]
