@@ -12,7 +12,7 @@ import time
 import numpy as np
 import psutil
 import pytest
-from distributed import Client
+from distributed import Client, wait
 
 from dslide_dask.checkpoint import CheckpointPolicy
 from dslide_dask.data.stream import Stream
@@ -372,6 +372,41 @@ def test_a_move_prepared_while_the_model_trains_on_takes_its_state_at_the_switch
         assert {i["steps"] for i in trainer.shard_info()} == {80}
         history = trainer.train(train, Stream(BATCH, epochs=1))
         assert [r["step"] for r in history] == list(range(81, 121))
+        assert trainer.evaluate(test)["P@1"] > 0.3
+
+
+@pytest.mark.timeout(240)
+def test_rows_streamed_while_the_model_trains_on_are_as_they_are_at_the_switch(tiny):
+    """The old shards stream their rows to the new ones while training goes on (a slice
+    a step, then each step's update, replayed there); when training switches to the new
+    model mid-run, it holds every output row and the hidden layer as the old one has them
+    then, bit for bit."""
+    train, test = tiny
+    switches = []
+
+    class Recording(DistributedTrainer):
+        def _switch(self):
+            before = _weights(self)
+            super()._switch()
+            switches.append((self.step, before, _weights(self)))
+
+    with (
+        cluster(2) as lc,
+        Client(lc) as client,
+        Recording(client, CFG, train.n_features, train.n_labels) as trainer,
+    ):
+        trainer.train(train, Stream(BATCH, epochs=1))
+        lc.scale(3)
+        client.wait_for_workers(3)
+        trainer.rebalance(wait=False)
+        wait(list(trainer._prepared.launch.futures))  # streaming starts at the next boundary
+        history = trainer.train(train, Stream(BATCH, epochs=2))
+        assert [r["step"] for r in history] == list(range(41, 121))
+        ((step, before, after),) = switches
+        assert 40 < step < 120  # at a boundary mid-run, not when the data ran out
+        _assert_same(after, before)
+        (move,) = trainer.moves
+        assert move.live and move.at_step == step and move.workers == 3
         assert trainer.evaluate(test)["P@1"] > 0.3
 
 

@@ -75,8 +75,12 @@ class ReplicaFeed:
 
     def close(self) -> None:
         """Stop the thread once it has taken every message (training uses the shard next)."""
-        self.inbox.put(None)
+        self.stop()
         self.thread.join()
+
+    def stop(self) -> None:
+        """Let the thread end after the messages it has (without waiting for it)."""
+        self.inbox.put(None)
 
     def _run(self) -> None:
         numba.set_num_threads(self.n_threads)

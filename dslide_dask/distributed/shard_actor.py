@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 from contextlib import contextmanager
 
 import numba
@@ -67,6 +68,7 @@ class ShardActor:
         self._feed: ReplicaFeed | None = None  # the old shards' rows, while they stream them
         if spec.handover is not None and spec.handover.mirrored:
             self._feed = ReplicaFeed(self.shard, spec.handover.layout, spec.n_threads)
+            weakref.finalize(self, self._feed.stop)  # a dropped move's thread ends with it
         self._mirror: MirrorSender | None = None  # where this shard streams its rows to
         self._inputs: dict[int, tuple] = {}  # a step's input and activations, for backward
         self.busy_seconds = 0.0
