@@ -3,10 +3,12 @@ hands its rows off at the next step boundary (no step redone) and is retired; a 
 that joins is used when the move pays."""
 
 import contextlib
+import gc
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -491,6 +493,39 @@ def test_a_joined_worker_the_model_cannot_be_built_on_is_left_out(tiny):
         assert trainer.placement.workers == old
         assert trainer.moves == [] and trainer.recoveries == []
         assert [r["step"] for r in history] == list(range(41, 81))
+
+
+def _no_room_for_rows_here() -> None:
+    """In a worker process: a shard cannot take rows, as on a node that runs out of room."""
+    from dslide_dask.model.wide_shard import WideShard
+
+    def no_room(*args, **kwargs):
+        raise MemoryError("no room for the rows here")
+
+    WideShard.put_rows = no_room
+
+
+def _mirror_threads() -> int:
+    gc.collect()  # released actors in reference cycles
+    return sum(t.name == "dslide-mirror" for t in threading.enumerate())
+
+
+@pytest.mark.timeout(240)
+def test_a_joined_worker_that_cannot_take_the_streamed_rows_is_left_out(tiny):
+    """A new shard that fails to take the rows streamed to it drops the move as a failed
+    build does: a warning, training goes on with the model it has, nothing is redone, and
+    no thread of the dropped model is left behind."""
+    train, _ = tiny
+    with _trained_then_joined(train) as (client, trainer, joined):
+        old = trainer.placement.workers
+        client.run(_no_room_for_rows_here, workers=[joined])
+        trainer.rebalance(wait=False)
+        with pytest.warns(RuntimeWarning, match=r"on 3 workers \(.*no room for the rows here"):
+            history = trainer.train(train, Stream(BATCH, epochs=2))
+        assert trainer.placement.workers == old
+        assert trainer.moves == [] and trainer.recoveries == []
+        assert [r["step"] for r in history] == list(range(41, 121))
+        assert sum(client.run(_mirror_threads).values()) == 0
 
 
 @pytest.mark.timeout(240)
