@@ -15,7 +15,7 @@ N_LABELS, DIM, BATCH = 2_003, 16, 64
 
 
 def _step(shards: list[WideShard], rng: np.random.Generator) -> None:
-    h = rng.standard_normal((BATCH, DIM)).astype(np.float32)
+    h = rng.standard_normal((BATCH, shards[0].dim_in)).astype(np.float32)
     counts = rng.integers(1, 4, BATCH)
     indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     labels = (rng.zipf(1.3, indptr[-1]) % N_LABELS).astype(np.int32)
@@ -35,18 +35,21 @@ def _by_neuron(shards: list[WideShard]) -> dict[str, np.ndarray]:
     return out
 
 
-@pytest.mark.parametrize(("beta1", "dropout", "shuffled"), [(0.0, 0.0, False), (0.9, 0.2, True)])
-def test_replicas_hold_the_old_rows_bit_for_bit_after_training_on(beta1, dropout, shuffled):
+@pytest.mark.parametrize(
+    ("beta1", "dropout", "shuffled", "dim"), [(0.0, 0.0, False, 128), (0.9, 0.2, True, 37)]
+)
+def test_replicas_hold_the_old_rows_bit_for_bit_after_training_on(beta1, dropout, shuffled, dim):
+    """(Widths with and without a remainder after the kernel's vectorised loop.)"""
     cfg = SlideConfig(
-        hidden=(DIM,), K=2, L=4, beta1=beta1, dropout=dropout, min_active=64
+        hidden=(dim,), K=2, L=4, beta1=beta1, dropout=dropout, min_active=64
     ).for_data(N_LABELS, steps=100)
     old = ShardLayout.strided(N_LABELS, 2)
-    shards = [WideShard(cfg, DIM, old, s) for s in range(2)]
+    shards = [WideShard(cfg, dim, old, s) for s in range(2)]
     rng = np.random.default_rng(0)
     for _ in range(5):
         _step(shards, rng)
     new = old.rebalanced((1, 1, 1, 1), (0, 1))
-    replicas = [Replica(WideShard(cfg, DIM, new, k, initialize=False), old) for k in range(4)]
+    replicas = [Replica(WideShard(cfg, dim, new, k, initialize=False), old) for k in range(4)]
     mirrors = [RowMirror(s, new) for s in shards]
     for m in mirrors:  # a slice of the rows a step: the rows go over several steps
         for t in m.targets:

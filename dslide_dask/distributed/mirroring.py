@@ -39,6 +39,11 @@ class MirrorStatus:
     error: str | None = None  #: what taking a message raised (the move cannot go on)
 
 
+#: Slices of rows (a step's) an old shard lets be under way at once: on a slow network
+#: the rows go at its pace, rather than piling up in memory in messages waiting to go.
+SLICES_IN_FLIGHT = 2
+
+
 class MirrorSender:
     """An old shard's :class:`~dslide_dask.model.mirror.RowMirror` and its receivers."""
 
@@ -46,14 +51,17 @@ class MirrorSender:
         self.mirror = RowMirror(shard, plan.layout)
         # bound here, where the handles know their worker, for calls from any thread
         self.send = [target.mirror for target in plan.targets]
-        self.calls: deque = deque()
+        self.calls: deque = deque()  # under way, with the step of the rows they carry
 
     def after_step(self, shard: WideShard, rest: bool = False) -> None:
-        """Send what the step did (``rest``: every row not sent yet, no step taken)."""
-        for k, message in self.mirror.after_step(shard, rest):
-            self.calls.append(self.send[k](message))
-        while self.calls and self.calls[0].done():  # a failed call: the move is dropped
+        """Send what the step did, and more rows unless enough are under way (``rest``:
+        every row not sent yet, no step taken)."""
+        while self.calls and self.calls[0][0].done():  # a failed call: the move is dropped
             self.calls.popleft()
+        slices = {step for call, step in self.calls if step is not None and not call.done()}
+        for k, message in self.mirror.after_step(shard, rest, len(slices) < SLICES_IN_FLIGHT):
+            rows = message.step if message.here is not None else None
+            self.calls.append((self.send[k](message), rows))
 
 
 class ReplicaFeed:

@@ -87,10 +87,13 @@ class RowMirror:
         """Whether every row has been sent (from then on, only updates are)."""
         return all(t.sent == len(t.here) for t in self.targets)
 
-    def after_step(self, shard: WideShard, rest: bool = False) -> list[tuple[int, MirrorMessage]]:
+    def after_step(
+        self, shard: WideShard, rest: bool = False, rows: bool = True
+    ) -> list[tuple[int, MirrorMessage]]:
         """``(new shard, message)`` for each receiver, right after a step of ``shard`` (the
-        step's update of the rows sent, then the next slice of rows); ``rest``: no step
-        was taken since the last call, send every row not sent yet."""
+        step's update of the rows sent, then the next slice of rows; ``rows=False``: no
+        slice this time); ``rest``: no step was taken since the last call, send every row
+        not sent yet."""
         step, counters = shard.step, shard.state()[1]
         last = getattr(shard, "last_update", None)
         out = []
@@ -98,7 +101,7 @@ class RowMirror:
             update = None
             if not rest and t.sent and last is not None and last[0] == step:
                 update = _update_of(last, t.to_new)
-            n = len(t.here) - t.sent if rest else min(t.per_step, len(t.here) - t.sent)
+            n = len(t.here) - t.sent if rest else min(t.per_step * rows, len(t.here) - t.sent)
             if rest and not n:
                 continue
             here = there = arrays = None
@@ -162,8 +165,8 @@ class Replica:
 
 def replay(shard: WideShard, u: Update) -> None:
     """Apply an update another shard applied to rows this one holds, through the same
-    kernel, each row's entries in the same order: the same bits. (The back-propagated
-    gradient it also sums is thrown away; summing it keeps the kernel's path the same.)"""
+    kernel, each row's entries in the same order: the same arithmetic on each row, so
+    the same bits (without the gradient w.r.t. the input, which only the sender needs)."""
     offsets = np.zeros(shard.n_local + 1, np.int64)
     offsets[u.rows.astype(np.int64) + 1] = u.counts
     np.cumsum(offsets, out=offsets)
@@ -171,5 +174,5 @@ def replay(shard: WideShard, u: Update) -> None:
     adam.adam_grouped(
         offsets, np.arange(len(u.coef), dtype=np.int64), u.vec, u.rows.astype(np.int64),
         u.coef, u.h, shard.W, shard.W_m, shard.W_v, shard.bias, shard.bias_m, shard.bias_v,
-        shard.W_n, u.lr, cfg.beta1, cfg.beta2, cfg.eps, np.zeros_like(u.h), u.salt,
+        shard.W_n, u.lr, cfg.beta1, cfg.beta2, cfg.eps, np.zeros((0, 0), np.float32), u.salt,
     )  # fmt: skip
