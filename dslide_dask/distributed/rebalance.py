@@ -24,6 +24,7 @@ training stops throughout.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 import warnings
@@ -80,6 +81,8 @@ class FollowsTheCluster:
     _moving_to: Placement | None = None  #: the new model's, while it takes the old one's parts
     _unfit: frozenset[str] = frozenset()  #: joined workers a new model could not be built on
     _mirroring = False  #: the old shards stream their rows to the prepared model
+    _collect = False  #: released actors wait for a garbage collection
+    _to_retire: frozenset[str] = frozenset()  #: workers whose rows went, to retire
 
     def _follow_the_cluster(
         self, stream: Stream, n_points: int | None, finish: bool = False
@@ -313,7 +316,20 @@ class FollowsTheCluster:
     def _release_old_model(self) -> None:
         if self._old_model:
             old, self._old_model = self._old_model, []
-            self._release(old)
+            self._release(old, now=False)
+
+    def _let_go(self) -> None:
+        """Between handing the coordinator its next steps and waiting for them (or as a
+        training call ends): collect the actors let go at the boundary, then retire the
+        workers whose rows went (Dask retires a worker once it forgot its actors), so
+        that neither stops training."""
+        if self._collect:
+            self._collect = False
+            time.sleep(0.01)  # the call just made leaves before the collection holds the GIL
+            gc.collect()
+        if self._to_retire:
+            leaving, self._to_retire = self._to_retire, frozenset()
+            self._retire(set(leaving))
 
     def _drop_prepared(self, stop_mirror: bool = False) -> None:
         """Release a prepared model that will not be switched to; the workers it was to
@@ -328,10 +344,10 @@ class FollowsTheCluster:
             self._release(list(prepared.launch.futures))
 
     def _moved(self, leaving, joined, seen: float, *, rows_moved: int, **how) -> None:
-        """Retire the workers that left, and record the move. Requests to leave after
-        ``seen`` (while the move was prepared) are read at the next boundary."""
-        if leaving:
-            self._retire(set(leaving))
+        """Record the move; the workers that left are retired while the next steps run
+        (:meth:`_let_go`). Requests to leave after ``seen`` (while the move was prepared)
+        are read at the next boundary."""
+        self._to_retire |= frozenset(leaving)  # retired while the next steps run
         self._events_seen = seen
         self.moves.append(Move(
             leaving=tuple(sorted(leaving)), joined=tuple(sorted(joined)),

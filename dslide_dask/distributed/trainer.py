@@ -243,7 +243,9 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
         self._set_data(data, stream, storage_options)
         while True:
             try:
-                chunk = self._wait(self.coordinator.run(STEPS_PER_CALL))
+                call = self.coordinator.run(STEPS_PER_CALL)
+                self._let_go()  # while the steps run
+                chunk = self._wait(call)
             except Exception as err:
                 epoch, batch = self._recover(err, start_len, stream)
                 self._set_data(data, stream.from_position(epoch, batch), storage_options)
@@ -255,6 +257,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
             done = len(chunk) < STEPS_PER_CALL  # a move under way completes first
             if done and self._prepared is None:
                 self._release_old_model()
+                self._let_go()
                 return self.history[start_len:]
             try:
                 n_points = getattr(data, "n_points", None)
@@ -265,6 +268,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
                 self._set_data(data, stream.from_position(*position), storage_options)
             elif done:
                 self._release_old_model()
+                self._let_go()
                 return self.history[start_len:]
 
     def _set_data(self, data, stream: Stream, storage_options: dict | None) -> None:
@@ -347,11 +351,16 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
         futures, self._futures, self.coordinator = self._futures, [], None
         self._release(futures)
 
-    @staticmethod
-    def _release(futures: list) -> None:
+    def _release(self, futures: list, now: bool = True) -> None:
+        """Let actors go. Actor-call closures hold their handles in reference cycles, which
+        keep the actors until collected: now, or (``now=False``) while the next steps run
+        (:meth:`_let_go`; a collection holds the client for about 0.1 s)."""
         for future in futures:
             future.release()
-        gc.collect()  # actor-call closures hold handles in cycles, which keep the actors
+        if now:
+            gc.collect()
+        else:
+            self._collect = True
 
     def __enter__(self) -> DistributedTrainer:
         return self
