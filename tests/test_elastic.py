@@ -27,7 +27,14 @@ from dslide_dask.distributed.elastic import (
     join_pays,
     retire_requests,
 )
+from dslide_dask.distributed.memory_plan import (
+    BUDGET,
+    RUNTIME_BYTES,
+    fits_while_moving,
+    memory_plan,
+)
 from dslide_dask.distributed.rebalance import FollowsTheCluster
+from dslide_dask.model.config import SlideConfig
 
 from .test_resilience import BATCH, CFG, cluster
 
@@ -54,6 +61,24 @@ def test_joining_pays_only_when_the_time_saved_outweighs_the_move():
     assert not join_pays(100, 0.1, workers_now=2, workers_then=4, move_seconds=10)  # 5 s
     assert not join_pays(10**6, 0.1, workers_now=4, workers_then=4, move_seconds=1)
     assert not join_pays(0, 1.0, workers_now=1, workers_then=8, move_seconds=0.1)
+
+
+def test_a_streamed_move_needs_room_for_the_slices_under_way_not_a_copy_of_every_row():
+    cfg = SlideConfig(hidden=(128,)).for_data(670_091)
+    copied = 64 << 20
+
+    def plans(limit: int):
+        workers = {f"tcp://w{i}": {"memory_limit": limit} for i in range(4)}
+        old = memory_plan(cfg, 135_909, dict(list(workers.items())[:2]), [335_046, 335_045])
+        new = memory_plan(cfg, 135_909, workers, [167_523, 167_523, 167_523, 167_522])
+        return old, new
+
+    old, new = plans(0)
+    w_old, w_new = old.workers[0], new.workers[0]
+    room = w_old.total + w_new.total - RUNTIME_BYTES + copied + (w_old.weights // 2)
+    old, new = plans(int(room / BUDGET))
+    assert fits_while_moving(old, new, copied)  # the old part, the new part, two slices
+    assert not fits_while_moving(old, new)  # with a copy of every row handed on
 
 
 def test_a_moves_cost_counts_the_steps_slowed_while_it_was_prepared():

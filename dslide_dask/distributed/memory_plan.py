@@ -180,14 +180,15 @@ def what_would_fit(cfg: SlideConfig, plan: MemoryPlan, n_workers_total: int) -> 
     return ideas
 
 
-def fits_while_moving(old: MemoryPlan, new: MemoryPlan) -> bool:
+def fits_while_moving(old: MemoryPlan, new: MemoryPlan, copied: int | None = None) -> bool:
     """Whether every worker can hold, at once, its part of the old model, its part of the
-    new one and copies of the old rows it hands on, as a live re-balance needs (at
-    worst every old row is copied out before the old part is released)."""
+    new one and copies of the old rows it hands on, as a live re-balance needs: at worst
+    every old row copied out before the old part is released, or (rows streamed) at most
+    ``copied`` bytes of them at a time."""
     limits = {w.address: w.limit for w in (*old.workers, *new.workers)}
     peak = dict.fromkeys(limits, 0)
     for w in old.workers:
-        peak[w.address] += w.total + w.weights + w.optimizer
+        peak[w.address] += w.total + (w.weights + w.optimizer if copied is None else copied)
     had = {w.address for w in old.workers}
     for w in new.workers:  # a worker's own process counted once
         peak[w.address] += w.total - (RUNTIME_BYTES if w.address in had else 0)

@@ -44,8 +44,9 @@ from dslide_dask.distributed.elastic import (
 from dslide_dask.distributed.errors import POLL_SECONDS, ShardLostError
 from dslide_dask.distributed.handover import Handover, HandoverPieces, rows_crossing
 from dslide_dask.distributed.memory_plan import MemoryPlanError, fits_while_moving, row_bytes
-from dslide_dask.distributed.mirroring import MirrorPlan
+from dslide_dask.distributed.mirroring import SLICES_IN_FLIGHT, MirrorPlan
 from dslide_dask.distributed.placement import Placement, shard_bytes
+from dslide_dask.model.mirror import BYTES_PER_STEP
 
 
 @dataclass(frozen=True)
@@ -171,15 +172,16 @@ class FollowsTheCluster:
             new = self._place(staying, old)
         except MemoryPlanError:
             return None
+        mirrored = self.cfg.optimizer == "adam" and self.cfg.moment_dtype == "float32"
+        copied = SLICES_IN_FLIGHT * BYTES_PER_STEP if mirrored else None
         live = (self.elastic is None or self.elastic.live) and (
-            old.plan is None or new.plan is None or fits_while_moving(old.plan, new.plan)
+            old.plan is None or new.plan is None or fits_while_moving(old.plan, new.plan, copied)
         )
         if not live and self.policy is None:
             return None
         self._left |= leaving
         crossing = rows_crossing(old, new)
         if live:
-            mirrored = self.cfg.optimizer == "adam" and self.cfg.moment_dtype == "float32"
             handover = Handover(self._model_id, old.layout, old.workers, old.hidden_units, mirrored)
             self._prepared = PreparedMove(
                 self._launch(None, new, handover), handover, frozenset(leaving),
