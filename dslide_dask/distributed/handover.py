@@ -1,20 +1,21 @@
 """A live model handed to a new set of workers, worker to worker.
 
 A re-balance (workers joined, or one must leave) builds the new model's actors while the
-old ones are still up. For each new shard, a task on the worker of every old shard that
-holds some of its rows copies them out (weights, optimiser state, update counts); the new
-actor is submitted with those tasks' results as arguments, so Dask carries them from
-worker to worker: nothing goes through the client or storage. Rows whose worker does not
-change are copied straight from the old shard to the new one in that process. The new
-shard takes the rows into its own order and rehashes them into its own tables. The hidden
-layer goes the same way, whole from the coordinator or as units from the workers that
-hold them (re-split over the new holders), and so do the coordinator's step and label
-counts.
+old ones are still up. The output rows of a :attr:`Handover.mirrored` handover are
+streamed to them by the old shards (:mod:`.mirroring`); otherwise, for each new shard, a
+task on the worker of every old shard that holds some of its rows copies them out
+(weights, optimiser state, update counts), and the new actor is submitted with those
+tasks' results as arguments, so Dask carries them from worker to worker: nothing goes
+through the client or storage. Rows whose worker does not change are copied straight
+from the old shard to the new one in that process. The new shard takes the rows into its
+own order and rehashes them into its own tables. The hidden layer goes the same way,
+whole from the coordinator or as units from the workers that hold them (re-split over
+the new holders), and so do the coordinator's step and label counts.
 
 The old model may train on meanwhile (:mod:`.rebalance`): the copies are then a few steps
-old, and :meth:`HandoverPieces.settle` copies every part again, at a step boundary (no
-step in flight, nothing changing), into the standing actors, which keep their tables.
-The old actors are released once the new ones have taken over.
+old, and :meth:`HandoverPieces.settle` copies them again, at a step boundary (no step in
+flight, nothing changing), into the standing actors, which keep their tables. The old
+actors are released once the new ones have taken over.
 """
 
 from __future__ import annotations
