@@ -44,9 +44,13 @@ from dslide_dask.distributed.elastic import (
 from dslide_dask.distributed.errors import POLL_SECONDS, ShardLostError
 from dslide_dask.distributed.handover import Handover, HandoverPieces, rows_crossing
 from dslide_dask.distributed.memory_plan import MemoryPlanError, fits_while_moving, row_bytes
-from dslide_dask.distributed.mirroring import SLICES_IN_FLIGHT, MirrorPlan
+from dslide_dask.distributed.mirroring import SLICES_IN_FLIGHT, MirrorFailed, MirrorPlan
 from dslide_dask.distributed.placement import Placement, shard_bytes
 from dslide_dask.model.mirror import BYTES_PER_STEP
+
+#: How long a switch waits for the new shards to replay the last step before the move is
+#: dropped (a replay takes tens of milliseconds; this only guards against a hang).
+CATCH_UP_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -222,21 +226,43 @@ class FollowsTheCluster:
         if rest:
             self._wait(self.coordinator.mirror_rest())  # no-op once every row went
         try:
-            return self._replicas_at(self._prepared.launch, self.step - (0 if rest else 1))
-        except RuntimeError as error:  # a new shard could not take the rows
-            prepared = self._prepared
-            self._drop_prepared(stop_mirror=True)
-            self._unbuilt(prepared, error)
+            return self._replicas_at(self.step - (0 if rest else 1))
+        except MirrorFailed as error:
+            self._mirror_failed(error)
             return False
 
-    def _replicas_at(self, launch: Launch, step: int) -> bool:
-        """Whether every new shard holds the rows as of ``step`` or later; raises what a
-        new shard's taking a message raised."""
-        calls = [f.result().mirror_status() for f in launch.futures]
-        statuses = [self._wait(call) for call in calls]
+    def _replicas_at(self, step: int) -> bool:
+        """Whether every new shard holds the rows as of ``step`` or later."""
+        calls = [f.result().mirror_status() for f in self._prepared.launch.futures]
+        try:
+            statuses = [self._wait(call) for call in calls]
+        except ShardLostError:
+            raise  # a worker of the model in use: it is restored
+        except Exception as e:  # a new worker's: the move cannot go on
+            raise MirrorFailed(f"{type(e).__name__}: {e}") from e
         if error := next((s.error for s in statuses if s.error), None):
-            raise RuntimeError(error)
+            raise MirrorFailed(error)
         return all(s.ready and s.step >= step for s in statuses)
+
+    def _caught_up(self) -> bool:
+        """Wait until every new shard has replayed the last step (its update is on its
+        way: tens of milliseconds); False if the move was dropped instead."""
+        deadline = time.monotonic() + CATCH_UP_SECONDS
+        try:
+            while not self._replicas_at(self.step):
+                if time.monotonic() > deadline:
+                    raise MirrorFailed(f"the new shards did not replay step {self.step} "
+                                       f"within {CATCH_UP_SECONDS} s")  # fmt: skip
+                time.sleep(0.002)
+        except MirrorFailed as error:
+            self._mirror_failed(error)
+            return False
+        return True
+
+    def _mirror_failed(self, error: MirrorFailed) -> None:
+        prepared = self._prepared
+        self._drop_prepared(stop_mirror=True)
+        self._unbuilt(prepared, error)
 
     def _unbuilt(self, prepared: PreparedMove, error: BaseException) -> None:
         """A new model failed to build (a joined node without room or with a broken
@@ -272,16 +298,17 @@ class FollowsTheCluster:
         return False
 
     def _switch(self) -> None:
-        """Train on with the prepared model: copy the old parts into it again (with the
-        data and the position in it) if the old model took steps since the first copy;
-        let the old model go."""
-        prepared, self._prepared = self._prepared, None
+        """Train on with the prepared model, once its shards replayed the last step (if
+        the rows were streamed): copy the old parts into it again (with the data and the
+        position in it) if the old model took steps since the first copy; let the old
+        model go."""
         t0 = time.perf_counter()
+        if self._mirroring and not self._caught_up():
+            return
+        prepared, self._prepared = self._prepared, None
         launch = prepared.launch
         self._moving_to = launch.placement  # a lost new worker fails the waits below
         try:
-            while self._mirroring and not self._replicas_at(launch, self.step):
-                time.sleep(0.002)  # the last step's update is on its way
             if self.step > prepared.at_step:
                 pieces = HandoverPieces(
                     self.client, prepared.old, launch.placement, f"{launch.token}-switch"
