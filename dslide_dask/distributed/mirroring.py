@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numba
 
 from dslide_dask.model.layout import ShardLayout
-from dslide_dask.model.mirror import MirrorMessage, Replica, RowMirror
+from dslide_dask.model.mirror import BYTES_PER_STEP, MirrorMessage, Replica, RowMirror
 from dslide_dask.model.wide_shard import WideShard
 
 
@@ -46,6 +46,8 @@ class MirrorStatus:
 #: Slices of rows (a step's) an old shard lets be under way at once: on a slow network
 #: the rows go at its pace, rather than piling up in memory in messages waiting to go.
 SLICES_IN_FLIGHT = 2
+#: Bytes of rows copied out that an old shard holds at most while they stream.
+BYTES_IN_FLIGHT = SLICES_IN_FLIGHT * BYTES_PER_STEP
 
 
 class MirrorSender:

@@ -44,9 +44,9 @@ from dslide_dask.distributed.elastic import (
 from dslide_dask.distributed.errors import POLL_SECONDS, ShardLostError
 from dslide_dask.distributed.handover import Handover, HandoverPieces, rows_crossing
 from dslide_dask.distributed.memory_plan import MemoryPlanError, fits_while_moving, row_bytes
-from dslide_dask.distributed.mirroring import SLICES_IN_FLIGHT, MirrorFailed, MirrorPlan
+from dslide_dask.distributed.mirroring import BYTES_IN_FLIGHT, MirrorFailed, MirrorPlan
 from dslide_dask.distributed.placement import Placement, shard_bytes
-from dslide_dask.model.mirror import BYTES_PER_STEP
+from dslide_dask.model.mirror import replayable
 
 #: How long a switch waits for the new shards to replay the last step before the move is
 #: dropped (a replay takes tens of milliseconds; this only guards against a hang).
@@ -176,8 +176,8 @@ class FollowsTheCluster:
             new = self._place(staying, old)
         except MemoryPlanError:
             return None
-        mirrored = self.cfg.optimizer == "adam" and self.cfg.moment_dtype == "float32"
-        copied = SLICES_IN_FLIGHT * BYTES_PER_STEP if mirrored else None
+        mirrored = replayable(self.cfg)
+        copied = BYTES_IN_FLIGHT if mirrored else None
         live = (self.elastic is None or self.elastic.live) and (
             old.plan is None or new.plan is None or fits_while_moving(old.plan, new.plan, copied)
         )

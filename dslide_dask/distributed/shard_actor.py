@@ -86,6 +86,7 @@ class ShardActor:
     def mirror_to(self, plan: MirrorPlan | None) -> None:
         """Stream this shard's rows, and then each step's update of them, to a new
         model's shards (None: stop)."""
+        self.shard.keep_updates = False
         self._mirror = None if plan is None else MirrorSender(self.shard, plan)
 
     def mirror_rest(self) -> None:

@@ -22,12 +22,20 @@ import numpy as np
 
 from dslide_dask.kernels import adam
 from dslide_dask.kernels.mirror import entries_of
+from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.wide_shard import WideShard
 
 #: Bytes of rows an old shard copies out after a step while it streams them (about 10
 #: steps for a shard of amazon-670k; more steps for a larger one).
 BYTES_PER_STEP = 32 << 20
+
+
+def replayable(cfg: SlideConfig) -> bool:
+    """Whether a replay gives a shard's rows the same bits: not with bfloat16 moments
+    (rounded stochastically by the row's index in its shard) nor with dense Adam (every
+    row changes every step: the updates are the rows again)."""
+    return cfg.optimizer == "adam" and cfg.moment_dtype == "float32"
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,7 @@ class RowMirror:
 
     def __init__(self, shard: WideShard, layout: ShardLayout) -> None:
         self.source = shard.shard_index
+        shard.keep_updates = True  # each step's update of the rows sent goes after them
         arrays = shard.state()[0]
         steps = max(1, -(-sum(arrays[n].nbytes for n in shard.kept_arrays()) // BYTES_PER_STEP))
         self.targets = [
@@ -95,7 +104,7 @@ class RowMirror:
         slice this time); ``rest``: no step was taken since the last call, send every row
         not sent yet."""
         step, counters = shard.step, shard.state()[1]
-        last = getattr(shard, "last_update", None)
+        last = shard.last_update
         out = []
         for t in self.targets:
             update = None
@@ -167,12 +176,13 @@ def replay(shard: WideShard, u: Update) -> None:
     """Apply an update another shard applied to rows this one holds, through the same
     kernel, each row's entries in the same order: the same arithmetic on each row, so
     the same bits (without the gradient w.r.t. the input, which only the sender needs)."""
+    rows = u.rows.astype(np.int64)
     offsets = np.zeros(shard.n_local + 1, np.int64)
-    offsets[u.rows.astype(np.int64) + 1] = u.counts
+    offsets[rows + 1] = u.counts
     np.cumsum(offsets, out=offsets)
     cfg = shard.cfg
     adam.adam_grouped(
-        offsets, np.arange(len(u.coef), dtype=np.int64), u.vec, u.rows.astype(np.int64),
+        offsets, np.arange(len(u.coef), dtype=np.int64), u.vec, rows,
         u.coef, u.h, shard.W, shard.W_m, shard.W_v, shard.bias, shard.bias_m, shard.bias_v,
         shard.W_n, u.lr, cfg.beta1, cfg.beta2, cfg.eps, np.zeros((0, 0), np.float32), u.salt,
     )  # fmt: skip

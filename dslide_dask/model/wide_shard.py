@@ -120,6 +120,8 @@ class WideShard:
         self.schedule = RebuildSchedule(cfg.rebuild_every, cfg.rebuild_growth, cfg.redraw_every)
         self._scratch = np.zeros((0, self.n_local), np.int32)
         self._pending: tuple | None = None
+        self.keep_updates = False  #: backward keeps what its update read (:mod:`.mirror`)
+        self.last_update: tuple | None = None
         #: tables serving's LSH top-k probes instead of training's (set for serving only)
         self.serving_index: LSHIndex | MIPSIndex | None = None
 
@@ -242,15 +244,14 @@ class WideShard:
         cfg = self.cfg
         offsets, entry_pos, entry_vec, touched = groups
         todo = np.arange(self.n_local) if cfg.optimizer == "dense-adam" else touched
-        grad_h = np.zeros_like(h)
+        grad_h, coefs = np.zeros_like(h), logits.ravel()
         lr, salt = scheduled_lr(cfg, self.step, cfg.output_lr), self.seed + self.step
         adam.adam_grouped(
-            offsets, entry_pos, entry_vec, todo, logits.ravel(), h, self.W, self.W_m,
+            offsets, entry_pos, entry_vec, todo, coefs, h, self.W, self.W_m,
             self.W_v, self.bias, self.bias_m, self.bias_v, self.W_n, lr, cfg.beta1, cfg.beta2,
             cfg.eps, grad_h, salt,
         )  # fmt: skip
-        #: what the update read, for a replica of some rows (:mod:`.mirror`) to replay it
-        self.last_update = (self.step, groups, logits.ravel(), h, lr, salt)
+        self.last_update = (self.step, groups, coefs, h, lr, salt) if self.keep_updates else None
         if keep is not None:
             grad_h *= keep
         rebuild, redraw = self.schedule.due(self.step)
