@@ -1,0 +1,77 @@
+"""``dslide datasets``: build the real Debian data sets from the apt lists."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from dslide_workflows.args import positive_int
+
+BUILDERS = {
+    "debian": "Debian-26K: packages -> dependencies, debtags, section (about 26K labels)",
+    "debian-files": "Debian-files: packages -> directories and shared file names they "
+    "install, from the Contents indexes (about 125K labels)",
+}
+
+
+def add_datasets_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``dslide datasets debian|debian-files OUT``."""
+    from dslide_workflows.datasets import apt_lists, debian_files
+
+    p = subparsers.add_parser(
+        "datasets",
+        help="build a real data set from this machine's Debian metadata",
+        description="Build a real extreme-classification data set (XC text format plus "
+        "labels.txt, features.txt and stats.json) from the apt lists. See docs/datasets.md.",
+    )
+    sets = p.add_subparsers(dest="dataset", required=True, metavar="DATASET")
+    for name, summary in BUILDERS.items():
+        q = sets.add_parser(name, help=summary, description=summary)
+        q.add_argument("out", metavar="OUT", help="output folder")
+        q.add_argument(
+            "--lists",
+            default=apt_lists.LISTS,
+            metavar="DIR",
+            help=f"apt lists folder (default: {apt_lists.LISTS})",
+        )
+        q.add_argument("--arch", default=None, help="architecture (default: dpkg's)")
+        q.set_defaults(func=cmd_datasets)
+    files = sets.choices["debian-files"]
+    files.add_argument(
+        "--max-dirs",
+        type=positive_int,
+        default=debian_files.MAX_DIRS,
+        metavar="N",
+        help=f"drop packages with more directories (default: {debian_files.MAX_DIRS})",
+    )
+    files.add_argument(
+        "--max-labels",
+        type=positive_int,
+        default=debian_files.MAX_LABELS,
+        metavar="N",
+        help="drop points with more labels after pruning (default: no cap)",
+    )
+    return p
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from dslide_workflows.datasets import debian, debian_files
+
+    t0 = time.perf_counter()
+    if args.dataset == "debian":
+        stats = debian.build(args.out, args.lists, args.arch)
+    else:
+        stats = debian_files.build(
+            args.out,
+            args.lists,
+            args.arch,
+            max_dirs=args.max_dirs,
+            max_labels=args.max_labels,
+        )
+    print(
+        f"built {args.dataset} in {time.perf_counter() - t0:.1f} s -> {args.out}: "
+        f"{stats['train']['points']} train / {stats['test']['points']} test points, "
+        f"{stats['features']} features, {stats['labels']} labels, "
+        f"{stats['train']['avg_labels_per_point']:.2f} labels a training point"
+    )
+    return 0

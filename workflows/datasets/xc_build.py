@@ -1,0 +1,178 @@
+"""What both Debian builders share: points, the seeded split by source package, pruning
+rare labels and features, id assignment, TF-IDF matrices, statistics and the output
+folder (Extreme Classification Repository text format, written by
+:func:`dslide_dask.data.write_xc`).
+
+Output folder: ``train.txt`` and ``test.txt`` (header ``N_points N_features N_labels``,
+0-based ids), ``labels.txt`` and ``features.txt`` (the name of id i on line i+1, ids by
+falling frequency, ties by name) and ``stats.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dslide_dask.data.csr import CSR
+from dslide_dask.data.dataset import XCDataset
+from dslide_dask.data.xc_text import write_xc
+from dslide_workflows.datasets.features import idf_weights, ranked, tfidf_rows
+
+#: The split's seed: kept from the first Debian-26K build, so the same lists give the
+#: same train/test sides.
+SEED = "debian-xc-v1"
+TRAIN_PERCENT = 80
+QUANTILES = (0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1)
+
+
+@dataclass
+class Point:
+    """A binary package: its labels (names) and n-gram counts; ``train`` is its side."""
+
+    name: str
+    source: str
+    labels: set[str]
+    counts: Counter
+    train: bool
+    has_long: bool = True
+
+
+@dataclass
+class Built:
+    """A data set ready to write: the id -> name lists and the two splits."""
+
+    labels: list[str]
+    features: list[str]
+    train: XCDataset
+    test: XCDataset
+    points: list[Point] = field(default_factory=list)
+
+
+def is_train(source: str, seed: str = SEED, percent: int = TRAIN_PERCENT) -> bool:
+    """The side of a source package: a seeded SHA-1, so its binaries stay together."""
+    digest = hashlib.sha1(f"{seed}:{source}".encode()).hexdigest()
+    return int(digest[:8], 16) % 100 < percent
+
+
+def prune(
+    points: Sequence[Point],
+    *,
+    min_label_points: int = 2,
+    labels_from_train: bool = False,
+    min_feature_df: int = 2,
+    max_labels: int | None = None,
+) -> tuple[list[Point], Counter, Counter]:
+    """Drop points left without a frequent label or a frequent feature (or with more
+    than ``max_labels`` frequent labels) until nothing changes.
+
+    A label is frequent with ``min_label_points`` points (training points only with
+    ``labels_from_train``), a feature with ``min_feature_df`` training points. Returns
+    the points kept and the final label counts and training document frequencies."""
+    points = list(points)
+    while True:
+        label_n = Counter(
+            lab for p in points if p.train or not labels_from_train for lab in p.labels
+        )
+        df = Counter(f for p in points if p.train for f in p.counts)
+        kept = []
+        for p in points:
+            n_labels = sum(label_n[lab] >= min_label_points for lab in p.labels)
+            if not n_labels or (max_labels is not None and n_labels > max_labels):
+                continue
+            if any(df[f] >= min_feature_df for f in p.counts):
+                kept.append(p)
+        if len(kept) == len(points):
+            return kept, label_n, df
+        points = kept
+
+
+def assemble(
+    points: Sequence[Point],
+    label_n: Counter,
+    df: Counter,
+    *,
+    min_label_points: int = 2,
+    min_feature_df: int = 2,
+) -> Built:
+    """Ids (by falling frequency) and the train and test matrices of pruned points, each
+    side in package-name order."""
+    labels = ranked(label_n, min_label_points)
+    features = ranked(df, min_feature_df)
+    label_ids = {lab: i for i, lab in enumerate(labels)}
+    feature_ids = {f: i for i, f in enumerate(features)}
+    ordered = sorted(points, key=lambda p: p.name)
+    idf = idf_weights(features, df, sum(p.train for p in ordered))
+    sides = {}
+    for train in (True, False):
+        side = [p for p in ordered if p.train == train]
+        label_rows = [sorted(label_ids[lab] for lab in p.labels if lab in label_ids) for p in side]
+        Y = CSR.from_lists(label_rows, len(labels))
+        X = tfidf_rows([p.counts for p in side], feature_ids, idf)
+        sides[train] = XCDataset(X, Y)
+    return Built(labels, features, sides[True], sides[False], ordered)
+
+
+def _quantiles(values: np.ndarray) -> dict[str, float]:
+    if not len(values):
+        return {str(q): 0.0 for q in QUANTILES}
+    return {str(q): round(float(np.quantile(values, q)), 1) for q in QUANTILES}
+
+
+def _mean(values: np.ndarray) -> float:
+    return round(float(np.mean(values)), 4) if len(values) else 0.0
+
+
+def _side(data: XCDataset) -> dict:
+    return {
+        "points": data.n_points,
+        "avg_labels_per_point": _mean(np.diff(data.Y.indptr)),
+        "avg_features_per_point": _mean(np.diff(data.X.indptr)),
+    }
+
+
+def statistics(built: Built, label_kind: Callable[[str], str]) -> dict:
+    """Sizes, averages, label-frequency quantiles and how much of the test labels the
+    training side has seen (the keys of the Debian-26K stats.json)."""
+    n_labels = len(built.labels)
+    train_freq = np.bincount(built.train.Y.indices, minlength=n_labels)
+    all_freq = train_freq + np.bincount(built.test.Y.indices, minlength=n_labels)
+    test_Y = built.test.Y
+    seen = train_freq[test_Y.indices] > 0
+    rows = np.repeat(np.arange(test_Y.n_rows), np.diff(test_Y.indptr))
+    seen_a_row = np.bincount(rows, weights=seen, minlength=test_Y.n_rows) > 0
+    kinds = Counter(label_kind(lab) for lab in built.labels)
+    return {
+        "points": built.train.n_points + built.test.n_points,
+        "features": len(built.features),
+        "labels": n_labels,
+        "train": _side(built.train),
+        "test": _side(built.test),
+        "test_points_with_a_label_seen_in_train": _mean(seen_a_row),
+        "test_label_occurrences_seen_in_train": round(_mean(seen), 3),
+        "labels_without_train_points": int((train_freq == 0).sum()),
+        "label_kinds": dict(kinds.most_common()),
+        "label_frequency_quantiles_train": _quantiles(train_freq),
+        "label_frequency_quantiles_all": _quantiles(all_freq),
+        "points_with_long_description": sum(p.has_long for p in built.points),
+        "seed": SEED,
+        "train_percent": TRAIN_PERCENT,
+    }
+
+
+def write_dataset(out: str, built: Built, stats: dict) -> None:
+    """train.txt, test.txt, labels.txt, features.txt and stats.json under ``out``."""
+    os.makedirs(out, exist_ok=True)
+    write_xc(os.path.join(out, "train.txt"), built.train)
+    write_xc(os.path.join(out, "test.txt"), built.test)
+    for name, items in (("labels.txt", built.labels), ("features.txt", built.features)):
+        with open(os.path.join(out, name), "w", encoding="utf-8") as f:
+            f.writelines(item + "\n" for item in items)
+    with open(os.path.join(out, "stats.json"), "w", encoding="utf-8") as f:
+        json.dump(stats, f, indent=2)
+        f.write("\n")
