@@ -49,6 +49,7 @@ def test_train_on_a_local_cluster_from_urls(tiny_files, tmp_path, capsys):
     assert run.name.endswith("-train")
     assert {p.name for p in run.iterdir()} == {
         "config.yaml", "metrics.jsonl", "curves.png", "model", "summary.json", "summary.txt",
+        "run.json",
     }  # fmt: skip
     summary = json.loads((run / "summary.json").read_text())
     assert summary["shards"] == 2 and summary["test"]["P@1"] == p1

@@ -15,6 +15,7 @@ from contextlib import ExitStack
 
 from dslide_workflows.args import (
     add_storage_arguments,
+    byte_size,
     key_value,
     positive_int,
     storage_options,
@@ -48,6 +49,9 @@ def add_predict_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --lsh: serving tables' L, K, range_pow, bucket_capacity")  # fmt: skip
     p.add_argument("--partition-mb", type=positive_int, default=64, metavar="MB",
                    help="split text input into byte ranges of MB (default: 64)")  # fmt: skip
+    p.add_argument("--max-decompressed", type=byte_size, metavar="BYTES",
+                   help="refuse a compressed input file that decompresses to more, e.g. "
+                   "2GiB (default: a quarter of the reader's free memory)")  # fmt: skip
     p.add_argument("--scheduler-address", metavar="ADDR",
                    help="connect to this scheduler (default: $DASK_SCHEDULER_ADDRESS, "
                    "else a new LocalCluster)")  # fmt: skip
@@ -67,7 +71,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from dslide_dask.inference import PredictSpec, predict_to_storage
     from dslide_dask.inference.graph import check_input
     from dslide_dask.inference.model_cache import resolve
-    from dslide_workflows.security import client_security, local_cluster_options
+    from dslide_dask.inference.output import check_output
+    from dslide_workflows.security import client_security, connect_client, local_cluster_options
 
     so = storage_options(args.storage_option)
     spec = PredictSpec(
@@ -75,12 +80,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
         candidates=args.candidates, storage_options=so, mips=args.mips,
         index=tuple(args.index),
     )  # fmt: skip
-    source = open_source(args.input, so, args.partition_mb << 20)
+    source = open_source(args.input, so, args.partition_mb << 20, args.max_decompressed)
     check_input(spec, source)  # bad input fails here, before a cluster starts
+    check_output(args.output, len(source.partitions), so)  # as a link in the output folder
     address = args.scheduler_address or os.environ.get("DASK_SCHEDULER_ADDRESS")
     with ExitStack() as stack:
         if address:
-            client = stack.enter_context(Client(address, security=client_security(args, address)))
+            security = client_security(args, address)
+            client = stack.enter_context(connect_client(address, security, args.connect_timeout))
         else:
             cluster = stack.enter_context(
                 LocalCluster(

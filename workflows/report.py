@@ -68,9 +68,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     data = config.get("train") or f"preset {config.get('preset')}"
     print(f"  data {data}; hidden {model.get('hidden')}, lr {model.get('lr')}, "
           f"epochs {config.get('epochs')}, batch {config.get('batch_size')}")  # fmt: skip
-    summary = folder.fs.exists(folder.path("summary.txt"))
-    if summary:
-        print(folder.fs.cat_file(folder.path("summary.txt")).decode().rstrip())
+    summary = folder.read_summary()
+    if summary is not None:
+        print(summary.rstrip())
     else:
         last = steps[-1]["step"] if steps else 0
         print(f"  unfinished: {len(steps)} steps recorded, last step {last}")

@@ -42,7 +42,13 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of a run (data, cluster, model, training, run folder): ``dslide train``'s,
     shared with ``dslide plan``."""
-    from dslide_workflows.args import add_storage_arguments, hidden_sizes, key_value, positive_int
+    from dslide_workflows.args import (
+        add_storage_arguments,
+        byte_size,
+        hidden_sizes,
+        key_value,
+        positive_int,
+    )
     from dslide_workflows.security import add_security_arguments
 
     p.add_argument("--config", type=Path, metavar="YAML", help="run settings (see README)")
@@ -52,6 +58,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--preset", help="generate this synthetic preset in memory instead")
     src.add_argument("--skip-bad-lines", action="store_true", default=None,
                      help="drop malformed lines and count them, instead of stopping")  # fmt: skip
+    src.add_argument("--max-decompressed", type=byte_size, metavar="BYTES",
+                     help="refuse a compressed file that decompresses to more, e.g. 2GiB "
+                     "(default: a quarter of the reader's free memory)")  # fmt: skip
     add_storage_arguments(src)
     c = p.add_argument_group("cluster")
     c.add_argument("--scheduler-address", metavar="ADDR", help="connect to this scheduler")
@@ -111,16 +120,28 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from dslide_dask import SlideConfig
+    from dslide_workflows.endpoints import nul_setting
+    from dslide_workflows.errors import sigterm_interrupts
+    from dslide_workflows.run_settings import resolve
+
+    run, model = resolve(args)
+    if (name := nul_setting(run.to_dict())) is not None:  # a flag's or a YAML value
+        raise ValueError(f"{name} holds a NUL byte: no file name or URL can")
+    cfg = SlideConfig.from_dict({k: tuple(v) if k == "hidden" else v for k, v in model.items()})
+    run, folder = _run_folder(run, resume=bool(args.resume))
+    # SIGTERM ends the run as Ctrl-C does: metrics kept, cluster closed, lock released
+    with sigterm_interrupts(), folder.claimed(resume=bool(args.resume)):
+        return _train(args, run, cfg, folder)
+
+
+def _train(args: argparse.Namespace, run: RunSettings, cfg, folder) -> int:
+    """The run, in its folder (held: locked, checked for links)."""
     from dslide_dask.data.stream import Stream
     from dslide_workflows.progress import Progress
-    from dslide_workflows.run_settings import resolve
     from dslide_workflows.secrets import mask
     from dslide_workflows.summary import summary
 
-    run, model = resolve(args)
-    cfg = SlideConfig.from_dict({k: tuple(v) if k == "hidden" else v for k, v in model.items()})
     # everything is read and checked before the run folder is written or a cluster started
-    run, folder = _run_folder(run, resume=bool(args.resume))
     restore = _restore_point(folder, run) if args.resume else None
     train, test, shape = _data(run)
     # the lr schedule spans the whole run (a resumed run keeps the one it started with)
@@ -245,20 +266,23 @@ def _data(run: RunSettings):
     """Training source, test data (read and checked now, --eval-points rows of it) and
     (n_features, n_labels)."""
     from dslide_dask.data import synthetic
-    from dslide_dask.data.batches import plan, shape
+    from dslide_dask.data.batches import shape
     from dslide_dask.data.inputs import check_fits
     from dslide_dask.data.source import open_source, read_dataset
+    from dslide_workflows.settings import byte_count
 
     if run.preset:
         train, test = synthetic.make_synthetic(run.preset, seed=run.seed)
         return train, test.sample(run.eval_points), shape(train)
     # headers only: the training data itself is read by the workers
-    train = plan(run.train, run.storage_options)
+    limit = byte_count(run.max_decompressed)  # None: a share of each reader's free memory
+    train = open_source(run.train, run.storage_options, max_decompressed=limit)
     test = None
     if run.test:
         so = run.storage_options
         check_fits(open_source(run.test, so), *shape(train), what=run.test)
-        test, skipped = read_dataset(run.test, so, skip_bad_lines=run.skip_bad_lines)
+        test, skipped = read_dataset(run.test, so, skip_bad_lines=run.skip_bad_lines,
+                                     max_decompressed=limit)  # fmt: skip
         if skipped:
             print(f"test data: {skipped} bad line(s) skipped in {run.test}")
         if len(test) == 0:
@@ -277,11 +301,11 @@ def _cluster(run: RunSettings):
         return
     from distributed import Client, LocalCluster
 
-    from dslide_workflows.security import client_security, local_cluster_options
+    from dslide_workflows.security import client_security, connect_client, local_cluster_options
 
     if run.scheduler_address:
         security = client_security(run, run.scheduler_address)
-        with Client(run.scheduler_address, security=security) as client:
+        with connect_client(run.scheduler_address, security, run.connect_timeout) as client:
             print(f"cluster: {run.scheduler_address}, dashboard {client.dashboard_link}")
             if run.workers:  # shards go to the workers there are when training starts
                 print(f"waiting for {run.workers} workers...", flush=True)

@@ -30,7 +30,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from dslide_dask.checkpoint.arrays import CheckpointError, read_array, write_array
 from dslide_dask.checkpoint.schema import check_meta
-from dslide_dask.paths import inside
+from dslide_dask.paths import guard_read, guard_write, inside, read_small
 
 FORMAT = "dslide-checkpoint"
 VERSION = 1
@@ -38,6 +38,8 @@ LATEST = "LATEST"
 META = "meta.json"
 #: Largest meta.json read (a big model's is a few kB: one entry per array).
 META_MAX_BYTES = 16 << 20
+#: Largest LATEST read (a checkpoint folder's name).
+LATEST_MAX_BYTES = 4096
 
 
 @dataclass
@@ -54,7 +56,7 @@ class Folder:
 
     def write(self, name: str, array: np.ndarray) -> dict:
         """Write array ``name`` (e.g. ``"shard-0001/W"``); its metadata entry."""
-        path = posixpath.join(self.path, name + ".npy")
+        path = guard_write(self.fs, self.path, posixpath.join(self.path, name + ".npy"))
         self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
         return write_array(self.fs, path, array)
 
@@ -86,7 +88,8 @@ class Checkpoint:
         entry = self.meta["arrays"].get(name)
         if entry is None:
             raise CheckpointError(f"{self.url}: no array {name!r} in {META}")
-        return read_array(self.fs, posixpath.join(self.path, name + ".npy"), entry)
+        path = guard_read(self.fs, self.path, posixpath.join(self.path, name + ".npy"))
+        return read_array(self.fs, path, entry)
 
 
 class CheckpointStore:
@@ -103,21 +106,22 @@ class CheckpointStore:
     def new_folder(self, step: int) -> Folder:
         """A fresh, empty folder for the checkpoint of ``step``."""
         name = f"step-{step:08d}-{uuid.uuid4().hex[:8]}"
-        path = posixpath.join(self.root, name)
+        path = guard_write(self.fs, self.root, posixpath.join(self.root, name))
         self.fs.makedirs(path, exist_ok=True)
         return Folder(self.fs, path)
 
     def commit(self, folder: Folder, meta: dict) -> Checkpoint:
         """Make ``folder`` (all arrays written) the latest checkpoint, then prune."""
         meta = {"format": FORMAT, "version": VERSION, "created": time.time(), **meta}
-        with self.fs.open(posixpath.join(folder.path, META), "w") as f:
+        meta_path = guard_write(self.fs, folder.path, posixpath.join(folder.path, META))
+        with self.fs.open(meta_path, "w") as f:
             json.dump(meta, f)
         self._write_latest(posixpath.basename(folder.path))
         self._prune(keep_name=posixpath.basename(folder.path))
         return Checkpoint(self.fs, folder.path, meta)
 
     def _write_latest(self, name: str) -> None:
-        target = posixpath.join(self.root, LATEST)
+        target = guard_write(self.fs, self.root, posixpath.join(self.root, LATEST))
         if isinstance(self.fs, LocalFileSystem):
             tmp = f"{target}.{uuid.uuid4().hex[:8]}.tmp"
             self.fs.pipe_file(tmp, name.encode())
@@ -149,8 +153,9 @@ class CheckpointStore:
         doomed = [n for n in names if n not in committed]
         if self.keep:
             doomed += committed[: max(0, len(committed) - (self.keep - 1))]
-        for name in doomed:
-            self.fs.rm(posixpath.join(self.root, name), recursive=True)
+        for name in doomed:  # a link is refused: what it leads to is not ours to remove
+            path = guard_write(self.fs, self.root, posixpath.join(self.root, name))
+            self.fs.rm(path, recursive=True)
 
 
 def open_checkpoint(url: str, storage_options: dict | None = None) -> Checkpoint:
@@ -164,11 +169,8 @@ def open_checkpoint(url: str, storage_options: dict | None = None) -> Checkpoint
     meta_path = posixpath.join(path, META)
     where = fs.unstrip_protocol(meta_path)
     try:
-        size = fs.size(meta_path)
-        if size is not None and size > META_MAX_BYTES:
-            raise CheckpointError(f"{where}: {size} bytes, too big for checkpoint metadata")
-        meta = json.loads(fs.cat_file(meta_path))
-    except FileNotFoundError:
+        meta = json.loads(read_small(fs, path, meta_path, META_MAX_BYTES, "checkpoint metadata"))
+    except (FileNotFoundError, NotADirectoryError):
         raise CheckpointError(f"{url}: no checkpoint here ({META} or {LATEST} not found)") from None
     except IsADirectoryError:
         raise CheckpointError(f"{where}: a folder, not a file") from None
@@ -184,7 +186,7 @@ def open_checkpoint(url: str, storage_options: dict | None = None) -> Checkpoint
 def _follow_latest(fs, root: str) -> str:
     """The checkpoint folder ``root/LATEST`` names: a folder inside ``root``, nowhere else."""
     where = fs.unstrip_protocol(posixpath.join(root, LATEST))
-    raw = fs.cat_file(posixpath.join(root, LATEST))
+    raw = read_small(fs, root, posixpath.join(root, LATEST), LATEST_MAX_BYTES, "a checkpoint name")
     try:
         name = raw.decode().strip()
     except UnicodeDecodeError:

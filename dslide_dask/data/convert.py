@@ -20,6 +20,7 @@ from dslide_dask.data.partitions import (
     route_options,
 )
 from dslide_dask.data.source import open_source, read_partition
+from dslide_dask.paths import guard_write
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,12 @@ def convert(
     dso = storage_options if dst_storage_options is None else dst_storage_options
     dso = route_options(dst_url, dso or {})
     fs, root = fsspec.core.url_to_fs(dst_url, **dso)
+    # no file this writes may be a link out of the folder: all checked before any is written
+    out = lambda name: guard_write(fs, root, root.rstrip("/") + "/" + name)  # noqa: E731
+    manifest_path = out(MANIFEST)
+    for i in range(n_chunks):
+        out(chunk_name(i))
     fs.makedirs(root, exist_ok=True)
-    manifest_path = root.rstrip("/") + "/" + MANIFEST
     if fs.exists(manifest_path):
         fs.rm(manifest_path)
     counter = PointCounter()
@@ -78,9 +83,9 @@ def convert(
         while data.n_points - start >= chunk_points or (final and start < data.n_points):
             piece = data.slice(start, start + chunk_points)
             start += len(piece)
-            name = f"chunk-{len(chunks):06d}.npz"
+            name = chunk_name(len(chunks))
             blob = npz_bytes(piece)
-            fs.pipe_file(root.rstrip("/") + "/" + name, blob)
+            fs.pipe_file(out(name), blob)
             written += len(blob)
             chunks.append(
                 {
@@ -114,7 +119,11 @@ def convert(
         "source": src_url,
         "skipped_lines": n_skipped,
     }
-    fs.pipe_file(manifest_path, json.dumps(manifest, indent=1).encode())
+    fs.pipe_file(out(MANIFEST), json.dumps(manifest, indent=1).encode())
     seconds = time.perf_counter() - t0
     url = dst_url.rstrip("/") + "/" + MANIFEST
     return ConvertSummary(url, n_points, len(chunks), n_skipped, written, seconds)
+
+
+def chunk_name(index: int) -> str:
+    return f"chunk-{index:06d}.npz"

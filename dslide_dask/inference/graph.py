@@ -21,7 +21,7 @@ from dslide_dask.checkpoint.model import config_of
 from dslide_dask.data.csr import as_csr
 from dslide_dask.data.source import DataSource
 from dslide_dask.inference import model_cache, tasks
-from dslide_dask.inference.output import clear_manifest, write_manifest
+from dslide_dask.inference.output import check_output, clear_manifest, write_manifest
 from dslide_dask.inference.serving import RANGES, check_ranges, serving_config
 from dslide_dask.inference.spec import PredictSpec
 
@@ -74,6 +74,7 @@ def predict_to_storage(
     ckpt = model_cache.resolve(spec.model_url, spec.storage_options)
     spec = replace(spec, model_url=ckpt.url)  # workers cache by it
     n_shards = check_input(spec, source)
+    check_output(out_url, len(source.partitions), spec.storage_options)
     clear_manifest(out_url, spec.storage_options)
     future = client.compute(prediction_graph(spec, source, out_url, n_shards))
     if show_progress:

@@ -21,13 +21,25 @@ import posixpath
 import fsspec
 import numpy as np
 
+from dslide_dask.paths import guard_read, guard_write, inside, read_small
+
 FORMAT = "dslide-predictions"
 VERSION = 1
 MANIFEST = "predictions.json"
+#: Largest predictions.json read (a few hundred bytes a partition).
+MANIFEST_MAX_BYTES = 64 << 20
 
 
 def part_name(index: int) -> str:
     return f"part-{index:06d}.npz"
+
+
+def check_output(url: str, n_parts: int, storage_options: dict) -> None:
+    """Before any work: no file the output will hold (parts, manifest) is a link, which
+    would send the writes out of the folder (:func:`dslide_dask.paths.guard_write`)."""
+    fs, path = fsspec.core.url_to_fs(url, **storage_options)
+    for name in [MANIFEST, *(part_name(i) for i in range(n_parts))]:
+        guard_write(fs, path, posixpath.join(path, name))
 
 
 def write_part(url: str, index: int, arrays: tuple, storage_options: dict) -> dict:
@@ -37,16 +49,19 @@ def write_part(url: str, index: int, arrays: tuple, storage_options: dict) -> di
     np.savez(buf, ids=np.asarray(ids, np.int64), scores=np.asarray(scores, np.float32))
     fs, path = fsspec.core.url_to_fs(url, **storage_options)
     fs.makedirs(path, exist_ok=True)
-    with fs.open(posixpath.join(path, part_name(index)), "wb") as f:
+    with fs.open(guard_write(fs, path, posixpath.join(path, part_name(index))), "wb") as f:
         f.write(buf.getvalue())
     return {"file": part_name(index), "n_points": int(len(ids))}
 
 
 def clear_manifest(url: str, storage_options: dict) -> None:
     """Remove an older run's ``predictions.json`` first: until the new one is written,
-    the folder must not look complete (its parts are being replaced)."""
+    the folder must not look complete (its parts are being replaced). An existing file
+    at ``url`` is refused here, before any task starts (each would fail on it)."""
     fs, path = fsspec.core.url_to_fs(url, **storage_options)
-    target = posixpath.join(path, MANIFEST)
+    if fs.isfile(path):
+        raise ValueError(f"{url}: a file exists there: the predictions go into a folder")
+    target = guard_write(fs, path, posixpath.join(path, MANIFEST))
     if fs.exists(target):
         fs.rm(target)
 
@@ -61,7 +76,7 @@ def write_manifest(url: str, parts: list[dict], info: dict, storage_options: dic
         "parts": parts,
     }
     fs, path = fsspec.core.url_to_fs(url, **storage_options)
-    with fs.open(posixpath.join(path, MANIFEST), "w") as f:
+    with fs.open(guard_write(fs, path, posixpath.join(path, MANIFEST)), "w") as f:
         json.dump(meta, f)
     return meta
 
@@ -69,22 +84,32 @@ def write_manifest(url: str, parts: list[dict], info: dict, storage_options: dic
 def read_predictions(
     url: str, storage_options: dict | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(ids, scores)`` of every row of a prediction folder, in input order."""
+    """``(ids, scores)`` of every row of a prediction folder, in input order: only files
+    inside the folder (the manifest's part names are data, as are links in the folder)."""
     fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
     where = fs.unstrip_protocol(posixpath.join(path, MANIFEST))
     try:
-        meta = json.loads(fs.cat_file(posixpath.join(path, MANIFEST)))
+        raw = read_small(fs, path, posixpath.join(path, MANIFEST), MANIFEST_MAX_BYTES, MANIFEST)
+        meta = json.loads(raw)
     except FileNotFoundError:
         raise ValueError(f"{where}: not found (no predictions here, or not complete)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{where}: not valid JSON ({err})") from None
+    except RecursionError:
+        raise ValueError(f"{where}: not valid JSON (nested too deeply)") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"{where}: not a {FORMAT} manifest")
-    k = int(meta["k"])
-    files = [posixpath.join(path, p["file"]) for p in meta["parts"]]
+    k, parts = meta.get("k"), meta.get("parts")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"{where}: k must be a positive integer, got {k!r}")
+    if not isinstance(parts, list) or not all(
+        isinstance(p, dict) and isinstance(p.get("n_points"), int) for p in parts
+    ):
+        raise ValueError(f"{where}: parts must be a list of {{file, n_points}} entries")
+    files = [guard_read(fs, path, inside(path, p.get("file"), where)) for p in parts]
     blobs = fs.cat(files) if files else {}
     ids, scores = [np.zeros((0, k), np.int64)], [np.zeros((0, k), np.float32)]
-    for name, entry in zip(files, meta["parts"], strict=True):
+    for name, entry in zip(files, parts, strict=True):
         raw = blobs[name] if name in blobs else blobs[fs.unstrip_protocol(name)]
         with np.load(io.BytesIO(raw)) as z:
             if z["ids"].shape != (entry["n_points"], k):
