@@ -15,10 +15,16 @@ def key_value(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    from dslide_workflows.settings import load_yaml, yaml_problem
+
+    shown = repr(text) if len(text) <= 80 else repr(text[:77] + "...")
     try:
-        parsed = yaml.safe_load(value)
+        parsed = load_yaml(value)  # no aliases: "a=[&x [1,1], [*x,*x]]" nested would blow up
     except yaml.YAMLError as err:
-        raise argparse.ArgumentTypeError(f"cannot parse the value of {text!r}: {err}") from err
+        problem = yaml_problem(err)[1][:120]
+        raise argparse.ArgumentTypeError(f"cannot parse the value of {shown}: {problem}") from None
+    except RecursionError:
+        raise argparse.ArgumentTypeError(f"{shown}: nested too deeply") from None
     if isinstance(parsed, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
         with contextlib.suppress(ValueError):
             parsed = float(parsed)
@@ -36,6 +42,16 @@ def hidden_sizes(text: str) -> tuple[int, ...]:
     if not sizes or min(sizes) < 1:
         raise argparse.ArgumentTypeError(f"hidden widths must be positive, got {text!r}")
     return sizes
+
+
+def byte_size(text: str) -> int:
+    """A positive number of bytes: ``500000000``, ``500MB``, ``2GiB``."""
+    from dslide_workflows.settings import byte_count
+
+    value = byte_count(text)
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"expected a size such as 2GiB or 500MB, got {text!r}")
+    return value
 
 
 def positive_int(text: str) -> int:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 
-from dslide_workflows import convert, leave, plan, predict, report, train
+from dslide_workflows import convert, datasets, leave, plan, predict, report, train
 from dslide_workflows.args import (
     add_storage_arguments,
     key_value,
@@ -20,11 +22,16 @@ from dslide_workflows.args import (
     storage_options,
 )
 from dslide_workflows.classifier import make_classifier
-from dslide_workflows.errors import JobFailed
-from dslide_workflows.secrets import scrub
+from dslide_workflows.endpoints import nul_setting
+from dslide_workflows.errors import JobFailed, Terminated
+from dslide_workflows.secrets import mask_text, masked_output, scrub
 from dslide_workflows.summary import format_scores
 
 PROG = "dslide"
+#: The longest error line: a value quoted from hostile input must not flood the terminal.
+MAX_LINE = 300
+#: The folders of an absolute path (two or more), before its last name.
+_FOLDERS = re.compile(r"(?<![\w.])/(?:[^\s/,;()'\"]+/){2,}(?=[^\s/,;()'\"])")
 DEMO_PRESET = "tiny"
 #: On 'tiny', lr 1e-3 stays near the most-frequent-labels baseline for many epochs.
 DEMO_EPOCHS, DEMO_LR = 10, 1e-2
@@ -180,7 +187,7 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse's errors as every other error: one line ``dslide: error: ...``, exit 2."""
 
     def error(self, message: str):
-        self.exit(2, f"{PROG}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{PROG}: error: {mask_text(message)} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -199,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     leave.add_leave_parser(sub)
     report.add_report_parser(sub)
     convert.add_convert_parser(sub)
+    datasets.add_datasets_parser(sub)
     predict.add_predict_parser(sub)
     _add_bench(sub)
     return parser
@@ -213,26 +221,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    if (name := nul_setting(vars(args))) is not None:
+        parser.error(f"argument --{name.replace('_', '-')}: holds a NUL byte (no file name can)")
     from dslide_dask.omp import passive_wait
 
     passive_wait()  # before any kernel runs, in this process and the workers it starts
     try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+        with masked_output():  # no secret in a print, ours or a library's
+            return int(args.func(args) or 0)
+    except KeyboardInterrupt as err:  # SIGTERM too, in dslide train (errors.Terminated)
+        ended, code = ("terminated", 143) if isinstance(err, Terminated) else ("interrupted", 130)
+        print(f"{PROG}: {ended}", file=sys.stderr)
+        return code
     except Exception as err:
         if args.debug or os.environ.get("DSLIDE_DEBUG"):
             raise
-        text, code = describe(err)
-        print(f"{PROG}: error: {scrub(text, _secrets(args))}", file=sys.stderr)
+        text, code = describe(err, args)
+        line = f"{PROG}: error: {scrub(text, _secrets(args))}"
+        print(_capped(line), file=sys.stderr)
         return code
 
 
-def describe(err: BaseException) -> tuple[str, int]:
+def describe(err: BaseException, args: argparse.Namespace | None = None) -> tuple[str, int]:
     """One line for ``err`` and the exit status: 2 for bad input and what the system
     refused, 1 for a failed job, 1 and "internal error" for anything else (a bug)."""
     import yaml
+
+    if isinstance(err, MemoryError) and _in_dask_comm(err):  # a length read from garbage
+        address = getattr(args, "scheduler_address", None) or os.environ.get(
+            "DASK_SCHEDULER_ADDRESS", ""
+        )
+        return (
+            f"--scheduler-address {address}: the other end does not speak Dask's protocol "
+            "(not a Dask scheduler's port?)"
+        ), 2
 
     if isinstance(err, JobFailed):
         return _one_line(err), 1
@@ -250,6 +272,25 @@ def describe(err: BaseException) -> tuple[str, int]:
         f"internal error ({type(err).__name__}: {_one_line(err)}); run again with "
         f"--debug for the traceback, and please report it"
     ), 1
+
+
+def _capped(line: str) -> str:
+    """``line`` within :data:`MAX_LINE` characters: long paths cut to their file names
+    (``.../cert.pem``), then if need be the middle elided, keeping the start (what
+    failed) and the end (why)."""
+    if len(line) <= MAX_LINE:
+        return line
+    line = _FOLDERS.sub(".../", line)
+    if len(line) <= MAX_LINE:
+        return line
+    head = MAX_LINE * 3 // 5
+    return f"{line[:head]} ... {line[len(line) - (MAX_LINE - head - 5) :]}"
+
+
+def _in_dask_comm(err: BaseException) -> bool:
+    """Whether ``err`` was raised reading a Dask connection (distributed.comm)."""
+    frames = traceback.extract_tb(err.__traceback__)
+    return any("distributed/comm/" in f.filename.replace("\\", "/") for f in frames)
 
 
 #: Libraries whose errors mean storage or the network refused (not a bug here).

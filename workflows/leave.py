@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 
 def add_leave_parser(sub: argparse._SubParsersAction) -> None:
+    from dslide_workflows.security import add_connect_timeout
+
     p = sub.add_parser(
         "leave",
         help="retire a worker, letting a training run hand its rows off first",
@@ -33,14 +36,14 @@ def add_leave_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tls-ca-file", metavar="PEM", help="CA certificate(s) of the cluster")
     p.add_argument("--tls-cert", metavar="PEM", help="this client's certificate")
     p.add_argument("--tls-key", metavar="PEM", help="this client's private key")
+    add_connect_timeout(p)
     p.set_defaults(func=cmd_leave)
 
 
 def cmd_leave(args: argparse.Namespace) -> int:
-    from distributed import Client
-
+    deadline = time.monotonic() + args.timeout  # the whole of it, reaching the scheduler too
     from dslide_dask.distributed.elastic import leave
-    from dslide_workflows.security import client_security
+    from dslide_workflows.security import CONNECT_TIMEOUT, client_security, connect_client
 
     if not args.scheduler_address:
         raise ValueError("--scheduler-address (or DASK_SCHEDULER_ADDRESS) is required")
@@ -49,9 +52,14 @@ def cmd_leave(args: argparse.Namespace) -> int:
     if not 0 < args.timeout <= 24 * 3600:
         raise ValueError(f"--timeout must be in (0, 86400] seconds, got {args.timeout:g}")
     security = client_security(args, args.scheduler_address)
-    with Client(args.scheduler_address, security=security, timeout="30s") as client:
+    given = CONNECT_TIMEOUT if args.connect_timeout is None else args.connect_timeout
+    if not 0 < given <= 24 * 3600:
+        raise ValueError(f"--connect-timeout must be in (0, 86400] seconds, got {given:g}")
+    left = max(1.0, deadline - time.monotonic())
+    limit = f"{args.timeout:g} s (--timeout)" if left < given else None
+    with connect_client(args.scheduler_address, security, min(left, given), limit) as client:
         try:
-            gone = leave(client, args.worker, args.timeout)
+            gone = leave(client, args.worker, max(0.0, deadline - time.monotonic()))
         except TimeoutError as err:
             print(f"dslide leave: {err}")
             return 1

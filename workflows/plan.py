@@ -76,12 +76,10 @@ def _workers(run, memory_limit: str | None) -> tuple[dict[str, dict], str]:
     if run.in_process:
         raise ValueError("dslide plan is for a Dask cluster: drop --in-process")
     if run.scheduler_address:
-        from distributed import Client
-
-        from dslide_workflows.security import client_security
+        from dslide_workflows.security import client_security, connect_client
 
         security = client_security(run, run.scheduler_address)
-        with Client(run.scheduler_address, security=security) as client:
+        with connect_client(run.scheduler_address, security, run.connect_timeout) as client:
             workers = client.scheduler_info(n_workers=-1)["workers"]
         return workers, f"{run.scheduler_address}, {len(workers)} workers"
     n = run.workers or os.cpu_count() or 1

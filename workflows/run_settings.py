@@ -28,6 +28,7 @@ class RunSettings:
     tls_cert: str | None = None
     tls_key: str | None = None
     dashboard_address: str | None = None
+    connect_timeout: float | None = None  #: None: security.CONNECT_TIMEOUT
     workers: int | None = None
     threads_per_worker: int = 1
     in_process: bool = False
@@ -44,6 +45,7 @@ class RunSettings:
     seed: int = 0
     threads: int | None = None
     skip_bad_lines: bool = False
+    max_decompressed: int | str | None = None  #: bytes, or "2GiB"; None: a share of free memory
     run_dir: str | None = None
     checkpoint_every: int = 0
     checkpoint_minutes: float = 0.0
@@ -63,7 +65,7 @@ RESUMABLE = frozenset(
         "workers", "threads_per_worker", "in_process", "n_shards", "hidden_shards",
         "wire_dtype", "pipeline", "step_mode", "epochs", "eval_every", "eval_points", "threads",
         "performance_report", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints",
-        "skip_bad_lines", "storage_options",
+        "skip_bad_lines", "storage_options", "connect_timeout", "max_decompressed",
     }
 )  # fmt: skip
 
@@ -133,7 +135,7 @@ def resolve(args: argparse.Namespace) -> tuple[RunSettings, dict[str, Any]]:
 def _resumed(args: argparse.Namespace, run: dict) -> tuple[RunSettings, dict[str, Any]]:
     """Settings of a resumed run: the run folder's, with the flags of RESUMABLE."""
     from dslide_workflows.run_folder import RunFolder
-    from dslide_workflows.secrets import merge, unmasked
+    from dslide_workflows.secrets import MASKED, mask_text, merge, unmasked
     from dslide_workflows.settings import check_model, check_run
 
     options = storage_options(args.storage_option)
@@ -153,7 +155,14 @@ def _resumed(args: argparse.Namespace, run: dict) -> tuple[RunSettings, dict[str
     ):
         raise ValueError("--resume takes the model from the checkpoint: no --config, "
                          "--opt or model flags")  # fmt: skip
-    fixed = sorted(asked - RESUMABLE)
+    # a URL saved with a secret masked (a presigned URL) is given again, the same but for it
+    again = {k for k in ("train", "test") if k in asked and MASKED in str(saved.get(k))
+             and mask_text(getattr(args, k)) == saved[k]}  # fmt: skip
+    fixed = sorted(asked - RESUMABLE - again)
+    for key in ("train", "test"):
+        if MASKED in str(saved.get(key)) and key not in again:
+            raise ValueError(f"{where}: {key} was saved with its secrets masked "
+                             f"({saved[key]}): give it again, whole, with --{key}")  # fmt: skip
     if fixed:
         flags = ", ".join("--" + k.replace("_", "-") for k in fixed)
         raise ValueError(f"--resume keeps the run's data and batches: {flags} cannot change")

@@ -7,6 +7,10 @@ scheduler``) secure the connection to ``--scheduler-address tls://...``; without
 ``--tls`` gives the CLI's own LocalCluster throwaway certificates
 (``Security.temporary()``) and ``tls://`` everywhere. The LocalCluster's dashboard
 listens on loopback unless ``--dashboard-address`` says otherwise.
+
+Reaching a scheduler has a deadline (``--connect-timeout``): Dask's client retries a
+refused connection until its timeout, and waits for the handshake of a socket that
+accepts but never answers without one (:func:`connect_client`).
 """
 
 from __future__ import annotations
@@ -14,8 +18,17 @@ from __future__ import annotations
 import argparse
 import os
 
+from dslide_workflows.endpoints import (
+    check_dashboard_address,
+    check_scheduler_address,
+    check_tls_files,
+)
+
 #: Where the CLI's LocalCluster serves its dashboard unless told otherwise: loopback only.
 LOCAL_DASHBOARD = "127.0.0.1:8787"
+#: Seconds to reach a scheduler (connect, handshake, first reply) unless told otherwise:
+#: Dask's 30 s, less the start-up, so a command at a dead address ends within 30 s.
+CONNECT_TIMEOUT = 15.0
 FLAGS = (("tls_ca_file", "--tls-ca-file"), ("tls_cert", "--tls-cert"), ("tls_key", "--tls-key"))
 
 
@@ -28,6 +41,48 @@ def add_security_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--dashboard-address", metavar="HOST:PORT",
                        help=f"the LocalCluster's dashboard (default: {LOCAL_DASHBOARD}, "
                        "this machine only; ':8787' for every interface)")  # fmt: skip
+    add_connect_timeout(group)
+
+
+def add_connect_timeout(group) -> None:
+    group.add_argument("--connect-timeout", type=float, metavar="SECONDS",
+                       help="give up reaching --scheduler-address after this long "
+                       f"(default: {CONNECT_TIMEOUT:g})")  # fmt: skip
+
+
+def connect_client(address: str, security, timeout: float | None, limit: str | None = None):
+    """A ``distributed.Client`` of the scheduler at ``address``, or a TimeoutError naming
+    it and the timeout once ``timeout`` seconds (None: :data:`CONNECT_TIMEOUT`) have gone;
+    ``limit`` names the deadline in that error if it is not ``--connect-timeout``'s.
+
+    A probe first (``distributed.comm.connect`` under ``asyncio.wait_for``): Dask's own
+    connect waits for the scheduler's handshake with no deadline, so a socket that
+    accepts and stays silent would hang the client. Then the Client, with the same
+    timeout for itself and for its connections (``distributed.comm.timeouts.connect``).
+    """
+    import asyncio
+
+    import dask
+    from distributed import Client
+    from distributed.comm import connect
+
+    timeout = CONNECT_TIMEOUT if timeout is None else timeout
+    if not 0 < timeout <= 86400:
+        raise ValueError(f"--connect-timeout must be in (0, 86400] seconds, got {timeout:g}")
+    args = security.get_connection_args("client") if security is not None else {}
+
+    async def probe():
+        comm = await connect(address, timeout=timeout, **args)
+        await comm.close()
+
+    limit = limit or f"{timeout:g} s (--connect-timeout)"  # what the error names
+    fail = f"--scheduler-address {address}: no answer within {limit}"
+    try:
+        asyncio.run(asyncio.wait_for(probe(), timeout))
+        with dask.config.set({"distributed.comm.timeouts.connect": timeout}):
+            return Client(address, security=security, timeout=timeout)
+    except OSError:  # TimeoutError too; a refused connection is retried until the timeout
+        raise TimeoutError(f"{fail}: refused, unreachable or silent") from None
 
 
 def client_security(settings, address: str | None):
@@ -38,6 +93,8 @@ def client_security(settings, address: str | None):
     """
     from distributed import Security
 
+    check_scheduler_address(address)
+    check_tls_files(settings, address)
     files = {flag: getattr(settings, name, None) for name, flag in FLAGS}
     given = {flag: path for flag, path in files.items() if path}
     if given:
@@ -70,7 +127,9 @@ def client_security(settings, address: str | None):
 
 def local_cluster_options(settings) -> dict:
     """Keyword arguments for the CLI's LocalCluster: its dashboard, and TLS with ``--tls``."""
-    options = {"dashboard_address": getattr(settings, "dashboard_address", None) or LOCAL_DASHBOARD}
+    check_tls_files(settings, None)  # a LocalCluster reads no certificate files
+    dashboard = getattr(settings, "dashboard_address", None)
+    options = {"dashboard_address": check_dashboard_address(dashboard or LOCAL_DASHBOARD)}
     if getattr(settings, "tls", False):
         from distributed import Security
 

@@ -27,6 +27,7 @@ RUN_SCHEMA: dict[str, tuple] = {
     "tls_cert": ("str", None, None, True),
     "tls_key": ("str", None, None, True),
     "dashboard_address": ("str", None, None, True),
+    "connect_timeout": ("float", 0.001, 86400.0, True),
     "workers": ("int", 1, 1 << 16, True),
     "threads_per_worker": ("int", 1, 1 << 12, False),
     "in_process": ("bool", None, None, False),
@@ -43,6 +44,7 @@ RUN_SCHEMA: dict[str, tuple] = {
     "seed": ("int", 0, (1 << 63) - 1, False),
     "threads": ("int", 1, 1 << 12, True),
     "skip_bad_lines": ("bool", None, None, False),
+    "max_decompressed": ("bytes", 1, _I, True),
     "run_dir": ("str", None, None, True),
     "checkpoint_every": ("int", 0, _I, False),
     "checkpoint_minutes": ("float", 0.0, 1e9, False),
@@ -82,9 +84,26 @@ def _problem(kind: str, value: Any, low, high) -> str | None:
         return None if isinstance(value, str) and value.strip() else "a non-empty text (a URL)"
     if kind == "dict":
         return None if isinstance(value, dict) else "a mapping of options"
+    if kind == "bytes":
+        ok = byte_count(value) is not None and low <= byte_count(value) <= high
+        return None if ok else f"a number of bytes (e.g. 500000000 or 2GiB) in [{low}, {high}]"
     if kind == "choice":
         return None if value in low else f"one of {list(low)}"
     raise AssertionError(kind)  # pragma: no cover
+
+
+def byte_count(value: Any) -> int | None:
+    """Bytes from an integer or a text such as ``2GiB`` or ``500MB`` (None: neither)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        from dask.utils import parse_bytes
+
+        try:
+            return int(parse_bytes(value))
+        except (ValueError, TypeError, OverflowError):
+            return None
+    return None
 
 
 def check_model(model: Any, where: str) -> dict[str, Any]:
@@ -102,17 +121,44 @@ def check_model(model: Any, where: str) -> dict[str, Any]:
     return model
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """SafeLoader without anchors and aliases: a few lines of ``&a``/``*a`` nested nine
+    deep stand for billions of nodes, which masking and saving the settings would expand
+    (a "billion laughs"); settings never need them."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.composer.ComposerError(
+                None, None, "anchors and aliases (&name, *name) are not allowed",
+                event.start_mark,
+            )  # fmt: skip
+        return super().compose_node(parent, index)
+
+
+def load_yaml(text: str) -> Any:
+    """``text`` as YAML: plain data only (SafeLoader), no anchors or aliases."""
+    return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
+
+
+def yaml_problem(err: yaml.YAMLError) -> tuple[str, str]:
+    """``(":LINE" or "", problem)`` of a YAML error, on one line (PyYAML's text spans
+    several, with a caret under the spot)."""
+    mark = getattr(err, "problem_mark", None)
+    line = f":{mark.line + 1}" if mark is not None else ""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    return line, " ".join(str(problem).split())
+
+
 def parse_yaml(raw: bytes, where: str) -> Any:
     """The YAML document in ``raw`` (a file's bytes); a file that is not YAML text is
     named with its line and problem."""
     try:
-        return yaml.safe_load(raw.decode("utf-8"))
+        return load_yaml(raw.decode("utf-8"))
     except UnicodeDecodeError as err:
         raise ValueError(f"{where}: not a YAML text file (byte {err.start} is not UTF-8)") from None
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        line, problem = yaml_problem(err)
         raise ValueError(f"{where}{line}: not valid YAML ({problem})") from None
     except RecursionError:
         raise ValueError(f"{where}: not valid YAML (nested too deeply)") from None

@@ -47,6 +47,8 @@ class Partition:
     first_line: int | None = None  #: line number at ``start`` (set by index_partitions)
     file_lines: int | None = None  #: lines in the whole file (set by index_partitions)
     storage_options: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: bytes a compressed file may decompress to (None: a share of the reader's free memory)
+    max_decompressed: int | None = field(default=None, compare=False)
 
     @property
     def whole_file(self) -> bool:

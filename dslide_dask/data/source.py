@@ -88,10 +88,15 @@ def open_source(
     url: str,
     storage_options: dict | None = None,
     partition_bytes: int = PARTITION_BYTES,
+    max_decompressed: int | None = None,
 ) -> DataSource:
-    """Plan reading ``url`` (file, glob, folder of part files, or converted folder)."""
+    """Plan reading ``url`` (file, glob, folder of part files, or converted folder); a
+    compressed file is refused once it decompresses to over ``max_decompressed`` bytes
+    (None: :func:`dslide_dask.data.inflate.default_max_bytes` where it is read)."""
     if partition_bytes < 1:
         raise ValueError(f"partition_bytes must be >= 1, got {partition_bytes}")
+    if max_decompressed is not None and max_decompressed < 1:
+        raise ValueError(f"max_decompressed must be >= 1 byte, got {max_decompressed}")
     so = route_options(url, storage_options or {})
     fs, path = fsspec.core.url_to_fs(url, **so)
     if fs.isdir(path) and fs.exists(_join(path, MANIFEST)):
@@ -99,7 +104,7 @@ def open_source(
     if path.endswith("/" + MANIFEST) or path == MANIFEST:
         return plan_chunks(url, so)
     files = _list_files(fs, url, path, so)
-    return _plan_text(fs, url, files, so, partition_bytes)
+    return _plan_text(fs, url, files, so, partition_bytes, max_decompressed)
 
 
 def read_partition(part: Partition, skip_bad_lines: bool = False) -> tuple[XCDataset, int]:
@@ -122,10 +127,11 @@ def read_dataset(
     *,
     skip_bad_lines: bool = False,
     n_threads: int | None = None,
+    max_decompressed: int | None = None,
 ) -> tuple[XCDataset, int]:
     """A whole data set (any input :func:`open_source` takes) in memory, its partitions
     read by ``n_threads`` threads: ``(data, bad lines skipped)``."""
-    src = open_source(url, storage_options)
+    src = open_source(url, storage_options, max_decompressed=max_decompressed)
     parts = list(src.partitions)
     with ThreadPoolExecutor(n_threads or min(8, len(parts))) as pool:
         outs = list(pool.map(lambda p: read_partition(p, skip_bad_lines), parts))
@@ -177,7 +183,8 @@ def _join(path: str, name: str) -> str:
 
 def _list_files(fs, url: str, path: str, so: dict) -> list[tuple[str, str, int]]:
     """``(url, path, size)`` of the data files ``url`` names."""
-    if any(c in url.rsplit("::", 1)[-1].split("://", 1)[-1] for c in "*?["):
+    pattern = any(c in url.rsplit("::", 1)[-1].split("://", 1)[-1] for c in "*?[")
+    if pattern and not fs.exists(path):  # a name such as train[2020].txt is that file
         base = url[: url.rfind("/", 0, min(url.find(c) for c in "*?[" if c in url))]
         infos = fs.glob(path, detail=True)
         what = f"no files match {url}"
@@ -205,8 +212,9 @@ def _list_files(fs, url: str, path: str, so: dict) -> list[tuple[str, str, int]]
 
 
 def _plan_text(
-    fs, url: str, files: list[tuple[str, str, int]], so: dict, partition_bytes: int
-) -> DataSource:
+    fs, url: str, files: list[tuple[str, str, int]], so: dict, partition_bytes: int,
+    max_decompressed: int | None,
+) -> DataSource:  # fmt: skip
     comps = [compression_of(f[0]) for f in files]
     with ThreadPoolExecutor(min(16, len(files))) as pool:
         heads = list(pool.map(lambda f, c: _read_head(fs, *f, c), files, comps))
@@ -242,6 +250,7 @@ def _plan_text(
                     n_parts=n_parts,
                     first_line=1 if n_parts > 1 and k == 0 else None,
                     storage_options=so,
+                    max_decompressed=max_decompressed,
                 )
             )
     assert first is not None
@@ -272,7 +281,11 @@ def _read_head(fs, url: str, path: str, size: int, comp: str | None) -> tuple[in
 # -- reading text ------------------------------------------------------------------------------
 def _read_whole(fs, path: str, part: Partition, skip: bool) -> tuple[XCDataset, int]:
     raw = fs.cat_file(path)
-    buf = decompress(raw, part.url, part.compression) if part.compression else raw
+    if part.compression:  # bounded, and a trailing flood of blank lines not kept
+        buf = decompress(raw, part.url, part.compression, max_bytes=part.max_decompressed)
+        del raw  # not held while parsing
+    else:
+        buf = raw
     header = parse_header(buf, part.url)
     _check_header(part, header[:3])
     parsed = parse_lines(

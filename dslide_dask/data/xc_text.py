@@ -24,6 +24,10 @@ from dslide_dask.data.dataset import XCDataset
 from dslide_dask.kernels import xc_text as K
 
 _INT32_MAX = np.iinfo(np.int32).max
+#: The most points a data set may declare: a run's steps are counted in 40 bits (the lr
+#: schedule's lengths), and a header past it (2**63 in a compressed file, whose size
+#: cannot bound it) would otherwise surface as a schedule parameter out of range.
+MAX_POINTS = 1 << 40
 _WRITE_ROWS = 16384  # rows formatted per kernel call when writing
 _MAX_HEADER = 1024  # bytes of line 1 looked at
 _ZSTD_EXTENSIONS = ("zst", "zstd")
@@ -71,14 +75,32 @@ def compression_of(url: str) -> str | None:
     return fsspec.utils.infer_compression(url)
 
 
-def decompress(raw: bytes, url: str, comp: str, limit: int = -1) -> bytes:
-    """``raw`` decompressed (its first ``limit`` bytes if >= 0); corrupt streams raise
+def decompress(
+    raw: bytes, url: str, comp: str, limit: int = -1, max_bytes: int | None = None
+) -> bytes:
+    """``raw`` decompressed (its first ``limit`` bytes if >= 0; else all of it, within
+    ``max_bytes``: :func:`dslide_dask.data.inflate.inflate`); corrupt streams raise
     :class:`XCFormatError`."""
     import fsspec
 
+    from dslide_dask.data.archives import zip_members, zstd_cut
+    from dslide_dask.data.inflate import inflate
+
+    if comp == "zip" and (problem := zip_members(raw)):  # else the first file, silently
+        raise XCFormatError(url, None, problem)
     try:
-        with fsspec.compression.compr[comp](io.BytesIO(raw), mode="rb") as f:
-            return f.read(limit)
+        opened = lambda: fsspec.compression.compr[comp](io.BytesIO(raw), mode="rb")  # noqa: E731
+        with opened() as f:
+            if limit >= 0:
+                out = f.read(limit)
+            else:
+                out = inflate(f, max_bytes, opened, lambda what: XCFormatError(url, None, what))
+        whole = limit < 0 or len(out) < limit  # read to its end: a cut shows
+        if comp == "zstd" and whole and (problem := zstd_cut(raw)):  # else silent
+            raise XCFormatError(url, None, problem)
+        return out
+    except XCFormatError:
+        raise
     except EOFError as err:
         raise XCFormatError(url, None, f"truncated {comp} stream ({err})") from None
     except MemoryError:
@@ -237,15 +259,29 @@ def parse_header(buf: bytes, source: str, size: int | None = None) -> tuple[int,
             f"got {_quote(text.strip())}",
         )
     n_points, n_features, n_labels = (int(p) for p in parts)
+    if n_points > MAX_POINTS:
+        raise XCFormatError(
+            source, 1, f"header N_points {_digits(parts[0])} exceeds the supported {MAX_POINTS:,}"
+        )
     for name, v in (("N_features", n_features), ("N_labels", n_labels)):
         if v > _INT32_MAX:
-            raise XCFormatError(source, 1, f"header {name} {v} exceeds the int32 limit")
+            raise XCFormatError(
+                source, 1, f"header {name} {_digits(str(v))} exceeds the int32 limit"
+            )
     size = len(buf) if size is None else size
     if size != UNKNOWN_SIZE and n_points > size:
         raise XCFormatError(
-            source, 1, f"header N_points {n_points} exceeds the file size ({size} bytes)"
+            source,
+            1,
+            f"header N_points {_digits(str(n_points))} exceeds the file size ({size} bytes)",
         )
     return n_points, n_features, n_labels, min(end + 1, len(buf))
+
+
+def _digits(s: str, limit: int = 24) -> str:
+    """A number from the file as it is, or its first digits and its length if long: a
+    100 MB id must not become a 100 MB error line."""
+    return s if len(s) <= limit else f"{s[:limit]}... ({len(s):,} digits)"
 
 
 def _quote(s: str, limit: int = 40) -> str:
@@ -262,13 +298,13 @@ def _problem(buf: bytes, err: np.ndarray, n_points: int, n_features: int, n_labe
     if code == K.ERR_LABEL_TOKEN:
         msg = _label_token_problem(tok, buf[f0:f1].decode("utf-8", errors="replace"))
     elif code == K.ERR_LABEL_RANGE:
-        msg = f"label id {tok} >= n_labels {n_labels}"
+        msg = f"label id {_digits(tok)} >= n_labels {n_labels}"
     elif code == K.ERR_LABEL_DUP:
         msg = f"duplicate label id {value}"
     elif code == K.ERR_FEATURE_TOKEN:
         msg = _feature_token_problem(tok)
     elif code == K.ERR_FEATURE_RANGE:
-        msg = f"feature id {tok} >= n_features {n_features}"
+        msg = f"feature id {_digits(tok)} >= n_features {n_features}"
     elif code == K.ERR_VALUE:
         msg = _value_problem(tok)
     elif code == K.ERR_VALUE_OVERFLOW:
@@ -296,7 +332,7 @@ def _label_token_problem(tok: str, field: str) -> str:
     if tok == "":
         return f"empty label id in {_quote(field)}"
     if tok.startswith("-") and _is_int(tok[1:]):
-        return f"negative label id {tok}"
+        return f"negative label id {_digits(tok)}"
     return f"label id {_quote(tok)} is not a non-negative integer"
 
 
@@ -307,7 +343,7 @@ def _feature_token_problem(tok: str) -> str:
     if fid == "":
         return f"missing feature id in {_quote(tok)}"
     if fid.startswith("-") and _is_int(fid[1:]):
-        return f"negative feature id {fid}"
+        return f"negative feature id {_digits(fid)}"
     return f"feature id {_quote(fid)} is not a non-negative integer"
 
 
