@@ -9,7 +9,9 @@ from typing import Self
 import numpy as np
 
 from dslide_dask.checkpoint import open_checkpoint
+from dslide_dask.checkpoint.arrays import CheckpointError
 from dslide_dask.checkpoint.model import config_of
+from dslide_dask.checkpoint.neighbours import load_neighbours, save_neighbours
 from dslide_dask.estimator import collections
 from dslide_dask.estimator._inputs import _plain
 from dslide_dask.local_trainer import LocalTrainer
@@ -40,7 +42,12 @@ class FittedMixin:
         extra = {"estimator": {**params, "epochs_done": self.epochs_done_, "evals": self.evals_}}
         if self._multiclass:
             extra["estimator"]["classes"] = self.classes_.tolist()
-        return self.trainer_.save(url, storage_options, extra)
+        if self._fusing():
+            extra["estimator"]["neighbour_weight_"] = self._choose_weight()
+        saved = self.trainer_.save(url, storage_options, extra)
+        if self._fusing():
+            save_neighbours(saved, self.neighbours_, storage_options)
+        return saved
 
     @classmethod
     def load(
@@ -53,6 +60,7 @@ class FittedMixin:
         ckpt = open_checkpoint(url, storage_options)
         saved = dict(ckpt.meta.get("estimator", {}))
         epochs_done, evals = saved.pop("epochs_done", 0), saved.pop("evals", [])
+        weight = saved.pop("neighbour_weight_", None)
         classes = saved.pop("classes", None)
         if "seed" in saved:  # saved before the parameter was random_state
             saved["random_state"] = saved.pop("seed")
@@ -82,6 +90,14 @@ class FittedMixin:
         clf.n_features_in_ = n_features
         clf._multiclass = classes is not None
         clf.classes_ = np.asarray(classes) if classes is not None else np.arange(n_labels)
+        clf.neighbours_, clf.neighbour_weight_, clf._held = None, None, None
+        if weight is not None:
+            if not isinstance(weight, float | int) or not 0.0 <= weight <= 1.0:
+                raise CheckpointError(f"{ckpt.url}: neighbour_weight_ must be in [0, 1]")
+            clf.neighbours_ = load_neighbours(ckpt.url, storage_options)
+            clf.neighbour_weight_ = float(weight)
+            if clf.neighbours_.n_labels != n_labels:
+                raise CheckpointError(f"{ckpt.url}: the neighbour index has other labels")
         return clf
 
     # -- inference -------------------------------------------------------------------------
@@ -90,14 +106,16 @@ class FittedMixin:
         ``exact=False``: LSH-retrieved labels only; -1 (multi-class: None) where fewer
         than k are found.
 
-        ``return_scores=True`` also returns their scores, ``(labels, scores)``: the output
-        layer's logits (float32, -inf where no label was found), comparable within a row
-        and across rows; a probability would need the softmax over every label, which top-k
-        inference never computes.
+        ``return_scores=True`` also returns their scores, ``(labels, scores)`` (float32,
+        -inf where no label was found), comparable within a row and across rows: with
+        ``neighbours`` (the default), the fused score ``(1 - neighbour_weight_) * p +
+        neighbour_weight_ * share`` of the network's softmax over its top candidates and
+        the neighbours' vote; with ``neighbours=0``, the output layer's logits.
 
         A dask array ``X`` given to a model on a cluster gives a dask array: one task per
-        block, run where the block is, asks the model (with ``return_scores``, ``X`` is
-        read here and numpy arrays come back).
+        block, run where the block is, asks the model's network (no neighbours: their
+        index is in this process; with ``return_scores``, ``X`` is read here and numpy
+        arrays come back, fused).
         """
         self._check_fitted()
         k = _plain(k)
@@ -113,7 +131,10 @@ class FittedMixin:
         Xc = self._features(X, reset=False)
         self._check_shapes(Xc.n_cols, None)
         with self._threads():
-            top, scores = self.trainer_.topk_scores(Xc, k, bool(exact))
+            if self._fusing():
+                top, scores = self._fused_topk(Xc, k, bool(exact))
+            else:
+                top, scores = self.trainer_.topk_scores(Xc, k, bool(exact))
         if self._multiclass:
             top = _classes_of(self.classes_, top)
         return (top, scores) if return_scores else top
@@ -160,7 +181,13 @@ class FittedMixin:
         data = self._held_out((X, Y), self.trainer_.n_labels)
         self._check_shapes(data.n_features, data.n_labels)
         with self._threads():
+            if self._fusing():
+                return self._fused_metrics(data, ks, bool(exact))
             return self.trainer_.evaluate(data, ks, bool(exact))
+
+    def _fusing(self) -> bool:
+        """Whether predictions mix in the neighbours' votes."""
+        return getattr(self, "neighbours_", None) is not None
 
     def close(self) -> None:
         """Release the fitted model (on a cluster: its actors and their memory)."""

@@ -55,14 +55,18 @@ class TrainingMixin:
         self.config()  # every parameter checked before the data is read
         data = self._training_data(X, Y, storage_options)
         seed = self._seed()
+        data, self._held = self._neighbour_split(data, seed)
         validation = None
         if _plain(self.early_stopping):
             data, validation = self._validation_split(data, eval_set, seed)
         self._start(data, seed, -(-data.n_points // batch_size) * epochs, epochs)
+        self._build_neighbours(data)
         if validation is None:
             self._train(data, epochs, True, callback, eval_set, eval_every)
         else:
             self._train_early_stopping(data, validation, callback, eval_set, eval_every)
+        with self._threads():
+            self._finish_neighbours(data)
         return self
 
     def _validation_split(self, data: Source, eval_set, seed: int) -> tuple[Source, XCDataset]:
@@ -122,6 +126,7 @@ class TrainingMixin:
         if "trainer_" not in self.__dict__:
             data = self._training_data(X, Y, storage_options, classes)
             self._start(data, self._seed())
+            self.neighbours_, self.neighbour_weight_ = None, None  # rows not kept
         elif isinstance(X, str):
             data = plan(X, storage_options)
             self._check_shapes(data.n_features, data.n_labels)

@@ -25,6 +25,7 @@ from sklearn.utils import check_random_state
 
 from dslide_dask.estimator._fitted import FittedMixin
 from dslide_dask.estimator._inputs import InputsMixin, _plain
+from dslide_dask.estimator._neighbours import NeighboursMixin
 from dslide_dask.estimator._training import TrainingMixin
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.model.config import SlideConfig, check_float, check_int
@@ -46,6 +47,8 @@ ENGINE_PARAMS = (
     "checkpoint_url",
     "checkpoint_every",
     "run_name",
+    "neighbours",
+    "neighbour_weight",
 )
 #: The training recipe's defaults live in SlideConfig; the estimator reads them there.
 _D = SlideConfig()
@@ -77,7 +80,9 @@ def p_at_k_scorer(k: int = 1, exact: bool = True) -> Callable:
     return scorer
 
 
-class SlideClassifier(InputsMixin, TrainingMixin, FittedMixin, ClassifierMixin, BaseEstimator):
+class SlideClassifier(
+    InputsMixin, NeighboursMixin, TrainingMixin, FittedMixin, ClassifierMixin, BaseEstimator
+):
     """Extreme multi-label classifier trained with SLIDE (LSH-sampled sparse softmax).
 
     Parameters are those of :class:`~dslide_dask.model.SlideConfig` (their defaults are
@@ -98,6 +103,13 @@ class SlideClassifier(InputsMixin, TrainingMixin, FittedMixin, ClassifierMixin, 
     model during ``fit``; on a cluster a lost worker is then survived. ``run_name`` labels
     the run's live metrics on the dashboard and in Prometheus (default: a random
     ``dslide-...``).
+
+    ``neighbours`` (default 30; 0: off) keeps the training rows (fitted in memory) as an
+    inverted index; at prediction, the ``neighbours`` rows nearest a query (cosine of
+    the inputs) vote for their labels, and the votes are mixed with the network's
+    softmax with ``neighbour_weight`` (None: chosen by the fit on 5% of the rows, at
+    most 2,000, held out of the network's training; ``neighbour_weight_`` is the one
+    used). Rare labels, whose output rows learn little, are where the votes help most.
 
     ``X`` is a sparse matrix (scipy, ``sparse.GCXS``/``COO``, :class:`CSR`), a numpy array,
     a Dask array of such chunks, or a URL of training data. ``Y`` is a label indicator
@@ -155,6 +167,8 @@ class SlideClassifier(InputsMixin, TrainingMixin, FittedMixin, ClassifierMixin, 
         checkpoint_url: str | None = None,
         checkpoint_every: int = 0,
         run_name: str | None = None,
+        neighbours: int = 30,
+        neighbour_weight: float | None = None,
         *,
         client=None,
         seed=None,
@@ -207,6 +221,8 @@ class SlideClassifier(InputsMixin, TrainingMixin, FittedMixin, ClassifierMixin, 
         self.checkpoint_url = checkpoint_url
         self.checkpoint_every = checkpoint_every
         self.run_name = run_name
+        self.neighbours = neighbours
+        self.neighbour_weight = neighbour_weight
         self._client = client
 
     # -- scikit-learn conventions ----------------------------------------------------------

@@ -1,0 +1,213 @@
+"""Nearest training points of sparse queries, and the labels they vote for.
+
+A label seen on two training points has, in a 128-wide network, an output row that took
+a handful of Adam steps; its two points, though, are still there. These kernels score a
+query against every training point through an inverted index (feature -> points holding
+it, with their values), keep the ``k`` most similar points, and let each vote for its
+labels with its similarity. Both inputs are L2-normalised, so a similarity is a cosine.
+"""
+
+import numba
+import numpy as np
+
+from dslide_dask.kernels.topk import _push
+
+
+@numba.njit(cache=True, nogil=True)
+def _neighbours_of_row(
+    q_idx, q_val, post_ptr, post_pts, post_val, acc, seen, touched, nb_ids, nb_sims
+) -> int:
+    """Fill ``nb_ids``/``nb_sims`` (descending) with the points most similar to one query;
+    ``acc`` and ``seen`` are zeroed scratch over points, zeroed again on return."""
+    n_touched = 0
+    for j in range(q_idx.shape[0]):
+        f = q_idx[j]
+        v = q_val[j]
+        for p in range(post_ptr[f], post_ptr[f + 1]):
+            pt = post_pts[p]
+            if not seen[pt]:
+                seen[pt] = True
+                touched[n_touched] = pt
+                n_touched += 1
+            acc[pt] += v * post_val[p]
+    nb_ids[:] = -1
+    nb_sims[:] = -np.inf
+    for t in range(n_touched):
+        pt = touched[t]
+        s = acc[pt]
+        acc[pt] = 0.0
+        seen[pt] = False
+        if s > 0.0:
+            _push(nb_ids, nb_sims, pt, s)
+    found = 0
+    while found < nb_ids.shape[0] and nb_ids[found] >= 0:
+        found += 1
+    return found
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def neighbour_votes(
+    q_ptr: np.ndarray,
+    q_idx: np.ndarray,
+    q_val: np.ndarray,
+    post_ptr: np.ndarray,
+    post_pts: np.ndarray,
+    post_val: np.ndarray,
+    y_ptr: np.ndarray,
+    y_idx: np.ndarray,
+    n_labels: int,
+    k: int,
+    power: float,
+    m: int,
+    n_chunks: int = 64,
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each query row, the ``m`` labels its ``k`` nearest training points vote for
+    most, with their share of the vote (similarity ** ``power``, normalised to sum to 1
+    over the neighbours): ids (-1 where fewer) and shares, best first.
+
+    Queries in CSR (``q_*``), training points as an inverted index (``post_*``: CSC of the
+    training matrix), their labels in CSR (``y_*``). Rows are processed in parallel, in
+    ``n_chunks`` chunks that each own an accumulator over points and one over labels."""
+    n = q_ptr.shape[0] - 1
+    n_points = y_ptr.shape[0] - 1
+    ids = np.full((n, m), -1, np.int64)
+    shares = np.zeros((n, m), np.float32)
+    n_chunks = max(1, min(n, n_chunks))
+    for c in numba.prange(n_chunks):
+        acc = np.zeros(n_points, np.float32)
+        seen = np.zeros(n_points, np.bool_)
+        touched = np.empty(n_points, np.int32)
+        votes = np.zeros(n_labels, np.float32)
+        voted = np.empty(n_labels, np.int32)
+        nb_ids = np.empty(k, np.int64)
+        nb_sims = np.empty(k, np.float32)
+        top_ids = np.empty(m, np.int64)
+        top_votes = np.empty(m, np.float32)
+        for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
+            lo, hi = q_ptr[i], q_ptr[i + 1]
+            found = _neighbours_of_row(
+                q_idx[lo:hi],
+                q_val[lo:hi],
+                post_ptr,
+                post_pts,
+                post_val,
+                acc,
+                seen,
+                touched,
+                nb_ids,
+                nb_sims,
+            )
+            total = 0.0
+            n_voted = 0
+            for j in range(found):
+                w = nb_sims[j] ** power
+                total += w
+                pt = nb_ids[j]
+                for e in range(y_ptr[pt], y_ptr[pt + 1]):
+                    lab = y_idx[e]
+                    if votes[lab] == 0.0:
+                        voted[n_voted] = lab
+                        n_voted += 1
+                    votes[lab] += w
+            top_ids[:] = -1
+            top_votes[:] = -np.inf
+            for t in range(n_voted):
+                lab = voted[t]
+                _push(top_ids, top_votes, lab, votes[lab])
+                votes[lab] = 0.0
+            for j in range(m):
+                if top_ids[j] < 0:
+                    break
+                ids[i, j] = top_ids[j]
+                shares[i, j] = top_votes[j] / total
+    return ids, shares
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def fuse(
+    net_ids: np.ndarray,
+    net_probs: np.ndarray,
+    nb_ids: np.ndarray,
+    nb_shares: np.ndarray,
+    weight: float,
+    k: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k of ``(1 - weight) * p_network + weight * share_neighbours`` per row over the
+    union of both candidate lists (a label missing from one list scores 0 there)."""
+    n = net_ids.shape[0]
+    out_ids = np.full((n, k), -1, np.int64)
+    out_scores = np.full((n, k), -np.inf, np.float32)
+    for i in numba.prange(n):
+        for a in range(net_ids.shape[1]):
+            lab = net_ids[i, a]
+            if lab < 0:
+                continue
+            s = (1.0 - weight) * net_probs[i, a]
+            for b in range(nb_ids.shape[1]):
+                if nb_ids[i, b] == lab:
+                    s += weight * nb_shares[i, b]
+                    break
+            _push(out_ids[i], out_scores[i], lab, s)
+        for b in range(nb_ids.shape[1]):
+            lab = nb_ids[i, b]
+            if lab < 0:
+                continue
+            seen = False
+            for a in range(net_ids.shape[1]):
+                if net_ids[i, a] == lab:
+                    seen = True
+                    break
+            if not seen:
+                _push(out_ids[i], out_scores[i], lab, weight * nb_shares[i, b])
+    return out_ids, out_scores
+
+
+@numba.njit(cache=True, nogil=True)
+def normalised(indptr: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` with each CSR row scaled to unit L2 norm (an all-zero row stays zero)."""
+    out = np.empty(values.shape[0], np.float32)
+    for i in range(indptr.shape[0] - 1):
+        norm = 0.0
+        for e in range(indptr[i], indptr[i + 1]):
+            norm += values[e] * values[e]
+        scale = 1.0 / np.sqrt(norm) if norm > 0.0 else 0.0
+        for e in range(indptr[i], indptr[i + 1]):
+            out[e] = values[e] * scale
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def postings(
+    indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, n_cols: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The inverted index of a CSR matrix with L2-normalised rows: per column, the rows
+    holding it (ascending) and their normalised values (CSC)."""
+    scaled = normalised(indptr, values)
+    ptr = np.zeros(n_cols + 1, np.int64)
+    for e in range(indices.shape[0]):
+        ptr[indices[e] + 1] += 1
+    for c in range(n_cols):
+        ptr[c + 1] += ptr[c]
+    fill = ptr[:-1].copy()
+    pts = np.empty(indices.shape[0], np.int32)
+    val = np.empty(indices.shape[0], np.float32)
+    for i in range(indptr.shape[0] - 1):
+        for e in range(indptr[i], indptr[i + 1]):
+            c = indices[e]
+            pts[fill[c]] = i
+            val[fill[c]] = scaled[e]
+            fill[c] += 1
+    return ptr, pts, val
+
+
+@numba.njit(cache=True, nogil=True)
+def hits_at(top: np.ndarray, y_ptr: np.ndarray, y_idx: np.ndarray) -> np.ndarray:
+    """``hits[i, j]``: whether ``top[i, j]`` is one of row i's true labels."""
+    hits = np.zeros(top.shape, np.bool_)
+    for i in range(top.shape[0]):
+        for j in range(top.shape[1]):
+            for e in range(y_ptr[i], y_ptr[i + 1]):
+                if y_idx[e] == top[i, j]:
+                    hits[i, j] = True
+                    break
+    return hits

@@ -1,0 +1,143 @@
+"""The neighbour index beside the network: kernels against dense numpy, and the estimator
+that fuses the neighbours' votes with the network's softmax."""
+
+import json
+
+import numpy as np
+import pytest
+
+from dslide_dask import SlideClassifier
+from dslide_dask.checkpoint.arrays import CheckpointError
+from dslide_dask.data.csr import CSR
+from dslide_dask.data.synthetic import make_synthetic
+from dslide_dask.kernels import neighbours as kernels
+from dslide_dask.model.neighbours import NeighbourIndex, choose_weight, fused_topk, softmax_of_top
+
+PARAMS = dict(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2, batch_size=128, seed=0)
+
+
+def _random_csr(rng, n_rows, n_cols, per_row, binary=False) -> CSR:
+    rows = [
+        np.sort(rng.choice(n_cols, size=rng.integers(1, per_row + 1), replace=False))
+        for _ in range(n_rows)
+    ]
+    indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
+    data = None if binary else rng.uniform(0.1, 2.0, int(indptr[-1])).astype(np.float32)
+    return CSR(indptr, np.concatenate(rows), data, n_cols)
+
+
+def _dense(m: CSR) -> np.ndarray:
+    out = np.zeros((m.n_rows, m.n_cols), np.float64)
+    for i in range(m.n_rows):
+        out[i, m.row(i)] = m.values()[m.indptr[i] : m.indptr[i + 1]]
+    return out
+
+
+def _unit(a: np.ndarray) -> np.ndarray:
+    return a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-300)
+
+
+def test_votes_are_the_k_nearest_rows_labels_weighed_by_cosine():
+    rng = np.random.default_rng(0)
+    X, Y = _random_csr(rng, 300, 40, 6), _random_csr(rng, 300, 25, 3, binary=True)
+    Q = _random_csr(rng, 20, 40, 6)
+    k, m = 7, 25
+    ids, shares = NeighbourIndex.build(X, Y).votes(Q, k, m)
+    sims = _unit(_dense(Q)) @ _unit(_dense(X)).T
+    labels = _dense(Y)
+    for i in range(Q.n_rows):
+        near = np.argsort(-sims[i], kind="stable")[:k]
+        near = near[sims[i, near] > 0]
+        want = sims[i, near] @ labels[near] / sims[i, near].sum()
+        got = np.zeros(Y.n_cols)
+        got[ids[i][ids[i] >= 0]] = shares[i][ids[i] >= 0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+        assert np.all(np.diff(shares[i][ids[i] >= 0]) <= 1e-7)  # best first
+    assert np.allclose(shares.sum(axis=1), 1.0, atol=1e-5) or (ids < 0).any()
+
+
+def test_postings_hold_the_normalised_rows_by_column():
+    rng = np.random.default_rng(1)
+    X = _random_csr(rng, 50, 30, 5)
+    ptr, pts, val = kernels.postings(X.indptr, X.indices, X.values(), X.n_cols)
+    dense = np.zeros((X.n_rows, X.n_cols))
+    for c in range(X.n_cols):
+        dense[pts[ptr[c] : ptr[c + 1]], c] = val[ptr[c] : ptr[c + 1]]
+    np.testing.assert_allclose(dense, _unit(_dense(X)), rtol=1e-6)
+
+
+def test_fusion_mixes_softmax_and_votes_over_both_candidate_lists():
+    net_ids = np.array([[3, 1, 4], [0, 2, -1]])
+    logits = np.array([[2.0, 1.0, 0.0], [1.0, 0.5, -np.inf]], np.float32)
+    nb_ids = np.array([[4, 9, -1], [5, 0, 2]])
+    shares = np.array([[0.75, 0.25, 0.0], [0.5, 0.3, 0.2]], np.float32)
+    w = 0.4
+    top, scores = fused_topk(net_ids, logits, (nb_ids, shares), w, 4)
+    p = softmax_of_top(logits)
+    for i in range(2):
+        want = {}
+        for lab, pr in zip(net_ids[i], p[i], strict=True):
+            if lab >= 0:
+                want[lab] = (1 - w) * pr
+        for lab, sh in zip(nb_ids[i], shares[i], strict=True):
+            if lab >= 0:
+                want[lab] = want.get(lab, 0.0) + w * sh
+        best = sorted(want.items(), key=lambda kv: -kv[1])[:4]
+        assert list(top[i][: len(best)]) == [b[0] for b in best]
+        np.testing.assert_allclose(scores[i][: len(best)], [b[1] for b in best], rtol=1e-6)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, rtol=1e-6)
+
+
+def test_the_weight_chosen_is_the_one_that_scores_best():
+    truth = CSR(np.array([0, 1, 2]), np.array([7, 8]), None, 10)
+    net_ids = np.array([[1, 2], [8, 3]])
+    logits = np.array([[0.0, 0.0], [6.0, 0.0]], np.float32)
+    nb = (np.array([[7, -1], [3, -1]]), np.array([[1.0, 0.0], [1.0, 0.0]], np.float32))
+    # the network alone gets row 1, the votes alone row 0; only w in (1/3, 0.4987) both
+    w = choose_weight(net_ids, logits, nb, truth)
+    assert w == pytest.approx(0.4)
+    top, _ = fused_topk(net_ids, logits, nb, w, 1)
+    assert list(top[:, 0]) == [7, 8]
+
+
+@pytest.fixture(scope="module")
+def small():
+    return make_synthetic("tiny", seed=0)
+
+
+def test_the_neighbours_add_what_the_network_misses_and_survive_save_and_load(small, tmp_path):
+    train, test = small
+    alone = SlideClassifier(epochs=2, neighbours=0, client=False, **PARAMS).fit(train.X, train.Y)
+    fused = SlideClassifier(epochs=2, client=False, **PARAMS).fit(train.X, train.Y)
+    assert fused.neighbours_.n_points == train.n_points  # the held rows joined at the end
+    assert 0.0 <= fused.neighbour_weight_ <= 1.0
+    assert alone.neighbours_ is None
+    p_alone, p_fused = alone.score(test.X, test.Y), fused.score(test.X, test.Y)
+    assert p_fused > p_alone + 0.02, (p_fused, p_alone)
+    url = fused.save(str(tmp_path / "model"))
+    loaded = SlideClassifier.load(url)
+    a = fused.predict_topk(test.X, 5, return_scores=True)
+    b = loaded.predict_topk(test.X, 5, return_scores=True)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert loaded.neighbour_weight_ == fused.neighbour_weight_
+
+
+def test_a_damaged_neighbour_index_is_named_on_load(small, tmp_path):
+    train, _ = small
+    url = (
+        SlideClassifier(epochs=1, client=False, **PARAMS)
+        .fit(train.X, train.Y)
+        .save(str(tmp_path / "model"))
+    )
+    target = tmp_path / "model"
+    manifest = next(target.rglob("neighbours/index.json"))
+    entries = json.loads(manifest.read_text())
+    with open(manifest.parent / "post_pts.npy", "r+b") as f:  # same size, other bytes
+        f.seek(-4, 2)
+        f.write(b"\xff\xff\xff\x7f")
+    with pytest.raises(CheckpointError, match="post_pts.npy: checksum mismatch"):
+        SlideClassifier.load(url)
+    manifest.write_text(json.dumps({**entries, "n_labels": -1}))
+    with pytest.raises(CheckpointError, match="index.json: n_labels"):
+        SlideClassifier.load(url)
