@@ -13,6 +13,7 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.data.stream import Stream
+from dslide_dask.memory import check_memory, model_bytes
 from dslide_dask.metrics import TrainingLabels, xc_metrics
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.network import SlideNetwork, check_finite
@@ -38,7 +39,12 @@ class LocalTrainer:
         restore: Checkpoint | None = None,
     ) -> None:
         passive_wait()
-        if restore is None:
+        if restore is None:  # sizes from users' data: checked before a byte is allocated
+            check_memory(
+                model_bytes(tuple(cfg.hidden), n_features, n_labels),
+                f"a model of {n_features:,} features and {n_labels:,} labels (hidden "
+                f"{tuple(cfg.hidden)})",
+            )
             self.network = SlideNetwork(cfg, n_features, n_labels, n_shards)
         else:
             check_shape(restore, n_features, n_labels)

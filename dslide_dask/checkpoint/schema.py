@@ -67,7 +67,9 @@ def check_meta(meta, where: str, sizes: dict[str, int] | None = None) -> None:
     _require(isinstance(arrays, dict), where, "arrays is not a mapping")
     for name, entry in arrays.items():
         _check_entry(name, entry, where, None if sizes is None else sizes.get(name, -1))
-    _check_hidden(meta["hidden"].get("slices"), arrays, n_features, hidden, len(shards), where)
+    parts = _check_hidden(
+        meta["hidden"].get("slices"), arrays, n_features, hidden, len(shards), where
+    )
     rows = 0
     for i in range(len(shards)):
         entry = arrays.get(f"shard-{i:04d}/W")
@@ -79,6 +81,37 @@ def check_meta(meta, where: str, sizes: dict[str, int] | None = None) -> None:
         )  # fmt: skip
         rows += shards[i]["neurons"]
     _require(rows == n_labels, where, f"the shards hold {rows} neurons, n_labels is {n_labels}")
+    _check_shapes(arrays, _expected_shapes(parts, n_features, hidden, shards), where)
+
+
+def _expected_shapes(parts, n_features: int, hidden: list, shards: list) -> dict[str, list]:
+    """The shape of every parameter a model of this metadata has (their Adam moments
+    ``.m``/``.v`` share it; the row counts ``.n`` have one entry a row)."""
+    out: dict[str, list] = {}
+    for prefix, a, b in parts:
+        out[f"{prefix}/W0"], out[f"{prefix}/b0"] = [n_features, b - a], [b - a]
+    for j in range(1, len(hidden)):
+        out[f"hidden/W{j}"], out[f"hidden/b{j}"] = [hidden[j - 1], hidden[j]], [hidden[j]]
+    for i, s in enumerate(shards):
+        out[f"shard-{i:04d}/W"] = [s["neurons"], hidden[-1]]
+        out[f"shard-{i:04d}/bias"] = [s["neurons"]]
+    return out
+
+
+def _check_shapes(arrays: dict, expected: dict[str, list], where: str) -> None:
+    """Each array entry against the shape the model gives it: a 0-d bias, say, would
+    load and then fail inside a kernel (on a worker, as a traceback)."""
+    for name, entry in arrays.items():
+        base, _, suffix = name.rpartition(".")
+        if not base or suffix not in ("m", "v", "n"):
+            base, suffix = name, ""
+        want = expected.get(base)
+        if want is not None and suffix == "n":
+            want = want[:1]
+        if want is not None and entry["shape"] != want:
+            raise CheckpointError(
+                f"{where}: array {name!r} has shape {entry['shape']}, expected {want}"
+            )
 
 
 def _check_hidden(slices, arrays, n_features: int, hidden: list, n_shards: int, where: str):
@@ -110,6 +143,7 @@ def _check_hidden(slices, arrays, n_features: int, hidden: list, n_shards: int, 
             f"{prefix}/W0 must have shape [{n_features}, {b - a}] (n_features x units), "
             f"the entry says {None if w0 is None else w0['shape']}",
         )  # fmt: skip
+    return parts
 
 
 def _check_entry(name, entry, where: str, size: int | None) -> None:

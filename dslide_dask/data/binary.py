@@ -43,10 +43,10 @@ import zipfile
 import fsspec
 import numpy as np
 
-from dslide_dask.data.csr import CSR
+from dslide_dask.data.csr import CSR, MAX_COLS
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.partitions import MANIFEST, NPZ, DataSource, Partition
-from dslide_dask.data.xc_text import XCFormatError
+from dslide_dask.data.xc_text import MAX_POINTS, XCFormatError
 from dslide_dask.kernels import chunk_codec as codec
 from dslide_dask.paths import inside
 
@@ -240,6 +240,8 @@ def _check_manifest(raw: bytes, url: str) -> dict:
         m = json.loads(raw)
     except ValueError as err:
         raise bad(f"not valid JSON ({err})") from None
+    except RecursionError:
+        raise bad("not valid JSON (nested too deeply)") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise bad(f"not a {FORMAT} manifest")
     if m.get("version") != VERSION:
@@ -248,14 +250,17 @@ def _check_manifest(raw: bytes, url: str) -> dict:
             "(convert the text again with `dslide convert`)"
         )
 
-    def count(d: dict, key: str, where: str, lo: int = 0) -> int:
+    def count(d: dict, key: str, where: str, lo: int = 0, hi: int = MAX_POINTS) -> int:
         v = d.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise bad(f"{where}{key} must be an integer >= {lo}, got {v!r}")
+            raise bad(f"{where}{key} must be an integer >= {lo}, got {v!r:.40}")
+        if v > hi:
+            raise bad(f"{where}{key} must be an integer <= {hi} (the supported most), got {v}")
         return v
 
-    for key in ("n_points", "n_features", "n_labels"):
-        count(m, key, "", lo=0 if key == "n_points" else 1)
+    count(m, "n_points", "")
+    for key in ("n_features", "n_labels"):
+        count(m, key, "", lo=1, hi=MAX_COLS)
     chunks = m.get("chunks")
     if not isinstance(chunks, list):
         raise bad("chunks must be a list")

@@ -14,6 +14,9 @@ import numpy as np
 INDEX_DTYPE = np.int32
 INDPTR_DTYPE = np.int64
 VALUE_DTYPE = np.float32
+#: Column ids (features, labels) are 32-bit in every kernel and file format: the widest
+#: matrix there can be, as the text reader's header limit.
+MAX_COLS = int(np.iinfo(INDEX_DTYPE).max)
 
 
 @dataclass(frozen=True, eq=False)
@@ -29,6 +32,11 @@ class CSR:
     n_cols: int
 
     def __post_init__(self) -> None:
+        if not 0 <= self.n_cols <= MAX_COLS:
+            raise ValueError(
+                f"CSR n_cols must be in [0, {MAX_COLS}] (32-bit ids), got {self.n_cols}"
+            )
+        _refuse_wrapping(self.indices)
         object.__setattr__(self, "indptr", np.ascontiguousarray(self.indptr, INDPTR_DTYPE))
         object.__setattr__(self, "indices", np.ascontiguousarray(self.indices, INDEX_DTYPE))
         if self.data is not None:
@@ -109,6 +117,16 @@ class CSR:
         return cls(indptr, indices, None, n_cols)
 
 
+def _refuse_wrapping(indices) -> None:
+    """Ids wider than 32 bits would wrap when cast (2**33 + 7 becoming 7): refused."""
+    raw = np.asarray(indices)
+    if raw.dtype != INDEX_DTYPE and raw.dtype.kind in "iu" and raw.size:
+        low, high = int(raw.min()), int(raw.max())
+        if low < np.iinfo(INDEX_DTYPE).min or high > MAX_COLS:
+            bad = low if low < np.iinfo(INDEX_DTYPE).min else high
+            raise ValueError(f"CSR index {bad} does not fit 32 bits (ids are in [0, {MAX_COLS}])")
+
+
 def check_ids(ids: np.ndarray, n_cols: int, what: str) -> None:
     """Raise a clear ValueError if any id is outside ``[0, n_cols)``."""
     if len(ids) and (ids.min() < 0 or ids.max() >= n_cols):
@@ -130,19 +148,21 @@ def as_csr(
     """
     if isinstance(matrix, CSR):
         out = matrix
-        check_ids(out.indices, out.n_cols, f"{name} column")
+        _check_row_ids(out.indptr, out.indices, out.n_cols, name)
     elif isinstance(matrix, list | tuple):
         if not pattern or _indicator_rows(matrix):
-            out = _csr_from_array_like(_numeric(matrix, name))
+            out = _csr_from_array_like(_numeric(matrix, name), name)
         else:
             rows = _label_rows(matrix, name)
             if n_cols is None:
                 n_cols = 1 + max((int(r.max()) for r in rows if len(r)), default=-1)
+                _check_shape((len(rows), n_cols), name)
             return CSR.from_lists(rows, n_cols)
     else:
         if isinstance(matrix, np.ndarray) and matrix.dtype.hasobject:
             matrix = _numeric(matrix, name)
-        out = _csr_from_array_like(matrix)
+        out = _csr_from_array_like(matrix, name)
+    _refuse_repeats(out, name)
     if pattern and out.data is not None:
         out = CSR(out.indptr, out.indices, None, out.n_cols)
     if out.data is not None and not np.isfinite(out.data).all():
@@ -201,21 +221,83 @@ def _label_rows(rows, name: str) -> list[np.ndarray]:
     return out
 
 
-def _csr_from_array_like(matrix) -> CSR:
+def _csr_from_array_like(matrix, name: str = "matrix") -> CSR:
+    """Shapes and ids are checked on the arrays as given, before anything is sized by
+    them or cast to 32 bits (a cast would wrap an id of 2**33 + 7 to 7)."""
     import sparse
 
     if isinstance(matrix, np.ndarray):
         if matrix.ndim != 2:
             raise ValueError(f"expected a 2-D matrix, got shape {matrix.shape}")
+        _check_shape(matrix.shape, name)
         matrix = sparse.GCXS.from_numpy(matrix, compressed_axes=(0,))
     if isinstance(matrix, sparse.SparseArray):
         if matrix.ndim != 2:
             raise ValueError(f"expected a 2-D matrix, got shape {matrix.shape}")
+        _check_shape(matrix.shape, name)
         if not (isinstance(matrix, sparse.GCXS) and matrix.compressed_axes == (0,)):
+            _check_row_room(matrix.shape[0], name)
             matrix = sparse.GCXS(matrix, compressed_axes=(0,))
+        _check_row_ids(matrix.indptr, matrix.indices, matrix.shape[1], name)
         return CSR(matrix.indptr, matrix.indices, matrix.data, matrix.shape[1])
     if hasattr(matrix, "tocsr"):  # scipy.sparse, without importing scipy
+        _check_shape(matrix.shape, name)
+        if getattr(matrix, "format", "csr") != "csr":
+            _check_row_room(matrix.shape[0], name)
         m = matrix.tocsr()
+        _check_row_ids(m.indptr, m.indices, m.shape[1], name)
         m.sort_indices()
         return CSR(m.indptr, m.indices, m.data, m.shape[1])
     raise TypeError(f"cannot use {type(matrix).__name__} as a sparse matrix")
+
+
+def _check_shape(shape, name: str) -> None:
+    """At most :data:`MAX_COLS` columns (ids are 32-bit)."""
+    n_cols = int(shape[1])
+    if n_cols > MAX_COLS:
+        raise ValueError(
+            f"{name} has {n_cols:,} columns, more than the {MAX_COLS:,} (2**31 - 1) "
+            "supported: feature and label ids are 32-bit"
+        )
+
+
+def _check_row_room(n_rows: int, name: str) -> None:
+    """Converting to rows allocates a row pointer a row: only if they fit in memory."""
+    from dslide_dask.memory import check_memory
+
+    check_memory(8 * (int(n_rows) + 1), f"{name} ({int(n_rows):,} rows)")
+
+
+def _check_row_ids(indptr, indices, n_cols: int, name: str) -> None:
+    """Every id in ``[0, n_cols)``, checked in its own dtype; the first bad one named
+    with its row."""
+    ids = np.asarray(indices)
+    if ids.dtype.kind not in "iu":
+        raise ValueError(f"{name}: column ids must be integers, got {ids.dtype}")
+    if not ids.size or (int(ids.min()) >= 0 and int(ids.max()) < n_cols):
+        return
+    at = int(np.flatnonzero((ids < 0) | (ids >= n_cols))[0])
+    row = int(np.searchsorted(np.asarray(indptr), at, side="right")) - 1
+    raise ValueError(
+        f"{name} row {row} has column id {int(ids[at])}, outside the matrix's {n_cols:,} columns"
+    )
+
+
+def _refuse_repeats(m: CSR, name: str) -> None:
+    """A row holding a column twice (scipy keeps such duplicates, and sums them only
+    when asked) is refused, as the text reader refuses a repeated id."""
+    if m.nnz < 2:
+        return
+    rows = np.repeat(np.arange(m.n_rows, dtype=np.int64), np.diff(m.indptr))
+    same_row = rows[1:] == rows[:-1]
+    if ((np.diff(m.indices) > 0) | ~same_row).all():
+        return  # strictly increasing within every row
+    order = np.lexsort((m.indices, rows))
+    ids, rows = m.indices[order], rows[order]
+    repeat = (ids[1:] == ids[:-1]) & (rows[1:] == rows[:-1])
+    if repeat.any():
+        k = int(np.flatnonzero(repeat)[0])
+        raise ValueError(
+            f"{name} row {int(rows[k])} holds column {int(ids[k])} more than once: each "
+            "row may hold a column once (scipy: call sum_duplicates() first)"
+        )

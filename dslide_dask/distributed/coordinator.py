@@ -33,6 +33,7 @@ from dslide_dask.distributed.graph_step import TakesGraphSteps
 from dslide_dask.distributed.handover import CoordinatorState, RowsPiece, UnitsPiece, take_units
 from dslide_dask.distributed.hidden_stack import LocalHidden, SplitHidden
 from dslide_dask.distributed.live_metrics.events import publish
+from dslide_dask.distributed.liveness import scheduler_lists
 from dslide_dask.distributed.mirroring import MirrorsRows
 from dslide_dask.distributed.queries import AnswersQueries
 from dslide_dask.distributed.shard_actor import InProcess, ShardActor
@@ -386,9 +387,9 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows):
                 task.cancel()
 
     async def _check_alive(self, what: str) -> None:
-        identity = await self.worker.scheduler.identity()
-        alive = set(identity.get("workers", {}))
-        lost = [(s, w) for s, w in enumerate(self.shard_workers) if w not in alive]
+        listed = await scheduler_lists(self.worker.scheduler)  # None: no answer, no evidence
+        gone = set() if listed is None else set(self.shard_workers) - set(listed)
+        lost = [(s, w) for s, w in enumerate(self.shard_workers) if w in gone]
         if lost:
             names = ", ".join(f"shard {s} on {w}" for s, w in lost)
             raise ShardLostError(

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from distributed import SchedulerPlugin
 
+from dslide_dask.distributed.liveness import still_listed, workers_now
+
 #: Steps per coordinator call: the step boundaries where the model can move.
 STEPS_PER_CALL = 10
 
@@ -112,13 +114,13 @@ def leave(client, who: str, timeout: float, poll: float = 1.0) -> list[str]:
     that refusal as its notice; at its next step boundary it moves the model off the
     worker and retires it. Raises TimeoutError if a worker is still there after
     ``timeout`` seconds (no run took the hand-off)."""
-    workers = client.scheduler_info(n_workers=-1)["workers"]
+    workers = workers_now(client)
     named = [a for a, w in workers.items() if who in (a, str(w.get("name")), w.get("host"))]
     deadline = time.monotonic() + timeout
     pending = set(named)
     while pending:
         pending -= set(client.retire_workers(sorted(pending)))  # {} while it holds a shard
-        pending &= set(client.scheduler_info(n_workers=-1)["workers"])
+        pending = still_listed(client, pending)
         if pending and time.monotonic() > deadline:
             raise TimeoutError(
                 f"{', '.join(sorted(pending))} still there after {timeout:g} s: no training "

@@ -43,6 +43,7 @@ from dslide_dask.distributed.elastic import (
 )
 from dslide_dask.distributed.errors import POLL_SECONDS, ShardLostError
 from dslide_dask.distributed.handover import Handover, HandoverPieces, rows_crossing
+from dslide_dask.distributed.liveness import listed_workers, still_listed
 from dslide_dask.distributed.memory_plan import MemoryPlanError, fits_while_moving, row_bytes
 from dslide_dask.distributed.mirroring import BYTES_IN_FLIGHT, MirrorFailed, MirrorPlan
 from dslide_dask.distributed.placement import Placement, shard_bytes
@@ -100,10 +101,10 @@ class FollowsTheCluster:
         self._release_old_model()
         if self.elastic is None:
             return None
-        alive = set(self.client.scheduler_info(n_workers=-1)["workers"])  # one query
+        listed = listed_workers(self.client)  # one query
         model = set(self.placement.workers)
-        if not model <= alive:
-            return None  # a lost worker: the next call fails and the model is restored
+        if listed is None or not model <= (alive := set(listed)):
+            return None  # a lost worker (or no answer): the next call tells
         leaving: set[str] = set()
         seen = self._events_seen
         if self.elastic.leave:
@@ -290,8 +291,8 @@ class FollowsTheCluster:
             except TimeoutError:
                 if lost := self._lost():
                     raise ShardLostError(self._lost_message(lost)) from None
-            alive = set(self.client.scheduler_info(n_workers=-1)["workers"])
-            if self._prepared_stands(alive, rest=True):
+            alive = listed_workers(self.client)
+            if alive is not None and self._prepared_stands(set(alive), rest=True):
                 return True
             if self._mirroring:
                 time.sleep(0.02)  # the new shards are taking the rows
@@ -391,6 +392,6 @@ class FollowsTheCluster:
         pending = set(leaving)
         while pending and time.monotonic() < deadline:
             pending -= set(self.client.retire_workers(list(pending)))
-            pending &= set(self.client.scheduler_info(n_workers=-1)["workers"])
+            pending = still_listed(self.client, pending)
             if pending:
                 time.sleep(0.1)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from dslide_dask.data.stream import Stream
 from dslide_dask.distributed.errors import ShardLostError
+from dslide_dask.distributed.liveness import listed_workers
 
 
 @dataclass
@@ -74,17 +75,19 @@ class SurvivesLostWorkers:
         restarting it, an autoscaler adding a node)."""
         deadline = time.monotonic() + self.replace_wait
         while time.monotonic() < deadline:
-            if len(self.client.scheduler_info(n_workers=-1)["workers"]) >= wanted:
+            if len(listed_workers(self.client) or ()) >= wanted:
                 return
             time.sleep(0.25)
 
     def _lost(self) -> list[tuple[int, str]]:
-        """``(shard, worker)`` of every shard whose worker is gone."""
-        alive = set(self.client.scheduler_info(n_workers=-1)["workers"])
-        lost = [(s, w) for s, w in enumerate(self.placement.workers) if w not in alive]
+        """``(shard, worker)`` of every shard whose worker is gone, on evidence (the
+        scheduler removed it, or its heartbeat stood still for ``lost_after`` seconds:
+        :mod:`.liveness`); a slow call or a failed query of the scheduler is none."""
+        models = [self.placement.workers]
         if self._moving_to is not None:  # the new model is taking the old one's parts
-            lost += [(s, w) for s, w in enumerate(self._moving_to.workers) if w not in alive]
-        return sorted(set(lost))
+            models.append(self._moving_to.workers)
+        gone = self.liveness.lost({w for m in models for w in m}, listed_workers(self.client))
+        return sorted({(s, w) for m in models for s, w in enumerate(m) if w in gone})
 
     def _lost_message(self, lost: list[tuple[int, str]]) -> str:
         names = ", ".join(f"shard {s} on {w}" for s, w in lost)

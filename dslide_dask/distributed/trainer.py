@@ -29,6 +29,7 @@ from dslide_dask.distributed.errors import (
     quiet_calls_of_released_actors,
 )
 from dslide_dask.distributed.handover import Handover, HandoverPieces
+from dslide_dask.distributed.liveness import LOST_AFTER_SECONDS, Liveness, workers_now
 from dslide_dask.distributed.placement import Placement, place_shards
 from dslide_dask.distributed.rebalance import FollowsTheCluster, Launch
 from dslide_dask.distributed.recovery import Recovery, SurvivesLostWorkers
@@ -50,7 +51,9 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
     storage). Then a worker lost mid-run is survived: the model is placed again on the
     workers there are (waiting up to ``replace_wait`` seconds for a replacement), restored
     from the latest checkpoint and trained on from its data position; :attr:`recoveries`
-    says what was lost and redone. ``restore`` starts from a checkpoint URL, of any
+    says what was lost and redone. A worker counts as lost only on evidence: the scheduler
+    removed it, or its heartbeat stood still for ``lost_after`` seconds (default 60), never
+    a slow call (:mod:`.liveness`). ``restore`` starts from a checkpoint URL, of any
     sharding. Live metrics go to the dashboard (``/dslide``) under ``name``.
     ``step_mode="graph"``: steps as tasks named by phase, for profiling (:mod:`.graph_step`).
     ``hidden_shards``: split a one-layer hidden stack's units over the first workers
@@ -76,6 +79,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
         storage_options: dict | None = None,
         max_recoveries: int = 3,
         replace_wait: float = 10.0,
+        lost_after: float = LOST_AFTER_SECONDS,
         name: str | None = None,
         elastic: ElasticPolicy | None = ElasticPolicy(),  # noqa: B008 (frozen, shared safely)
     ) -> None:
@@ -94,6 +98,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
         self.storage_options = storage_options
         self.max_recoveries = max_recoveries
         self.replace_wait = replace_wait
+        self.liveness = Liveness(lost_after)
         self.name = name or f"dslide-{uuid.uuid4().hex[:8]}"
         live_metrics.install(client)
         quiet_calls_of_released_actors()
@@ -118,7 +123,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
     def _workers(self) -> dict[str, dict]:
         """The scheduler's view of the workers the model may use: not those that left, nor
         those a model could not be built on."""
-        workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        workers = workers_now(self.client)
         return {a: w for a, w in workers.items() if a not in self._left | self._unfit}
 
     def _place(self, workers: dict[str, dict], previous: Placement | None = None) -> Placement:
