@@ -59,7 +59,8 @@ def cmd_leave(args: argparse.Namespace) -> int:
     limit = f"{args.timeout:g} s (--timeout)" if left < given else None
     with connect_client(args.scheduler_address, security, min(left, given), limit) as client:
         try:
-            gone = leave(client, args.worker, max(0.0, deadline - time.monotonic()))
+            left = max(0.0, deadline - time.monotonic())
+            gone = leave(client, args.worker, left, stated=args.timeout)
         except TimeoutError as err:
             print(f"dslide leave: {err}")
             return 1

@@ -70,7 +70,7 @@ class RunFolder:
             return json.loads(raw).get("format") == MARKER_FORMAT
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return False
-        except (ValueError, AttributeError):  # not JSON, not an object
+        except (ValueError, AttributeError, RecursionError):  # not JSON, not an object
             return False
 
     @contextlib.contextmanager

@@ -105,7 +105,9 @@ class KeepShardWorkers(SchedulerPlugin):
             self.settled_at = time.time() + SETTLE_SECONDS
 
 
-def leave(client, who: str, timeout: float, poll: float = 1.0) -> list[str]:
+def leave(
+    client, who: str, timeout: float, poll: float = 1.0, *, stated: float | None = None
+) -> list[str]:
     """Retire the workers ``who`` names (an address, a worker name or a host), letting a
     training run hand their rows off first; the addresses, once gone ([]: no such worker).
 
@@ -113,7 +115,8 @@ def leave(client, who: str, timeout: float, poll: float = 1.0) -> list[str]:
     notice): Dask will not retire a worker holding part of a model, and the run takes
     that refusal as its notice; at its next step boundary it moves the model off the
     worker and retires it. Raises TimeoutError if a worker is still there after
-    ``timeout`` seconds (no run took the hand-off)."""
+    ``timeout`` seconds (no run took the hand-off); its message gives ``stated`` (the
+    whole time the caller was given, connecting included) when set."""
     workers = workers_now(client)
     named = [a for a, w in workers.items() if who in (a, str(w.get("name")), w.get("host"))]
     deadline = time.monotonic() + timeout
@@ -123,7 +126,8 @@ def leave(client, who: str, timeout: float, poll: float = 1.0) -> list[str]:
         pending = still_listed(client, pending)
         if pending and time.monotonic() > deadline:
             raise TimeoutError(
-                f"{', '.join(sorted(pending))} still there after {timeout:g} s: no training "
+                f"{', '.join(sorted(pending))} still there after "
+                f"{timeout if stated is None else stated:g} s: no training "
                 f"run took its rows (a run loses them with the worker and restores its "
                 f"last checkpoint)"
             )

@@ -21,10 +21,11 @@ from dslide_dask.model.config import check_float, check_int
 from dslide_dask.model.neighbours import CANDIDATES, NeighbourIndex, choose_weight, fused_topk
 
 #: Rows held out of the network's training to choose the weight on: 5% of the rows, at
-#: most this many (enough to tell weights 0.1 apart), and none below HELD_MIN_POINTS rows.
+#: most this many (enough to tell weights 0.1 apart); none below HELD_MIN_POINTS rows (under
+#: 100 held rows would choose by noise).
 HELD_MAX = 2000
 HELD_SHARE = 0.05
-HELD_MIN_POINTS = 400
+HELD_MIN_POINTS = 2000
 #: The weight when too few rows are there to choose it on.
 FALLBACK_WEIGHT = 0.2
 
