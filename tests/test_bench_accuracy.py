@@ -13,7 +13,7 @@ import pytest
 from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.data.xc_text import write_xc
 from dslide_dask.metrics import most_frequent_topk, precision_at_k
-from dslide_workflows.bench import accuracy
+from dslide_workflows.bench import accuracy, trees
 
 from .test_cli import assert_usage_error, run
 
@@ -82,6 +82,50 @@ def test_missing_library_is_skipped_with_its_pip_command(
     assert "napkinxc: skipped, pip install x" in out and "running" not in out
     (result,) = json.loads(out_json.read_text())["results"]
     assert result == {"contender": "napkinxc", "skipped": "pip install x"}
+
+
+PECOS_USABLE = importlib.util.find_spec("pecos") is not None and not trees.pecos_conflict()
+
+
+@pytest.mark.skipif(not PECOS_USABLE, reason="needs libpecos, with numpy<2 and scipy<1.14")
+def test_pecos_contender_end_to_end(capsys, tmp_path: Path, tiny_files) -> None:
+    popular = tiny_files[2]
+    out_json = tmp_path / "acc.json"
+    code, out, _ = run(
+        capsys, "bench", "accuracy", "--preset", "tiny", "--cache-dir", str(tmp_path),
+        "--contenders", "pecos", "--threads", "1", "--json", str(out_json),
+    )  # fmt: skip
+    assert code == 0
+    assert any(line.startswith("pecos ") for line in out.splitlines())
+    (result,) = json.loads(out_json.read_text())["results"]
+    assert result["contender"] == "pecos" and "curve" not in result
+    assert result["train_seconds"] > 0 and result["peak_rss_mb"] > 0
+    assert result["P@1"] > max(3 * popular, popular + 0.2), (result["P@1"], popular)
+    assert 0 < result["PSP@1"] <= 1 and 0 < result["nDCG@5"] <= 1
+
+
+def test_pecos_is_skipped_where_numpy_or_scipy_is_too_new(
+    capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert trees.pecos_conflict({"numpy": "1.26.4", "scipy": "1.13.1"}) is None
+    why = trees.pecos_conflict({"numpy": "2.4.6", "scipy": "1.13.1"})
+    assert "not numpy 2.4.6: " in why and "[bench-pecos]" in why
+    monkeypatch.setitem(accuracy.REQUIRES, "pecos", ("json", "pip install x"))  # "installed"
+    monkeypatch.setattr(trees, "pecos_conflict", lambda: "too new")
+    code, out, _ = run(
+        capsys, "bench", "accuracy", "--preset", "tiny", "--cache-dir", str(tmp_path),
+        "--contenders", "pecos",
+    )  # fmt: skip
+    assert code == 0 and "pecos: skipped, too new" in out and "running" not in out
+
+
+def test_csr_topk_orders_each_rows_scores_and_pads() -> None:
+    from scipy.sparse import csr_matrix
+
+    scores = csr_matrix(
+        (np.array([0.1, 0.9, 0.5, 0.3], np.float32), [4, 2, 7, 1], [0, 3, 3, 4]), shape=(3, 9)
+    )
+    np.testing.assert_array_equal(trees._csr_topk(scores, 2), [[2, 7], [-1, -1], [1, -1]])
 
 
 def test_url_data_are_shuffled_before_the_prefix_is_taken(tmp_path: Path, tiny_files) -> None:

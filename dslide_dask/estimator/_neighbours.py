@@ -51,12 +51,21 @@ class NeighboursMixin:
         self._held = None
         if self._neighbour_k() == 0 or not isinstance(data, XCDataset):
             return data, None
-        if self.neighbour_weight_ is not None or data.n_points < HELD_MIN_POINTS:
+        n_held = data.n_points - self.n_network_rows(data.n_points)
+        if n_held == 0:
             return data, None
-        n_held = min(HELD_MAX, round(data.n_points * HELD_SHARE))
         order = np.random.default_rng([seed, 0x4E1]).permutation(data.n_points)
         held = data.take(np.sort(order[:n_held]))
         return data.take(np.sort(order[n_held:])), held
+
+    def n_network_rows(self, n_points: int) -> int:
+        """How many of ``n_points`` training rows (in memory) a fit trains the network on;
+        the others are held out to choose ``neighbour_weight`` on."""
+        if self._neighbour_k() == 0 or self._given_weight() is not None:
+            return n_points
+        if n_points < HELD_MIN_POINTS:
+            return n_points
+        return n_points - min(HELD_MAX, round(n_points * HELD_SHARE))
 
     def _build_neighbours(self, data) -> None:
         """Index the rows the network trains on (nothing for data not in memory)."""

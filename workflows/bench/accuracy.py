@@ -14,51 +14,43 @@ reports it):
   each member (the ensemble so far);
 - ``dense``: the PyTorch full-softmax baseline of ``bench engine``, with the engine's
   network and optimiser settings, scored after every epoch;
-- ``omikuji`` (Parabel-style label trees) and ``napkinxc`` (probabilistic label trees),
-  from PyPI with their default settings (``pip install 'dslide-dask[bench-trees]'``):
-  one point each. omikuji trains only from a file, so its time includes parsing it.
+- ``omikuji``, ``napkinxc`` and ``pecos`` (PECOS XR-Linear): label-tree libraries from
+  PyPI with their default settings, one point each; their runners are in
+  :mod:`dslide_workflows.bench.trees`, which says how to install them.
 
 "train s" is the wall-clock time from constructing the model to the end of training
 (JIT compilation included; scoring after each epoch excluded), so each per-epoch point
 is P@1 against the time a user would have waited for that model. The first run after
 installing (or changing) the engine includes compiling its kernels, which numba then
 caches on disk; run twice to see the steady state.
-
-Over 400 lines: the five contenders' runners beside the one benchmark that compares them.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import json
-import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from dslide_workflows.args import add_storage_arguments, positive_int, storage_options
+from dslide_workflows.args import add_storage_arguments, positive_int
 from dslide_workflows.bench import engine as engine_bench
-from dslide_workflows.bench.data import bench_data, check_data_args, load_datasets, save_datasets
+from dslide_workflows.bench import trees
+from dslide_workflows.bench.contender import PRESET_POINTS, prepare_data
+from dslide_workflows.bench.data import load_datasets
+from dslide_workflows.bench.trees import KS, scorer
 from dslide_workflows.classifier import make_classifier
 
 SUMMARY = "time to accuracy: SLIDE engine vs dense PyTorch and label-tree libraries"
-CONTENDERS = ("engine", "engine-cluster", "engine-ensemble", "dense", "omikuji", "napkinxc")
+CONTENDERS = ("engine", "engine-cluster", "engine-ensemble", "dense", *trees.RUNNERS)
 #: The module each contender needs, and how to get it when it is missing.
 REQUIRES = {
     "dense": ("torch", "pip install 'dslide-dask[bench]'"),
-    "omikuji": ("omikuji", "pip install 'dslide-dask[bench-trees]'"),
-    "napkinxc": ("napkinxc", "pip install 'dslide-dask[bench-trees]'"),
+    **{name: (name, pip) for name, pip in trees.INSTALL.items()},  # module = contender
 }
-KS = (1, 3, 5)
-#: Synthetic presets: rows taken unless --train-points/--test-points say otherwise.
-PRESET_POINTS = (50_000, 5_000)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -135,37 +127,6 @@ def _contender_list(text: str) -> tuple[str, ...]:
 
 
 # -- data --------------------------------------------------------------------------------------
-def prepare_data(args: argparse.Namespace, folder: Path) -> tuple[Path, dict[str, Any]]:
-    """The .npz the contenders load (shuffled prefixes of train and test) and a
-    description; URL data are read once here, presets come from bench engine's cache."""
-    if args.preset is not None:
-        spec = check_data_args(args.preset, 1, 1)
-        n_train = args.train_points or min(PRESET_POINTS[0], spec.n_train)
-        n_test = args.test_points or min(PRESET_POINTS[1], spec.n_test)
-        return bench_data(
-            args.preset, n_train, n_test, args.data_seed, args.cache_dir, args.refresh_data
-        )
-    from dslide_dask.data.batches import load
-
-    t0 = time.perf_counter()
-    so = storage_options(args.storage_option) or None
-    train, test = load(args.train, so), load(args.test, so)
-    if (train.n_features, train.n_labels) != (test.n_features, test.n_labels):
-        raise ValueError(
-            f"--train has {train.n_features} features and {train.n_labels} labels but --test "
-            f"has {test.n_features} and {test.n_labels}"
-        )
-    # real XC files are often sorted by label: shuffle before taking prefixes
-    train = train.shuffled(args.data_seed).slice(0, args.train_points or train.n_points)
-    test = test.shuffled(args.data_seed + 1).slice(0, args.test_points or test.n_points)
-    path = folder / "data.npz"
-    save_datasets(path, train, test)
-    print(f"data: read {args.train} and {args.test} in {time.perf_counter() - t0:.1f} s")
-    info = {"train": args.train, "test": args.test, "seed": args.data_seed}
-    info.update(train_points=train.n_points, test_points=test.n_points)
-    return path, info
-
-
 def _describe(info: dict[str, Any], train, test) -> str:
     name = info.get("preset") or f"{info['train']} / {info['test']}"
     return (
@@ -176,14 +137,6 @@ def _describe(info: dict[str, Any], train, test) -> str:
 
 
 # -- contenders (each runs in its own process) -------------------------------------------------
-def scorer(train, test, config: dict[str, Any]) -> Callable[[np.ndarray], dict[str, float]]:
-    """Top-k predictions on ``test`` -> metrics, with propensities from ``train``."""
-    from dslide_dask.metrics import label_counts, xc_metrics
-
-    counts, (A, B) = label_counts(train.Y), config["propensity"]
-    return lambda topk: xc_metrics(topk, test.Y, KS, counts, train.n_points, A, B)
-
-
 def run_engine(train, test, config: dict[str, Any], client=None) -> dict[str, Any]:
     """Fit a SlideClassifier for ``epochs``, scoring it on ``test`` after each epoch
     (and at the end, should training stop between epochs) off the clock."""
@@ -191,9 +144,12 @@ def run_engine(train, test, config: dict[str, Any], client=None) -> dict[str, An
 
     score = scorer(train, test, config)
     clf = make_classifier(config["classifier"]).set_params(client=client)
-    steps_per_epoch = -(-train.n_points // clf.batch_size)
+    # rows held out of the network's training (to weigh the neighbours) are not stepped on
+    steps_per_epoch = -(-clf.n_network_rows(train.n_points) // clf.batch_size)
     name = "engine" if client is None else "engine-cluster"
-    report = engine_bench._progress(name, train.n_points * clf.epochs, config["log_every"])
+    report = engine_bench._progress(
+        name, clf.n_network_rows(train.n_points) * clf.epochs, config["log_every"]
+    )
     curve: list[dict[str, Any]] = []
     seen, paused = [0], [0.0]
 
@@ -296,82 +252,12 @@ def run_dense(train, test, config: dict[str, Any]) -> dict[str, Any]:
     return {**out, **curve[-1], "contender": "dense", "curve": curve}
 
 
-@contextlib.contextmanager
-def _silenced():
-    """This process's stdout and stderr file descriptors go to /dev/null meanwhile (a
-    contender's result travels as a file, never on them)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 1)
-        os.dup2(null, 2)
-        yield
-    finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in (*saved, null):
-            os.close(fd)
-
-
-def run_omikuji(train, test, config: dict[str, Any]) -> dict[str, Any]:
-    """omikuji with its default hyper-parameters, trained from the XC text file."""
-    import omikuji
-
-    threads = config["classifier"]["n_threads"]
-    t0 = time.perf_counter()
-    with _silenced():  # its Rust side draws a progress bar per example and label
-        model = omikuji.Model.train_on_data(
-            config["train_text"], omikuji.Model.default_hyper_param(), n_threads=threads
-        )
-    seconds = time.perf_counter() - t0
-    model.init_prediction_thread_pool(threads)
-    X, values = test.X, test.X.values().tolist()
-    indices = X.indices.tolist()
-    topk = np.full((test.n_points, max(KS)), -1, np.int64)
-    for i in range(test.n_points):
-        lo, hi = X.indptr[i], X.indptr[i + 1]
-        pred = model.predict(list(zip(indices[lo:hi], values[lo:hi], strict=True)), top_k=max(KS))
-        topk[i, : len(pred)] = [label for label, _ in pred]
-    return _tree_result("omikuji", seconds, scorer(train, test, config)(topk))
-
-
-def run_napkinxc(train, test, config: dict[str, Any]) -> dict[str, Any]:
-    """napkinXC's PLT with its default settings, from scipy CSR features."""
-    from napkinxc.models import PLT
-    from scipy.sparse import csr_matrix
-
-    def scipy_x(X):
-        return csr_matrix((X.values(), X.indices, X.indptr), shape=X.shape)
-
-    c = config["classifier"]
-    X, Y = scipy_x(train.X), [train.Y.row(i).tolist() for i in range(train.n_points)]
-    with tempfile.TemporaryDirectory(prefix="dslide-napkinxc-") as out:
-        model = PLT(out, threads=c["n_threads"], seed=make_classifier(c).config().seed)
-        t0 = time.perf_counter()
-        model.fit(X, Y)
-        seconds = time.perf_counter() - t0
-        pred = model.predict(scipy_x(test.X), top_k=max(KS))
-    topk = np.full((test.n_points, max(KS)), -1, np.int64)
-    for i, labels in enumerate(pred):
-        topk[i, : len(labels)] = labels
-    return _tree_result("napkinxc", seconds, scorer(train, test, config)(topk))
-
-
-def _tree_result(name: str, seconds: float, scores: dict[str, float]) -> dict[str, Any]:
-    from dslide_workflows.bench.torch_dense import peak_rss_mb
-
-    return {"contender": name, "train_seconds": seconds, **scores, "peak_rss_mb": peak_rss_mb()}
-
-
 RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "engine": run_engine,
     "engine-cluster": run_engine_cluster,
     "engine-ensemble": run_engine_ensemble,
     "dense": run_dense,
-    "omikuji": run_omikuji,
-    "napkinxc": run_napkinxc,
+    **trees.RUNNERS,
 }
 
 
@@ -452,6 +338,8 @@ def run(args: argparse.Namespace) -> int:
     }
     missing = {n: REQUIRES[n] for n in args.contenders if n in REQUIRES}
     missing = {n: pip for n, (mod, pip) in missing.items() if importlib.util.find_spec(mod) is None}
+    if "pecos" in args.contenders and "pecos" not in missing and (why := trees.pecos_conflict()):
+        missing["pecos"] = why
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="dslide-bench-accuracy-") as tmp:
         data, info = prepare_data(args, Path(tmp))

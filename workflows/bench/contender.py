@@ -1,6 +1,7 @@
 """Each contender of a benchmark in its own fresh interpreter, limited to its threads:
 the parent's :func:`run_contender` starts ``python -m dslide_workflows.bench.BENCH
---worker NAME``, whose :func:`bench_main` runs it and writes its result."""
+--worker NAME``, whose :func:`bench_main` runs it and writes its result. ``dslide bench
+accuracy`` makes the rows they all load with :func:`prepare_data`."""
 
 from __future__ import annotations
 
@@ -16,9 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dslide_workflows.bench.data import load_datasets
+from dslide_workflows.args import storage_options
+from dslide_workflows.bench.data import bench_data, check_data_args, load_datasets, save_datasets
 from dslide_workflows.bench.host import busy_cpu_seconds
 from dslide_workflows.errors import JobFailed
+
+#: Synthetic presets: rows taken unless --train-points/--test-points say otherwise.
+PRESET_POINTS = (50_000, 5_000)
 
 
 def worker(
@@ -104,3 +109,34 @@ def bench_main(
     a = p.parse_args(argv)
     worker(a.worker, a.data, a.config, a.result, runners)
     return 0
+
+
+def prepare_data(args: argparse.Namespace, folder: Path) -> tuple[Path, dict[str, Any]]:
+    """The .npz the contenders load (shuffled prefixes of train and test) and a
+    description; URL data are read once here, presets come from bench engine's cache."""
+    if args.preset is not None:
+        spec = check_data_args(args.preset, 1, 1)
+        n_train = args.train_points or min(PRESET_POINTS[0], spec.n_train)
+        n_test = args.test_points or min(PRESET_POINTS[1], spec.n_test)
+        return bench_data(
+            args.preset, n_train, n_test, args.data_seed, args.cache_dir, args.refresh_data
+        )
+    from dslide_dask.data.batches import load
+
+    t0 = time.perf_counter()
+    so = storage_options(args.storage_option) or None
+    train, test = load(args.train, so), load(args.test, so)
+    if (train.n_features, train.n_labels) != (test.n_features, test.n_labels):
+        raise ValueError(
+            f"--train has {train.n_features} features and {train.n_labels} labels but --test "
+            f"has {test.n_features} and {test.n_labels}"
+        )
+    # real XC files are often sorted by label: shuffle before taking prefixes
+    train = train.shuffled(args.data_seed).slice(0, args.train_points or train.n_points)
+    test = test.shuffled(args.data_seed + 1).slice(0, args.test_points or test.n_points)
+    path = folder / "data.npz"
+    save_datasets(path, train, test)
+    print(f"data: read {args.train} and {args.test} in {time.perf_counter() - t0:.1f} s")
+    info = {"train": args.train, "test": args.test, "seed": args.data_seed}
+    info.update(train_points=train.n_points, test_points=test.n_points)
+    return path, info
