@@ -19,7 +19,7 @@ def _step(shards: list[WideShard], rng: np.random.Generator) -> None:
     counts = rng.integers(1, 4, BATCH)
     indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     labels = (rng.zipf(1.3, indptr[-1]) % N_LABELS).astype(np.int32)
-    Y = CSR(indptr, labels, np.ones(len(labels), np.float32), (BATCH, N_LABELS))
+    Y = CSR(indptr, labels, np.ones(len(labels), np.float32), N_LABELS)
     lse, _ = combine_partials([s.forward(h, Y) for s in shards])
     for s in shards:
         s.backward(lse)

@@ -84,7 +84,8 @@ def test_fit_decays_lr_over_its_own_length(tiny):
     train, _ = tiny
     clf = SlideClassifier(lr=0.02, epochs=3, warmup_steps=3, **PARAMS).fit(train.X, train.Y)
     lrs = [h["lr"] for h in clf.history_]
-    epoch = math.ceil(train.n_points / PARAMS["batch_size"])
+    # rows held out to weigh the neighbours are not stepped on
+    epoch = math.ceil(clf.n_network_rows(train.n_points) / PARAMS["batch_size"])
     assert len(lrs) == 3 * epoch
     assert lrs[0] == pytest.approx(0.02 / 3)
     assert lrs[3 : 3 + epoch] == [0.02] * epoch  # warm-up, then the first epoch at lr
@@ -106,7 +107,7 @@ def test_early_stopping_restores_the_best_epoch(tiny):
     train, _ = tiny
     clf = SlideClassifier(
         lr=0.2, input_lr=0.2, output_lr=0.2, lr_schedule="constant", epochs=6, early_stopping=True,
-        n_iter_no_change=6, validation_fraction=0.2, **PARAMS,
+        n_iter_no_change=6, validation_fraction=0.2, neighbours=0, **PARAMS,  # the network's
     ).fit(train.X, train.Y)  # fmt: skip
     scores = clf.validation_scores_
     assert len(scores) == clf.n_iter_ == 6

@@ -76,14 +76,15 @@ class NeighboursMixin:
         if self.neighbour_weight_ is None and data.n_points < HELD_MIN_POINTS:
             self.neighbour_weight_ = FALLBACK_WEIGHT
 
-    def _finish_neighbours(self, data) -> None:
+    def _finish_neighbours(self, data) -> bool:
         """At the end of a fit: the weight chosen for the final network, then the held
-        rows indexed with the others."""
+        rows indexed with the others; whether predictions changed by it."""
         if self.neighbours_ is None or self._held is None:
-            return
+            return False
         self._choose_weight()
         held, self._held = self._held, None
         self.neighbours_ = NeighbourIndex.build(_stack(data.X, held.X), _stack(data.Y, held.Y))
+        return True
 
     def _choose_weight(self) -> float:
         """The fused weight for the network as it is now (chosen on the held rows)."""

@@ -66,7 +66,9 @@ class TrainingMixin:
         else:
             self._train_early_stopping(data, validation, callback, eval_set, eval_every)
         with self._threads():
-            self._finish_neighbours(data)
+            if self._finish_neighbours(data) and eval_set is not None:
+                self.evals_.pop()  # scored again with the weight and index the model keeps
+                self._record_eval(self._held_out(eval_set, self.trainer_.n_labels))
         return self
 
     def _validation_split(self, data: Source, eval_set, seed: int) -> tuple[Source, XCDataset]:
@@ -206,5 +208,8 @@ class TrainingMixin:
         return step
 
     def _record_eval(self, held_out: XCDataset) -> None:
-        scores = self.trainer_.evaluate(held_out)  # on a cluster: also on the dashboard
+        if self._fusing():  # what predict_topk answers: the network and the neighbours
+            scores = self._fused_metrics(held_out, (1, 3, 5), True)
+        else:
+            scores = self.trainer_.evaluate(held_out)  # on a cluster: also on the dashboard
         self.evals_.append({"step": self._step, "epoch": self.epochs_done_, **scores})
