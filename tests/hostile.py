@@ -36,6 +36,46 @@ def snapshot(root: Path, skip: Path | None = None) -> dict[str, str]:
     return out
 
 
+def trained_run_folder(root: Path) -> Path:
+    """A run folder under ``root`` trained for one epoch with a checkpoint every step."""
+    from dslide_workflows import cli
+
+    (root / "t.txt").write_bytes(TRAIN)
+    run = root / "run"
+    argv = ["train", *FAST, "--train", str(root / "t.txt"), "--run-dir", str(run),
+            "--checkpoint-every", "1"]  # fmt: skip
+    assert cli.main(argv) == 0
+    return run
+
+
+def work_folders(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
+    """(an empty input folder, a run folder not yet made); the working directory is
+    ``tmp_path/cwd`` and no scheduler address or debug switch leaks in from outside."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    monkeypatch.delenv("DSLIDE_DEBUG", raising=False)
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    return inputs, cwd / "run"
+
+
+def failed_once(capsys, argv: list[str]) -> tuple[str, str]:
+    """``dslide argv`` exits 2 with exactly one line on stderr: (that line, stdout)."""
+    from dslide_workflows import cli
+
+    try:
+        code = cli.main(argv)
+    except SystemExit as exit_:  # argparse
+        code = exit_.code
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2, (code, err)
+    assert len(lines) == 1, err
+    return lines[0], out
+
+
 def trained_run(dest: Path, source: Path) -> Path:
     """A copy of the finished run folder ``source`` at ``dest``."""
     shutil.copytree(source, dest, symlinks=True)

@@ -25,7 +25,7 @@ from dslide_dask import CSR, SlideClassifier
 from dslide_dask.checkpoint.arrays import write_array
 from dslide_dask.data.csr import as_csr
 from dslide_workflows import cli
-from tests.hostile import FAST, TRAIN, trained_run
+from tests.hostile import FAST, TRAIN, trained_run, trained_run_folder, work_folders
 from tests.test_hostile_input import fails_cleanly
 
 BIG = 2**33 + 7  # wraps to 7 in 32 bits
@@ -127,15 +127,9 @@ def test_predict_refuses_repeated_columns():
 # -- 8 and 9: the command line --------------------------------------------------------------
 @pytest.fixture
 def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)
-    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
-    monkeypatch.delenv("DSLIDE_DEBUG", raising=False)
-    inputs = tmp_path / "in"
-    inputs.mkdir()
+    inputs, run = work_folders(tmp_path, monkeypatch)
     (inputs / "t.txt").write_bytes(TRAIN)
-    return inputs, cwd / "run"
+    return inputs, run
 
 
 def _zst_cut() -> bytes:
@@ -293,13 +287,7 @@ def test_an_endpoint_that_is_not_a_scheduler(capsys, work):
 # -- run folders and checkpoints ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("finished-api")
-    (root / "t.txt").write_bytes(TRAIN)
-    run = root / "run"
-    argv = ["train", *FAST, "--train", str(root / "t.txt"), "--run-dir", str(run),
-            "--checkpoint-every", "1"]  # fmt: skip
-    assert cli.main(argv) == 0
-    return run
+    return trained_run_folder(tmp_path_factory.mktemp("finished-api"))
 
 
 def _metrics(text: str):

@@ -17,7 +17,7 @@ import pytest
 
 from dslide_workflows import cli
 from dslide_workflows.secrets import mask, mask_text
-from tests.hostile import FAST, TRAIN
+from tests.hostile import FAST, TRAIN, failed_once
 
 ON_CLUSTER = [f for f in FAST if f != "--in-process"]
 
@@ -33,17 +33,9 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def one_error(capsys, argv: list[str], *expected: str) -> tuple[str, str]:
     """``dslide argv`` fails: exit 2, one line naming what ``expected`` says; (line, out)."""
-    try:
-        code = cli.main(argv)
-    except SystemExit as exit_:  # argparse
-        code = exit_.code
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert code == 2, (code, err)
-    assert len(lines) == 1, err
-    line = lines[0]
+    line, out = failed_once(capsys, argv)
     assert line.startswith("dslide: error: ") and len(line) <= 300, line
-    assert "Traceback" not in out + err
+    assert "Traceback" not in out + line
     for text in expected:
         assert text in line, line
     return line, out

@@ -19,7 +19,15 @@ import pytest
 
 from dslide_workflows import cli
 from dslide_workflows.run_folder import RunFolder
-from tests.hostile import FAST, TRAIN, snapshot, trained_run
+from tests.hostile import (
+    FAST,
+    TRAIN,
+    failed_once,
+    snapshot,
+    trained_run,
+    trained_run_folder,
+    work_folders,
+)
 
 GOOD_TEST = TRAIN
 
@@ -302,14 +310,7 @@ CONFIG_CASES = [
 @pytest.fixture
 def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """(input folder, run folder); the working directory is tmp_path/cwd."""
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)
-    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
-    monkeypatch.delenv("DSLIDE_DEBUG", raising=False)
-    inputs = tmp_path / "in"
-    inputs.mkdir()
-    return inputs, cwd / "run"
+    return work_folders(tmp_path, monkeypatch)
 
 
 def fails_cleanly(capsys, argv: list[str], expected: str, root: Path, run: Path) -> str:
@@ -317,23 +318,16 @@ def fails_cleanly(capsys, argv: list[str], expected: str, root: Path, run: Path)
     traceback, and nothing under ``root`` changed outside ``run``."""
     before = snapshot(root, skip=run)
     run_before = snapshot(run) if run.exists() else None
-    try:
-        code = cli.main(argv)
-    except SystemExit as exit_:  # argparse
-        code = exit_.code
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert code == 2, (code, err)
-    assert len(lines) == 1, err
-    assert lines[0].startswith("dslide: error: "), err
-    assert expected in lines[0], lines[0]
-    assert "Traceback" not in out + err
+    line, out = failed_once(capsys, argv)
+    assert line.startswith("dslide: error: "), line
+    assert expected in line, line
+    assert "Traceback" not in out + line
     assert snapshot(root, skip=run) == before
     if run_before is None:  # a bad line in the training data is found while training
         assert not run.exists() or not RunFolder(str(run)).resumable()
     else:
         assert snapshot(run) == run_before, "a failed resume changed the run folder"
-    return lines[0]
+    return line
 
 
 @pytest.mark.parametrize("files,flags,expected", [c[1:] for c in DATA_CASES],
@@ -381,13 +375,7 @@ def test_config_folder_and_missing(capsys, work):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> Path:
     """A run folder trained for one epoch with a checkpoint every step."""
-    root = tmp_path_factory.mktemp("finished")
-    (root / "t.txt").write_bytes(TRAIN)
-    run = root / "run"
-    code = cli.main(["train", *FAST, "--train", str(root / "t.txt"), "--run-dir", str(run),
-                     "--checkpoint-every", "1"])  # fmt: skip
-    assert code == 0
-    return run
+    return trained_run_folder(tmp_path_factory.mktemp("finished"))
 
 
 def _latest(run: Path) -> Path:

@@ -28,7 +28,7 @@ from dslide_dask.paths import OutsideError
 from dslide_workflows import cli
 from dslide_workflows.run_folder import RunFolder
 from dslide_workflows.run_lock import LOCK, RunLock
-from tests.hostile import FAST, TRAIN, trained_run
+from tests.hostile import FAST, TRAIN, trained_run, trained_run_folder
 
 SECRET = b"SECRET-TOKEN-8f2c\n"
 RESUME = ["--epochs", "3", "--in-process", "--no-progress", "--checkpoint-every", "1"]
@@ -37,13 +37,7 @@ RESUME = ["--epochs", "3", "--in-process", "--no-progress", "--checkpoint-every"
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
     """A run folder trained for one epoch with a checkpoint every step."""
-    root = tmp_path_factory.mktemp("finished")
-    (root / "t.txt").write_bytes(TRAIN)
-    run = root / "run"
-    argv = ["train", *FAST, "--train", str(root / "t.txt"), "--run-dir", str(run),
-            "--checkpoint-every", "1"]  # fmt: skip
-    assert cli.main(argv) == 0
-    return run
+    return trained_run_folder(tmp_path_factory.mktemp("finished"))
 
 
 @pytest.fixture
