@@ -66,7 +66,7 @@ def check_meta(meta, where: str, sizes: dict[str, int] | None = None) -> None:
     arrays = meta["arrays"]
     _require(isinstance(arrays, dict), where, "arrays is not a mapping")
     for name, entry in arrays.items():
-        _check_entry(name, entry, where, None if sizes is None else sizes.get(name, -1))
+        check_entry(name, entry, where, None if sizes is None else sizes.get(name, -1))
     parts = _check_hidden(
         meta["hidden"].get("slices"), arrays, n_features, hidden, len(shards), where
     )
@@ -146,7 +146,7 @@ def _check_hidden(slices, arrays, n_features: int, hidden: list, n_shards: int, 
     return parts
 
 
-def _check_entry(name, entry, where: str, size: int | None) -> None:
+def check_entry(name, entry, where: str, size: int | None) -> None:
     _require(isinstance(name, str) and isinstance(entry, dict), where, f"bad entry {name!r}")
     what = f"{where}: array {name!r}"
     nbytes = _int(entry.get("bytes"), f"{what} bytes", 0, 1 << 62)

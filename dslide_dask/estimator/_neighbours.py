@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dslide_dask.data.blocks import stack_datasets
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.estimator._inputs import _plain
@@ -48,7 +49,6 @@ class NeighboursMixin:
         """``(rows the network trains on, rows held out to choose the weight on)``; no
         rows are held when the weight is given, the index is off or the rows are few."""
         self.neighbours_, self.neighbour_weight_ = None, self._given_weight()
-        self._held = None
         if self._neighbour_k() == 0 or not isinstance(data, XCDataset):
             return data, None
         n_held = data.n_points - self.n_network_rows(data.n_points)
@@ -73,7 +73,7 @@ class NeighboursMixin:
             return
         self.neighbours_ = NeighbourIndex.build(data.X, data.Y)
         self._weight_step = -1
-        if self.neighbour_weight_ is None and data.n_points < HELD_MIN_POINTS:
+        if self.neighbour_weight_ is None and self._held is None:  # too few rows to hold
             self.neighbour_weight_ = FALLBACK_WEIGHT
 
     def _finish_neighbours(self, data) -> bool:
@@ -83,7 +83,8 @@ class NeighboursMixin:
             return False
         self._choose_weight()
         held, self._held = self._held, None
-        self.neighbours_ = NeighbourIndex.build(_stack(data.X, held.X), _stack(data.Y, held.Y))
+        every = stack_datasets([data, held], data.n_features, data.n_labels)
+        self.neighbours_ = NeighbourIndex.build(every.X, every.Y)
         return True
 
     def _choose_weight(self) -> float:
@@ -113,10 +114,3 @@ class NeighboursMixin:
         index = self.neighbours_
         counts = np.bincount(index.y_idx, minlength=index.n_labels)
         return xc_metrics(top, data.Y, ks, label_counts=counts, n_train=index.n_points)
-
-
-def _stack(a: CSR, b: CSR) -> CSR:
-    """Rows of ``a`` then rows of ``b``."""
-    indptr = np.concatenate([a.indptr, a.indptr[-1] + b.indptr[1:]])
-    data = None if a.data is None and b.data is None else np.concatenate([a.values(), b.values()])
-    return CSR(indptr, np.concatenate([a.indices, b.indices]), data, max(a.n_cols, b.n_cols))

@@ -198,16 +198,3 @@ def postings(
             val[fill[c]] = scaled[e]
             fill[c] += 1
     return ptr, pts, val
-
-
-@numba.njit(cache=True, nogil=True)
-def hits_at(top: np.ndarray, y_ptr: np.ndarray, y_idx: np.ndarray) -> np.ndarray:
-    """``hits[i, j]``: whether ``top[i, j]`` is one of row i's true labels."""
-    hits = np.zeros(top.shape, np.bool_)
-    for i in range(top.shape[0]):
-        for j in range(top.shape[1]):
-            for e in range(y_ptr[i], y_ptr[i + 1]):
-                if y_idx[e] == top[i, j]:
-                    hits[i, j] = True
-                    break
-    return hits

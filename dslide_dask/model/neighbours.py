@@ -19,11 +19,20 @@ import numpy as np
 
 from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import neighbours as kernels
+from dslide_dask.metrics import precision_at_k
 
 #: Weights :func:`choose_weight` tries.
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
 #: Candidates a row takes from each side before fusing.
 CANDIDATES = 100
+#: The arrays that define an index (what a checkpoint keeps), with their dtypes.
+ARRAYS = {
+    "post_ptr": np.int64,
+    "post_pts": np.int32,
+    "post_val": np.float32,
+    "y_ptr": np.int64,
+    "y_idx": np.int32,
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,36 +91,18 @@ class NeighbourIndex:
         )
 
     def state(self) -> dict[str, np.ndarray]:
-        """The arrays that define the index (what a checkpoint keeps)."""
-        return {
-            "post_ptr": self.post_ptr,
-            "post_pts": self.post_pts,
-            "post_val": self.post_val,
-            "y_ptr": self.y_ptr,
-            "y_idx": self.y_idx,
-        }
+        """The arrays that define the index (:data:`ARRAYS`)."""
+        return {name: getattr(self, name) for name in ARRAYS}
 
     @classmethod
     def from_state(cls, arrays: dict[str, np.ndarray], n_labels: int) -> NeighbourIndex:
         """The index :meth:`state` described, checked so no kernel reads out of bounds."""
-        index = cls(
-            **{k: np.ascontiguousarray(arrays[k]) for k in cls._dtypes()}, n_labels=n_labels
-        )
+        index = cls(**{k: np.ascontiguousarray(arrays[k]) for k in ARRAYS}, n_labels=n_labels)
         index._check()
         return index
 
-    @staticmethod
-    def _dtypes() -> dict[str, type]:
-        return {
-            "post_ptr": np.int64,
-            "post_pts": np.int32,
-            "post_val": np.float32,
-            "y_ptr": np.int64,
-            "y_idx": np.int32,
-        }
-
     def _check(self) -> None:
-        for name, dtype in self._dtypes().items():
+        for name, dtype in ARRAYS.items():
             a = getattr(self, name)
             if a.dtype != dtype or a.ndim != 1:
                 raise ValueError(f"neighbour index: {name} must be 1-D {np.dtype(dtype)}")
@@ -160,8 +151,7 @@ def choose_weight(
     best, best_score = 0.0, -1.0
     for w in WEIGHTS:
         top, _ = fused_topk(net_ids, net_logits, votes, w, 5)
-        hits = kernels.hits_at(top, Y.indptr, Y.indices)
-        score = float(np.mean([hits[:, :k].sum(axis=1).mean() / k for k in (1, 3, 5)]))
+        score = float(np.mean(list(precision_at_k(top, Y, (1, 3, 5)).values())))
         if score > best_score + 1e-12:
             best, best_score = w, score
     return best
