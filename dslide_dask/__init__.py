@@ -8,6 +8,7 @@ with the first model trained on a cluster (:mod:`dslide_dask.distributed`).
 """
 
 from dslide_dask.data import CSR, XCDataset, as_csr
+from dslide_dask.errors import DslideError, NotFittedError
 from dslide_dask.estimator import SlideClassifier
 from dslide_dask.metrics import precision_at_k
 from dslide_dask.model import SlideConfig, SlideNetwork
@@ -16,6 +17,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CSR",
+    "DslideError",
+    "NotFittedError",
     "SlideClassifier",
     "SlideConfig",
     "SlideNetwork",

@@ -19,6 +19,7 @@ from sklearn.base import BaseEstimator, clone
 from sklearn.utils import check_random_state
 
 from dslide_dask.data.inputs import labelled_data
+from dslide_dask.errors import NotFittedError
 from dslide_dask.estimator import SlideClassifier
 from dslide_dask.metrics import label_counts, topk_indicator, xc_metrics
 from dslide_dask.model.config import check_int
@@ -69,6 +70,7 @@ class SlideEnsemble(BaseEstimator):
     def __init__(
         self,
         estimator: SlideClassifier | None = None,
+        *,
         n_models: int = 3,
         k_fuse: int | None = None,
     ) -> None:
@@ -137,4 +139,7 @@ class SlideEnsemble(BaseEstimator):
 
     def _check_fitted(self) -> None:
         if not getattr(self, "members_", None):
-            raise RuntimeError("this SlideEnsemble is not fitted yet: call fit() first")
+            raise NotFittedError(
+                "This SlideEnsemble instance is not fitted yet. Call 'fit' with "
+                "appropriate arguments before using this estimator."
+            )

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 
-
-class MemoryBudgetError(ValueError):
-    """A size from a file needs more memory than there is."""
+from dslide_dask.errors import MemoryBudgetError
 
 
 def available_bytes() -> int:

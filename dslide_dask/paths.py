@@ -25,9 +25,7 @@ import os
 import posixpath
 import stat
 
-
-class OutsideError(ValueError):
-    """A reference or a link in a folder that points outside the folder."""
+from dslide_dask.errors import OutsideError
 
 
 def inside(root: str, ref: str, where: str) -> str:

@@ -557,7 +557,7 @@ def test_a_joined_worker_that_cannot_take_the_streamed_rows_is_left_out(tiny):
 def test_a_worker_the_rest_cannot_replace_stays_and_the_run_goes_on(tiny, tmp_path):
     """If the workers that would stay cannot hold the model (the plan says so), a worker
     asked to leave is not let go: the run trains on with the model where it is."""
-    from dslide_dask.distributed.memory_plan import MemoryPlanError
+    from dslide_dask.errors import MemoryPlanError
 
     train, _ = tiny
     with cluster(3) as lc, Client(lc) as client, DistributedTrainer(

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dslide_dask import SlideClassifier
+from dslide_dask import NotFittedError, SlideClassifier
 from dslide_dask.data import make_synthetic
 from dslide_dask.ensemble import SlideEnsemble, borda_topk
 from dslide_dask.metrics import most_frequent_topk, precision_at_k
@@ -83,7 +83,7 @@ def test_one_member_predicts_what_the_model_does(tiny):
 
 def test_misuse_says_what_is_wrong(tiny):
     train, test = tiny
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         SlideEnsemble().predict_topk(test.X)
     with pytest.raises(ValueError, match="n_models"):
         SlideEnsemble(n_models=0).fit(train.X, train.Y)

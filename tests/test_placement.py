@@ -3,8 +3,9 @@
 import pytest
 
 from dslide_dask import SlideConfig
-from dslide_dask.distributed.memory_plan import RUNTIME_BYTES, MemoryPlanError
+from dslide_dask.distributed.memory_plan import RUNTIME_BYTES
 from dslide_dask.distributed.placement import place_shards, shard_bytes
+from dslide_dask.errors import MemoryPlanError
 
 CFG = SlideConfig(L=10, range_pow=10, bucket_capacity=16)
 

@@ -6,8 +6,10 @@ import contextlib
 import signal
 import threading
 
+from dslide_dask.errors import DslideError
 
-class JobFailed(RuntimeError):
+
+class JobFailed(DslideError, RuntimeError):
     """A job step failed after reporting why (e.g. a benchmark subprocess): exit 1."""
 
 

@@ -32,8 +32,8 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from dslide_dask import SlideConfig
-    from dslide_dask.distributed.memory_plan import MemoryPlanError
     from dslide_dask.distributed.placement import place_shards
+    from dslide_dask.errors import MemoryPlanError
     from dslide_workflows.run_settings import resolve
 
     run, model = resolve(args)

@@ -13,12 +13,10 @@ import zlib
 
 import numpy as np
 
+from dslide_dask.errors import CheckpointError
+
 #: Read and checksum in pieces of this size.
 _CHUNK = 16 << 20
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded: missing, corrupted or incompatible."""
 
 
 class _ChecksumWriter:

@@ -21,6 +21,7 @@ import numpy as np
 
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
+from dslide_dask.errors import XCFormatError
 from dslide_dask.kernels import xc_text as K
 
 _INT32_MAX = np.iinfo(np.int32).max
@@ -34,20 +35,6 @@ _ZSTD_EXTENSIONS = ("zst", "zstd")
 #: ``parse_header(size=UNKNOWN_SIZE)``: the file's size is not known (the head of a
 #: compressed stream), so N_points cannot be bounded yet.
 UNKNOWN_SIZE = -1
-
-
-class XCFormatError(ValueError):
-    """A file that is not valid Extreme Classification text: ``source:line: problem``
-    (``source: problem`` when no line applies, e.g. a corrupt compressed stream)."""
-
-    def __init__(self, source: str, line: int | None, problem: str) -> None:
-        super().__init__(f"{source}:{line}: {problem}" if line else f"{source}: {problem}")
-        self.source = source
-        self.line = line
-        self.problem = problem
-
-    def __reduce__(self):  # picklable (e.g. raised in a Dask worker)
-        return type(self), (self.source, self.line, self.problem)
 
 
 def read_xc(url: str, storage_options: dict | None = None) -> XCDataset:

@@ -3,7 +3,7 @@
 Orchestration only: every number is computed by :mod:`dslide_dask.model`.
 """
 
-from dslide_dask.distributed.errors import ShardLostError
 from dslide_dask.distributed.trainer import DistributedTrainer
+from dslide_dask.errors import ShardLostError
 
 __all__ = ["DistributedTrainer", "ShardLostError"]

@@ -28,7 +28,7 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.data.stream import Stream
-from dslide_dask.distributed.errors import POLL_SECONDS, ShardLostError
+from dslide_dask.distributed.errors import POLL_SECONDS
 from dslide_dask.distributed.graph_step import TakesGraphSteps
 from dslide_dask.distributed.handover import CoordinatorState, RowsPiece, UnitsPiece, take_units
 from dslide_dask.distributed.hidden_stack import LocalHidden, SplitHidden
@@ -39,6 +39,7 @@ from dslide_dask.distributed.queries import AnswersQueries
 from dslide_dask.distributed.shard_actor import InProcess, ShardActor
 from dslide_dask.distributed.specs import CoordinatorSpec
 from dslide_dask.distributed.worker_process import prepare_worker_process
+from dslide_dask.errors import ShardLostError
 from dslide_dask.metrics import TrainingLabels
 from dslide_dask.model.hidden import HiddenLayers
 from dslide_dask.model.layout import ShardLayout

@@ -11,10 +11,6 @@ from distributed.client import FutureCancelledError
 POLL_SECONDS = 2.0
 
 
-class ShardLostError(RuntimeError):
-    """A worker holding part of the model is gone (its actors died with it)."""
-
-
 class _CallsOfReleasedActors(logging.Filter):
     """Drops the traceback tornado logs for an actor call that was waiting on a lost
     worker when the trainer released the actor: distributed's actor proxy then waits

@@ -26,10 +26,6 @@ MOMENT_BYTES = {"float32": 4, "bfloat16": 2}
 BUFFER_BYTES_PER_ENTRY = 32
 
 
-class MemoryPlanError(ValueError):
-    """The model does not fit the workers; the message has the plan and what would fit."""
-
-
 @dataclass(frozen=True)
 class WorkerMemory:
     """Bytes one worker will hold for the model."""

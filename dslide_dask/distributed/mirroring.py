@@ -21,10 +21,6 @@ from dslide_dask.model.mirror import BYTES_PER_STEP, MirrorMessage, Replica, Row
 from dslide_dask.model.wide_shard import WideShard
 
 
-class MirrorFailed(RuntimeError):
-    """A new shard could not take the rows streamed to it, or did not catch up."""
-
-
 @dataclass(frozen=True)
 class MirrorPlan:
     """Where an old model's shards stream their rows: the new layout and the actor of

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from dslide_dask.distributed.memory_plan import (
     BUDGET,
     MemoryPlan,
-    MemoryPlanError,
     hidden_memory,
     memory_plan,
     what_would_fit,
 )
+from dslide_dask.errors import MemoryPlanError
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.hidden import unit_ranges
 from dslide_dask.model.layout import ShardLayout

@@ -41,12 +41,13 @@ from dslide_dask.distributed.elastic import (
     join_pays,
     retire_requests,
 )
-from dslide_dask.distributed.errors import POLL_SECONDS, ShardLostError
+from dslide_dask.distributed.errors import POLL_SECONDS
 from dslide_dask.distributed.handover import Handover, HandoverPieces, rows_crossing
 from dslide_dask.distributed.liveness import listed_workers, still_listed
-from dslide_dask.distributed.memory_plan import MemoryPlanError, fits_while_moving, row_bytes
-from dslide_dask.distributed.mirroring import BYTES_IN_FLIGHT, MirrorFailed, MirrorPlan
+from dslide_dask.distributed.memory_plan import fits_while_moving, row_bytes
+from dslide_dask.distributed.mirroring import BYTES_IN_FLIGHT, MirrorPlan
 from dslide_dask.distributed.placement import Placement, shard_bytes
+from dslide_dask.errors import MemoryPlanError, MirrorFailed, ShardLostError
 from dslide_dask.model.mirror import replayable
 
 #: How long a switch waits for the new shards to replay the last step before the move is

@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 
 from dslide_dask.data.stream import Stream
-from dslide_dask.distributed.errors import ShardLostError
 from dslide_dask.distributed.liveness import listed_workers
+from dslide_dask.errors import ShardLostError
 
 
 @dataclass

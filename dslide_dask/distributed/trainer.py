@@ -25,7 +25,6 @@ from dslide_dask.distributed.elastic import (
 )
 from dslide_dask.distributed.errors import (
     POLL_SECONDS,
-    ShardLostError,
     quiet_calls_of_released_actors,
 )
 from dslide_dask.distributed.handover import Handover, HandoverPieces
@@ -35,6 +34,7 @@ from dslide_dask.distributed.rebalance import FollowsTheCluster, Launch
 from dslide_dask.distributed.recovery import Recovery, SurvivesLostWorkers
 from dslide_dask.distributed.shard_actor import ShardActor
 from dslide_dask.distributed.specs import CoordinatorSpec, ShardSpec
+from dslide_dask.errors import ShardLostError
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.trainer import StepCallback
 

@@ -20,9 +20,9 @@ from contextlib import contextmanager
 import numba
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
 
+from dslide_dask.errors import NotFittedError
 from dslide_dask.estimator._fitted import FittedMixin
 from dslide_dask.estimator._inputs import InputsMixin, _plain
 from dslide_dask.estimator._neighbours import NeighboursMixin
@@ -120,6 +120,7 @@ class SlideClassifier(
 
     def __init__(
         self,
+        *,
         hidden: tuple[int, ...] = _D.hidden,
         batch_size: int = 256,
         epochs: int = 1,
@@ -169,7 +170,6 @@ class SlideClassifier(
         run_name: str | None = None,
         neighbours: int = 30,
         neighbour_weight: float | None = None,
-        *,
         client=None,
         seed=None,
     ) -> None:

@@ -37,6 +37,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from dslide_dask.errors import DslideError
+
 PREFIX = "dsl-"
 SUBNET = "10.231.0"
 IFNAME = "eth0"
@@ -49,7 +51,7 @@ _RATE = re.compile(r"^\s*([0-9.]+)\s*([kmgt]?)(bit|b|bps)?(/s)?\s*$", re.IGNOREC
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 
-class NetnsUnavailable(RuntimeError):
+class NetnsUnavailable(DslideError, RuntimeError):
     """This machine or user cannot build an emulated cluster (why is in the message)."""
 
 

@@ -19,6 +19,8 @@ import subprocess
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
+from dslide_dask.errors import DslideError
+
 LISTS = "/var/lib/apt/lists"
 #: Fetches Packages and Translation-en (the long descriptions) into LISTS.
 FETCH_LISTS = "apt-get update -o Acquire::Languages=en"
@@ -31,7 +33,7 @@ _PY_OPENERS = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
 _TOOLS = {".lz4": "lz4", ".zst": "zstd"}
 
 
-class MissingAptData(ValueError):
+class MissingAptData(DslideError, ValueError):
     """The apt lists lack an index a builder needs; the message says how to fetch it."""
 
 
