@@ -7,7 +7,7 @@ several. Their predictions are fused by a Borda count over each member's top
 live in this process or on a cluster, and fusing costs ``n_models x k_fuse`` entries a
 row, whatever the number of labels. (On the Debian set, three members of two epochs: the
 Borda count of their top 10 reaches P@1 0.8538 where averaging their full softmax
-outputs reaches 0.8552; see the README's benchmarks.)
+outputs reaches 0.8552; see docs/benchmarks.md.)
 """
 
 from __future__ import annotations

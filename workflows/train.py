@@ -51,7 +51,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     )
     from dslide_workflows.security import add_security_arguments
 
-    p.add_argument("--config", type=Path, metavar="YAML", help="run settings (see README)")
+    p.add_argument("--config", type=Path, metavar="YAML", help="run settings (see docs/cli.md)")
     src = p.add_argument_group("data")
     src.add_argument("--train", metavar="URL", help="training data (XC text format)")
     src.add_argument("--test", metavar="URL", help="test data, for evaluation")

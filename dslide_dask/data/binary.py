@@ -26,7 +26,7 @@ Why these codes: reading is bound by storage GETs, and they make a chunk about a
 smaller than raw CSR arrays (version 1) for little decoding work; a general compressor
 gains little more on the ids and values (their low bits are noise) and would add a
 dependency. One uncompressed npz a chunk: one GET, in a file anyone can open; Parquet
-would need pyarrow for a few flat columns. The README's benchmarks have the figures.
+would need pyarrow for a few flat columns. docs/benchmarks.md has the figures.
 
 Reading checks the manifest and every chunk (size, array names, dtypes, lengths, counts,
 ids within bounds, escapes used exactly, finite values): problems raise

@@ -49,8 +49,8 @@ class SlideConfig:
     #: Adam steps as a sampled negative in most batches and as a positive in few, and
     #: Adam scales each step by the row's own gradient history, so a positive after a
     #: run of tiny negative gradients moves the row up to ``1/sqrt(1 - beta2)`` (~32)
-    #: times ``output_lr``. None: lr / 8, or lr / 64 from 100K labels. (The README's
-    #: benchmarks give the figures behind both defaults.)
+    #: times ``output_lr``. None: lr / 8, or lr / 64 from 100K labels. (docs/benchmarks.md
+    #: gives the figures behind both defaults.)
     output_lr: float | None = None
     #: How lr moves over a fit: ``warmup_steps`` of linear warm-up, then ``stable_steps``
     #: at ``lr``, then a decay (half cosine or line) that reaches ``lr * lr_floor`` at step
