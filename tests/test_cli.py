@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -224,8 +225,11 @@ def test_train_bad_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> N
 
 # -- demo -------------------------------------------------------------------------------------
 def test_demo(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "demo")
+    code, out, _ = run(capsys, "demo", "--preset", "tiny", "--epochs", "5")
     assert code == 0
+    share = re.search(r"([\d,]+) of 1,000 output neurons a sample \(([\d.]+)%\)", out)
+    assert share, out  # the sparsity is shown (on 'tiny' a step computes nearly every label)
+    assert float(share[2]) == pytest.approx(float(share[1].replace(",", "")) / 10, abs=0.05)
     lines = out.strip().splitlines()
     assert lines[-2].startswith("SLIDE") and lines[-1].startswith("most frequent labels")
     slide_p1 = float(lines[-2].split()[2])

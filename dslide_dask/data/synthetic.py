@@ -114,6 +114,11 @@ PRESETS: dict[str, SyntheticSpec] = {
         n_features=2_000, n_labels=1_000, n_train=5_000, n_test=1_000, avg_labels=3.0,
         avg_nnz=40.0,
     ),
+    # `dslide demo`: labels enough that a step computes 2.5% of them, a minute to train
+    "demo": SyntheticSpec(
+        n_features=50_000, n_labels=100_000, n_train=30_000, n_test=3_000, avg_labels=4.0,
+        avg_nnz=60.0, label_offset=20.0,
+    ),
     "small": SyntheticSpec(
         n_features=20_000, n_labels=20_000, n_train=50_000, n_test=10_000, avg_labels=4.0,
         avg_nnz=60.0, label_offset=20.0,
