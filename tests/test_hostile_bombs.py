@@ -222,7 +222,7 @@ def test_secrets_in_values_never_printed_nor_written(capsys, work):
     secrets = ["SIGSECRET1", "AKIACRED1", "ACCKEYSECRET", "SASSECRET99"]
     name = "t.txt?X-Amz-Credential=AKIACRED1&X-Amz-Signature=SIGSECRET1"
     (work / name).write_bytes(TRAIN)
-    argv = ["train", *FAST, "--train", name, "--run-dir", "run",
+    argv = ["train", *FAST, "--verbose", "--train", name, "--run-dir", "run",
             "--storage-option", "connection_string=DefaultEndpointsProtocol=https;"
             "AccountName=a;AccountKey=ACCKEYSECRET==;EndpointSuffix=x",
             "--storage-option", "sas=SASSECRET99"]  # fmt: skip

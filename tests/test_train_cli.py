@@ -61,8 +61,18 @@ def test_train_in_process_on_a_preset(capsys):
                    "--opt", "hidden=[32]", "--opt", "lr=2e-2", "--no-progress"])  # fmt: skip
     out = capsys.readouterr().out
     assert status == 0
-    assert "lr: 0.02" in out and "hidden: [32]" in out
+    assert "model: 2,000 -> 32 -> 1,000 (97,032 parameters)" in out  # 2000*32+32 + 32*1000+1000
+    assert "lr: 0.02" not in out  # the settings are in config.yaml, printed with --verbose
     assert "test            P@1" in out
+
+
+def test_verbose_prints_every_setting(capsys, tmp_path):
+    run = ["--run-dir", str(tmp_path / "run"), "--verbose", "--no-progress"]
+    argv = ["train", "--preset", "tiny", "--in-process", "--epochs", "1", "--opt", "lr=2e-2", *run]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "lr: 0.02" in out and "tls_key: null" in out
+    assert "lr: 0.02" in (tmp_path / "run" / "config.yaml").read_text()
 
 
 @pytest.mark.parametrize(

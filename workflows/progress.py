@@ -13,8 +13,16 @@ class Progress:
     """A progress bar over steps, with periodic evaluation on the test set."""
 
     def __init__(
-        self, run: RunSettings, trainer, test, quiet: bool, log_every: int = 0, folder=None
+        self,
+        run: RunSettings,
+        trainer,
+        test,
+        quiet: bool,
+        log_every: int = 0,
+        folder=None,
+        total: int | None = None,
     ) -> None:
+        self.total = total  #: steps this run will take (the bar's end and its ETA)
         self.folder = folder
         self.log_every = log_every
         self.quiet = quiet
@@ -30,7 +38,7 @@ class Progress:
         if self.bar is None:  # made at the first step: an early error leaves no bar behind
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(unit="step", disable=self.quiet, dynamic_ncols=True)
+            self.bar = tqdm(total=self.total, unit="step", disable=self.quiet, dynamic_ncols=True)
         if self.folder is not None:
             self.folder.add("step", stats)
         self.samples += stats["samples"]

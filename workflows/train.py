@@ -104,6 +104,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="model parameter, e.g. lr=1e-2 hidden=[256] L=50 (repeatable)")  # fmt: skip
     t.add_argument("--performance-report", metavar="HTML", help="Dask performance report")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--verbose", action="store_true", help="print every setting (config.yaml)")
     t.add_argument("--log-every", type=int, default=0, metavar="STEPS",
                    help="print a progress line every STEPS steps instead of a bar")  # fmt: skip
     r = p.add_argument_group("run folder and checkpoints")
@@ -153,23 +154,24 @@ def _train(args: argparse.Namespace, run: RunSettings, cfg, folder) -> int:
         raise ValueError(f"{folder.url} already trained {epoch} of --epochs {run.epochs}: "
                          "ask for more --epochs to carry on")  # fmt: skip
     settings = {**run.to_dict(), "model": cfg.to_dict()}
-    print(
-        "settings:",
-        yaml.safe_dump(mask(settings), sort_keys=False, default_flow_style=None)
-        .strip()
-        .replace("\n", "\n  "),
-    )
+    if args.verbose:
+        dump = yaml.safe_dump(mask(settings), sort_keys=False, default_flow_style=None)
+        print("settings:", dump.strip().replace("\n", "\n  "))
+    print(_header(run, cfg, shape, train.n_points, epoch_steps))
     with _cluster(run) as client:
         t0 = time.perf_counter()
+        print("building the model (a first run also compiles the kernels)", flush=True)
         trainer = _trainer(run, cfg, shape, client, folder, restore)
         setup = time.perf_counter() - t0
         folder.write_config(settings)  # once the checkpoint to resume from has loaded
         print(f"run folder: {folder.url}"
-              + (f" (resuming at step {restore.step})" if restore else ""))  # fmt: skip
+              + (f" (resuming at step {restore.step})" if restore else "")
+              + ("" if args.verbose else "; settings in its config.yaml"))  # fmt: skip
         report = _report(run, client)
         with trainer, report:
+            steps_left = run.epochs * epoch_steps - (epoch * epoch_steps + batch)
             progress = Progress(run, trainer, test, args.no_progress or args.log_every > 0,
-                                args.log_every, folder)  # fmt: skip
+                                args.log_every, folder, total=steps_left)  # fmt: skip
             t1 = time.perf_counter()
             try:
                 stream = Stream(
@@ -196,6 +198,18 @@ def _train(args: argparse.Namespace, run: RunSettings, cfg, folder) -> int:
             progress.record_eval(scores)
     _finish(folder, text, numbers, model_url)
     return 0
+
+
+def _header(run: RunSettings, cfg, shape: tuple[int, int], points: int, epoch_steps: int) -> str:
+    """What is trained on what, in two lines (every setting: --verbose, config.yaml)."""
+    widths = [shape[0], *cfg.hidden, shape[1]]
+    params = sum(a * b + b for a, b in zip(widths, widths[1:], strict=False))
+    data = run.preset or run.train
+    return (
+        f"data: {data}: {points:,} points, {shape[0]:,} features, {shape[1]:,} labels\n"
+        f"model: {' -> '.join(f'{w:,}' for w in widths)} ({params:,} parameters); "
+        f"{run.epochs} epoch(s) of {epoch_steps:,} steps of {run.batch_size}"
+    )
 
 
 def _run_folder(run: RunSettings, resume: bool):
