@@ -1,14 +1,17 @@
-"""Seeded random damage to XC text files, converted chunks and checkpoint folders.
+"""Seeded random damage to XC text files, converted chunks, checkpoint folders, run
+configs (with YAML anchors and aliases among the edits) and folders with links out.
 
 Run as a script (``python -m tests.fuzz_inputs SEED N OUT``) by ``test_fuzz_inputs``, in
 its own process so that a segfault or hang fails the test instead of killing pytest.
 Every mutated input must be read correctly or refused with a ValueError (the project's
-errors: XCFormatError, CheckpointError...); anything else is printed and exits 1. The
+errors: XCFormatError, CheckpointError...); anything else, or a byte changed outside the
+folder a link led out of, is printed and exits 1. The
 peak memory of the whole run is written to OUT as JSON for the test to bound.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -20,6 +23,8 @@ import traceback
 from pathlib import Path
 
 import numpy as np
+
+KINDS = ("text", "chunks", "checkpoint", "config", "links")
 
 
 def mutate(data: bytes, rng: random.Random) -> bytes:
@@ -101,6 +106,74 @@ def check_checkpoint(base: Path, work: Path, rng: random.Random) -> None:
         return
 
 
+#: A run config `dslide train --config` takes; the fuzz damages it.
+CONFIG = (b"train: t.txt\nepochs: 2\nbatch_size: 4\nstorage_options: {anon: true, key: k}\n"
+          b"model: {hidden: [8], lr: 0.01, K: 2, L: 2, min_active: 2}\n")  # fmt: skip
+#: YAML edits a hostile config would make: anchors, aliases, a "billion laughs" head.
+YAML_EDITS = [b"&a ", b"*a", b" &a [1, 2]", b"\nx: &b [*a, *a, *a]\n", b"!!python/object ",
+              b"<<: *a\n", b"{", b"\n  - ", b": :", b"\t", b"9" * 40]  # fmt: skip
+
+
+def mutate_yaml(data: bytes, rng: random.Random) -> bytes:
+    b = bytearray(data)
+    for _ in range(rng.randint(1, 3)):
+        if rng.random() < 0.6:
+            i = rng.randrange(len(b) + 1)
+            b[i:i] = rng.choice(YAML_EDITS)
+        else:
+            b = bytearray(mutate(bytes(b), rng))
+    return bytes(b)
+
+
+def check_config(path: Path, data: bytes) -> None:
+    """``dslide train --config`` as far as the settings go: read, checked, masked and
+    written out (what a run does before it starts), or refused with a ValueError."""
+    import yaml
+
+    from dslide_dask import SlideConfig
+    from dslide_workflows.cli import build_parser
+    from dslide_workflows.endpoints import nul_setting
+    from dslide_workflows.run_settings import resolve
+    from dslide_workflows.secrets import mask
+
+    path.write_bytes(data)
+    args = build_parser().parse_args(["train", "--config", str(path)])
+    try:  # as cmd_train does
+        run, model = resolve(args)
+        if nul_setting(run.to_dict()) is not None:
+            return
+        cfg = SlideConfig.from_dict({k: tuple(v) if k == "hidden" else v for k, v in model.items()})
+    except ValueError:
+        return
+    yaml.safe_dump(mask({**run.to_dict(), "model": cfg.to_dict()}), sort_keys=False)
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() if p.is_file() else b"<dir>" for p in sorted(root.rglob("*"))}
+
+
+def check_links(clf, base: Path, work: Path, victim: Path, rng: random.Random) -> None:
+    """A model folder with one file or folder replaced by a link out of it (to a file or
+    a folder of someone else's): loading it refuses or reads the rest, and saving into
+    it writes nothing through the link."""
+    from dslide_dask import SlideClassifier
+
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(base, work)
+    target = rng.choice(sorted(work.rglob("*")))
+    if target.is_dir():
+        shutil.rmtree(target)
+    else:
+        target.unlink()
+    target.symlink_to(rng.choice([victim / "file", victim / "folder", victim / "missing"]))
+    before = _snapshot(victim)
+    with contextlib.suppress(ValueError):
+        SlideClassifier.load(str(work)).predict_topk(np.eye(1, 20, 3, dtype=np.float32), k=2)
+    with contextlib.suppress(ValueError):
+        clf.save(str(work))
+    assert _snapshot(victim) == before, f"a link at {target.relative_to(work)} was written through"
+
+
 def main(seed: int, n: int, out: str) -> int:
     from dslide_dask import SlideClassifier
     from dslide_dask.data.convert import convert
@@ -119,18 +192,26 @@ def main(seed: int, n: int, out: str) -> int:
         clf.save(str(tmp / "model"))
         check_checkpoint(tmp / "model", tmp / "m", rng)  # warm the JIT up before measuring
         base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        kinds = {"text": 0, "chunks": 0, "checkpoint": 0}
+        victim = tmp / "victim"
+        (victim / "folder").mkdir(parents=True)
+        (victim / "file").write_bytes(b"someone else's\n")
+        (victim / "folder" / "inside").write_bytes(b"theirs too\n")
+        kinds = dict.fromkeys(KINDS, 0)
         biggest = max(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
         for i in range(n):
-            kind = ("text", "chunks", "checkpoint")[i % 3]
+            kind = KINDS[i % len(KINDS)]
             kinds[kind] += 1
             try:
                 if kind == "text":
                     check_text(tmp / "t.txt", mutate(TRAIN, rng))
                 elif kind == "chunks":
                     check_chunks(tmp / "chunks", tmp / "c", rng)
-                else:
+                elif kind == "checkpoint":
                     check_checkpoint(tmp / "model", tmp / "m", rng)
+                elif kind == "config":
+                    check_config(tmp / "c.yaml", mutate_yaml(CONFIG, rng))
+                else:
+                    check_links(clf, tmp / "model", tmp / "l", victim, rng)
             except Exception:
                 print(f"case {i} ({kind}) raised:", file=sys.stderr)
                 traceback.print_exc()
