@@ -122,6 +122,15 @@ class LocalTrainer:
         """Put back the weights :meth:`remember` kept; False if none were."""
         return self.network.recall()
 
+    def embed(self, X: CSR, batch_size: int = 4096) -> np.ndarray:
+        """The last hidden layer's output for each row: the space in which the network
+        places rows with the same labels close together (what the neighbours compare)."""
+        parts = [
+            self.network.hidden.forward(X.slice_rows(start, start + batch_size))[0]
+            for start in range(0, max(X.n_rows, 1), batch_size)
+        ]
+        return np.concatenate(parts).astype(np.float32, copy=False)
+
     def topk(self, X: CSR, k: int, exact: bool = True) -> np.ndarray:
         return self.topk_scores(X, k, exact)[0]
 

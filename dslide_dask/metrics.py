@@ -102,7 +102,19 @@ def _ps_gains(topk: np.ndarray, Y: CSR, inv_p: np.ndarray) -> tuple[np.ndarray, 
 def precision_at_k(topk: np.ndarray, Y: CSR, ks: Iterable[int] = (1, 3, 5)) -> dict[str, float]:
     """P@k for each k in ``ks``: the mean fraction of the top k predictions that are true.
 
-    ``topk[i]`` holds row i's predicted label ids, best first (at least max(ks) columns).
+    Parameters
+    ----------
+    topk : ndarray of shape (n_rows, max(ks))
+        Each row's predicted label ids, best first (-1: none).
+    Y : CSR
+        The true labels of the rows.
+    ks : iterable of int, default=(1, 3, 5)
+        The cut-offs k.
+
+    Returns
+    -------
+    dict of str to float
+        ``{'P@1': ..., 'P@3': ..., ...}``.
     """
     topk, ks = _check(topk, Y, ks)
     if Y.n_rows == 0:
@@ -188,9 +200,29 @@ def xc_metrics(
     A: float = PROPENSITY_A,
     B: float = PROPENSITY_B,
 ) -> dict[str, float]:
-    """The metrics the CLI and benchmarks print: ``P@k`` and ``nDCG@k`` for each k, and,
-    when the training set's ``label_counts`` (:func:`label_counts`) and size ``n_train``
-    are given, ``PSP@k`` and ``PSnDCG@k`` with propensities of parameters A, B."""
+    """The metrics the CLI and benchmarks print.
+
+    Parameters
+    ----------
+    topk : ndarray of shape (n_rows, max(ks))
+        Each row's predicted label ids, best first (-1: none).
+    Y : CSR
+        The true labels of the rows.
+    ks : iterable of int, default=(1, 3, 5)
+        The cut-offs k.
+    label_counts : ndarray of shape (n_labels,) or None, default=None
+        Training rows of each label (:func:`label_counts`), for the propensities.
+    n_train : int or None, default=None
+        Training rows, for the propensities.
+    A, B : float, default=0.55, 1.5
+        The propensity model's parameters (:func:`propensity`).
+
+    Returns
+    -------
+    dict of str to float
+        ``P@k`` and ``nDCG@k`` for each k and, with ``label_counts`` and ``n_train``,
+        ``PSP@k`` and ``PSnDCG@k``.
+    """
     ks = list(ks)
     out = {**precision_at_k(topk, Y, ks), **ndcg_at_k(topk, Y, ks)}
     if label_counts is not None:

@@ -65,8 +65,10 @@ def guard_write(fs, root: str, path: str) -> str:
         except (FileNotFoundError, NotADirectoryError):
             break  # created by the write
         if stat.S_ISLNK(mode):
-            raise OutsideError(f"{current}: a symbolic link: dslide writes and deletes "
-                               "nothing through a link in its folders")  # fmt: skip
+            raise OutsideError(
+                f"{current}: a symbolic link: dslide writes and deletes "
+                "nothing through a link in its folders"
+            )
         if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
             raise OutsideError(f"{current}: not a regular file or folder")
     return path

@@ -11,6 +11,84 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 BUCKET = "dslide-test"
 
+# -- the slow marker: `python -m pytest` is the quick check, `--slow` the full suite ------------
+LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--slow", action="store_true", default=False,
+        help="also run the tests marked slow: the full suite, as CI runs it",
+    )  # fmt: skip
+
+
+def _named(config) -> list[str]:
+    """The node ids given on the command line (``tests/test_x.py::test_y``), relative to
+    the root as items' node ids are: a test asked for by name runs, slow or not."""
+    ids = []
+    for arg in config.args:
+        if "::" in arg:
+            path, rest = arg.split("::", 1)
+            full = (config.invocation_params.dir / path).resolve()
+            try:
+                ids.append(f"{full.relative_to(config.rootpath).as_posix()}::{rest}")
+            except ValueError:
+                continue
+    return ids
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without ``--slow`` (or a ``-m`` expression, which then decides), the tests marked
+    slow are deselected, but for those named on the command line."""
+    if config.getoption("--slow") or config.getoption("markexpr"):
+        return
+    named = _named(config)
+
+    def asked(item) -> bool:
+        return any(item.nodeid == n or item.nodeid.startswith((f"{n}::", f"{n}[")) for n in named)
+
+    slow = [i for i in items if i.get_closest_marker("slow") and not asked(i)]
+    if slow:
+        left_out = set(slow)
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [i for i in items if i not in left_out]
+    config.stash[LEFT_OUT] = len(slow)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    left_out = config.stash.get(LEFT_OUT, 0)
+    if left_out:
+        terminalreporter.write_line(
+            f"{left_out} slow tests left out: `python -m pytest --slow` runs the full suite"
+        )
+
+
+# -- shared fixtures ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny():
+    """The ``tiny`` synthetic preset, seed 0: ``(train, test)``, 5,000 and 1,000 rows of
+    2,000 features and 1,000 labels."""
+    from dslide_dask.data.synthetic import make_synthetic
+
+    return make_synthetic("tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def client():
+    """A client of a LocalCluster of 2 worker processes of one thread each (a 2-core
+    machine's), for the tests of a module; closed with its workers after them."""
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster) as client,
+    ):  # fmt: skip
+        client.wait_for_workers(2)
+        yield client
+
 
 @pytest.fixture(scope="session")
 def s3():

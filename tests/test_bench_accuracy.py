@@ -29,6 +29,7 @@ def tiny_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, fl
     return folder / "train.txt", folder / "test.txt", precision_at_k(popular, test.Y, (1,))["P@1"]
 
 
+@pytest.mark.slow
 def test_bench_accuracy_end_to_end(capsys, tmp_path: Path, tiny_files) -> None:
     train, test, popular = tiny_files
     names = ["engine", "engine-ensemble"] + [

@@ -8,7 +8,6 @@ import pytest
 from dslide_dask import SlideConfig
 from dslide_dask.checkpoint import open_checkpoint
 from dslide_dask.data.stream import Stream
-from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.distributed.memory_plan import hidden_memory, shard_memory
 from dslide_dask.kernels import adam
 from dslide_dask.kernels.bfloat16 import from_bfloat16, to_bfloat16
@@ -16,11 +15,6 @@ from dslide_dask.local_trainer import LocalTrainer
 
 CFG = SlideConfig(hidden=(32,), K=3, L=10, range_pow=8, min_active=100, max_active=400)
 BF16 = dataclasses.replace(CFG, moment_dtype="bfloat16")
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return make_synthetic("tiny", seed=0)
 
 
 def test_conversions_round_to_nearest_even_and_widen_exactly():

@@ -20,15 +20,9 @@ from dslide_dask.checkpoint import (
     open_checkpoint,
 )
 from dslide_dask.data.stream import Stream
-from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.local_trainer import LocalTrainer
 
 CFG = SlideConfig(hidden=(32,), K=3, L=10, range_pow=8, min_active=100, max_active=400)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return make_synthetic("tiny", seed=0)
 
 
 def trainer(tiny, cfg: SlideConfig = CFG, **kw) -> LocalTrainer:

@@ -71,6 +71,7 @@ def test_help(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     assert out.startswith("usage: dslide")
 
 
+@pytest.mark.slow
 def test_python_dash_m_and_no_command() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "dslide_workflows", "--help"], capture_output=True, text=True
@@ -225,7 +226,7 @@ def test_train_bad_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> N
 
 # -- demo -------------------------------------------------------------------------------------
 def test_demo(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "demo", "--preset", "tiny", "--epochs", "5")
+    code, out, _ = run(capsys, "demo", "--preset", "tiny", "--epochs", "2")
     assert code == 0
     share = re.search(r"([\d,]+) of 1,000 output neurons a sample \(([\d.]+)%\)", out)
     assert share, out  # the sparsity is shown (on 'tiny' a step computes nearly every label)
@@ -238,6 +239,7 @@ def test_demo(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 # -- bench engine -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_bench_engine_skip_dense(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     argv = [
         *TINY_BENCH,

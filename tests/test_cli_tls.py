@@ -29,6 +29,7 @@ def _cert_files(tmp_path: Path, security: Security) -> list[str]:
     return flags
 
 
+@pytest.mark.slow
 def test_train_on_its_own_cluster_over_tls_with_the_dashboard_on_loopback(capsys, tmp_path):
     code, out, err = run(capsys, "train", "--tls", *TINY_RUN, "--run-dir", str(tmp_path / "r"))
     assert code == 0, err
@@ -51,6 +52,7 @@ def test_the_local_dashboard_listens_on_loopback_only():
         assert listening == {"127.0.0.1"}, listening
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_train_against_a_tls_scheduler_with_certificate_files(capsys, tmp_path):
     security = Security.temporary()

@@ -10,7 +10,6 @@ from distributed import Client, LocalCluster, performance_report
 
 from dslide_dask import SlideClassifier, SlideConfig
 from dslide_dask.data.stream import Stream
-from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.distributed import DistributedTrainer, ShardLostError, live_metrics
 from dslide_dask.distributed.graph_step import PHASES
 from dslide_dask.local_trainer import LocalTrainer
@@ -19,23 +18,7 @@ from dslide_dask.model.wire import payload_bytes
 PARAMS = dict(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2, batch_size=128, seed=0)
 
 
-@pytest.fixture(scope="module")
-def client():
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        yield client
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return make_synthetic("tiny", seed=0)
-
-
-@pytest.mark.parametrize("dropout", [0.0, 0.3])
+@pytest.mark.parametrize("dropout", [0.0, pytest.param(0.3, marks=pytest.mark.slow)])
 def test_one_shard_gives_the_same_weights_as_in_process(client, tiny, dropout):
     train, _ = tiny
     data = train.slice(0, 3200)  # 100 steps of 32
@@ -65,6 +48,7 @@ def test_one_shard_gives_the_same_weights_as_in_process(client, tiny, dropout):
     assert [h["loss"] for h in history] == pytest.approx([h["loss"] for h in local.history])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_shards", [1, 2])
 def test_sharded_training_learns_like_one_shard(client, tiny, n_shards):
     train, test = tiny
@@ -88,6 +72,7 @@ def test_sharded_training_learns_like_one_shard(client, tiny, n_shards):
         assert steps[10]["bytes_sent"] == steps[10]["bytes_received"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("step_mode", ["actor", "graph"])  # graph: pinned tasks would wait
 def test_a_lost_worker_raises_a_clear_error_not_a_hang(tiny, step_mode):
@@ -113,6 +98,7 @@ def test_a_lost_worker_raises_a_clear_error_not_a_hang(tiny, step_mode):
             trainer.train(train, Stream(32, epochs=3), kill_at_step_5)
 
 
+@pytest.mark.slow
 def test_workers_stream_training_data_from_s3(client, tiny, s3):
     """The coordinator's worker reads the training files from a real S3 endpoint
     (moto's server on 127.0.0.1) by URL: the client only reads the headers."""
@@ -142,6 +128,7 @@ def _train(client, data, step_mode):
         return history, trainer.shard_weights(), trainer.hidden_weights()
 
 
+@pytest.mark.slow
 def test_graph_steps_give_the_actor_steps_weights(client, tiny):
     data = tiny[0].slice(0, 640)  # 20 steps of 32
     actor = _train(client, data, "actor")
@@ -165,6 +152,7 @@ def test_graph_steps_give_the_actor_steps_weights(client, tiny):
         assert got["bytes_sent"] > 0
 
 
+@pytest.mark.slow
 def test_the_performance_report_of_a_graph_run_names_the_phases(client, tiny, tmp_path):
     train, _ = tiny
     clf = SlideClassifier(**GRAPH_PARAMS, batch_size=32, client=client, step_mode="graph")
@@ -206,7 +194,11 @@ def _train_split(client, data, hidden_shards, pipeline, **kwargs):
     return trainer, history
 
 
-@pytest.mark.parametrize("pipeline", [False, True], ids=["one phase at a time", "pipelined"])
+@pytest.mark.parametrize(
+    "pipeline",
+    [pytest.param(False, marks=pytest.mark.slow), True],
+    ids=["one phase at a time", "pipelined"],
+)
 def test_a_hidden_layer_split_over_workers_trains_as_the_whole_one(client, tiny, pipeline):
     """Each unit's arithmetic is its own: the layer split over 2 workers takes the steps
     the whole one takes (same initial weights, same updates, in the same order relative
@@ -241,6 +233,7 @@ def test_a_hidden_layer_split_over_workers_trains_as_the_whole_one(client, tiny,
         split.close()
 
 
+@pytest.mark.slow
 def test_a_split_hidden_layer_checkpoints_and_restores_under_any_split(client, tiny, tmp_path):
     data = tiny[0].slice(0, 640)
     split, _ = _train_split(client, data, 2, False)

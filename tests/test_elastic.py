@@ -18,7 +18,6 @@ from distributed import Client, wait
 
 from dslide_dask.checkpoint import CheckpointPolicy
 from dslide_dask.data.stream import Stream
-from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.distributed import DistributedTrainer
 from dslide_dask.distributed.elastic import (
     LEAVE_TOPIC,
@@ -37,11 +36,6 @@ from dslide_dask.distributed.rebalance import FollowsTheCluster
 from dslide_dask.model.config import SlideConfig
 
 from .test_resilience import BATCH, CFG, cluster
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return make_synthetic("tiny", seed=0)
 
 
 def test_retire_requests_come_from_the_schedulers_event_log():
@@ -90,6 +84,7 @@ def test_a_moves_cost_counts_the_steps_slowed_while_it_was_prepared():
     assert move.cost_seconds == pytest.approx(2.5) and move.began_at == 50
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
     ("who", "live"),
@@ -154,6 +149,7 @@ def _refused(client, address: str) -> bool:
     return any(address in (m.get("could-not-retire") or ()) for _, m in events)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_dslide_leave_returns_once_the_run_has_moved_the_workers_rows_off(tiny, tmp_path):
     train, _ = tiny
@@ -192,6 +188,7 @@ class _Holder:
     """Any actor: Dask does not retire a worker that holds one."""
 
 
+@pytest.mark.slow
 def test_dslide_leave_says_when_no_run_takes_the_rows_or_there_is_no_such_worker():
     with cluster(2) as lc, Client(lc) as client:
         worker = sorted(client.scheduler_info(n_workers=-1)["workers"])[1]
@@ -207,6 +204,7 @@ def test_dslide_leave_says_when_no_run_takes_the_rows_or_there_is_no_such_worker
         assert "no worker 'no-such-worker' in the cluster: nothing to do" in out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_worker_that_joins_gets_a_shard_when_the_move_pays(tiny, tmp_path):
     train, _ = tiny
@@ -234,6 +232,7 @@ def test_a_worker_that_joins_gets_a_shard_when_the_move_pays(tiny, tmp_path):
         assert [r["step"] for r in history] == list(range(1, 81))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_adaptive_scaling_shrinks_the_cluster_through_a_hand_off(tiny, tmp_path):
     """``cluster.adapt`` would close a worker by force once its retirement failed; the
@@ -265,6 +264,7 @@ def test_adaptive_scaling_shrinks_the_cluster_through_a_hand_off(tiny, tmp_path)
         adaptive[0].stop()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_chaos_short_joins_retirements_and_kills(tiny, tmp_path):
     """Seeded chaos at step boundaries: a worker retired, one joining, one SIGKILLed, one
@@ -332,6 +332,7 @@ def _assert_same(got: list[np.ndarray], want: list[np.ndarray]) -> None:
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
     ("hidden_shards", "split"),
@@ -375,6 +376,7 @@ def test_a_live_rebalance_moves_every_row_worker_to_worker_unchanged(
         assert trainer.evaluate(test)["P@1"] > 0.3
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_move_prepared_while_the_model_trains_on_takes_its_state_at_the_switch(tiny):
     """The new model is built from a copy taken while the old one trains on; at the
@@ -402,6 +404,7 @@ def test_a_move_prepared_while_the_model_trains_on_takes_its_state_at_the_switch
         assert trainer.evaluate(test)["P@1"] > 0.3
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_rows_streamed_while_the_model_trains_on_are_as_they_are_at_the_switch(tiny):
     """The old shards stream their rows to the new ones while training goes on (a slice
@@ -454,6 +457,7 @@ def _trained_then_joined(train):
         yield client, trainer, joined
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_worker_asked_to_leave_while_a_move_is_prepared_leaves_after_it(tiny):
     """A request to leave that comes while a join is being prepared is not swallowed by
@@ -473,6 +477,7 @@ def test_a_worker_asked_to_leave_while_a_move_is_prepared_leaves_after_it(tiny):
         assert [r["step"] for r in history] == list(range(41, 121))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_leave_asked_while_a_join_is_prepared_does_not_wait_for_it(tiny):
     """Training drops a prepared join that would keep a worker asked to leave, and moves
@@ -500,6 +505,7 @@ def _no_room_for_a_shard_here() -> None:
     shard_actor.WideShard = no_room
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_joined_worker_the_model_cannot_be_built_on_is_left_out(tiny):
     """A join whose new model fails to build costs the run neither its model nor a
@@ -535,6 +541,7 @@ def _mirror_threads() -> int:
     return sum(t.name == "dslide-mirror" for t in threading.enumerate())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_joined_worker_that_cannot_take_the_streamed_rows_is_left_out(tiny):
     """A new shard that fails to take the rows streamed to it drops the move as a failed
@@ -553,6 +560,7 @@ def test_a_joined_worker_that_cannot_take_the_streamed_rows_is_left_out(tiny):
         assert sum(client.run(_mirror_threads).values()) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_worker_the_rest_cannot_replace_stays_and_the_run_goes_on(tiny, tmp_path):
     """If the workers that would stay cannot hold the model (the plan says so), a worker

@@ -4,14 +4,8 @@ import numpy as np
 import pytest
 
 from dslide_dask import NotFittedError, SlideClassifier
-from dslide_dask.data import make_synthetic
 from dslide_dask.ensemble import SlideEnsemble, borda_topk
 from dslide_dask.metrics import most_frequent_topk, precision_at_k
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return make_synthetic("tiny", seed=0)
 
 
 def borda_reference(lists: list[np.ndarray], k: int) -> np.ndarray:
@@ -55,7 +49,8 @@ def test_labels_several_members_rank_high_win():
 @pytest.fixture(scope="module")
 def ensemble(tiny):
     train, _ = tiny
-    model = SlideEnsemble(SlideClassifier(epochs=2, seed=5, n_threads=2), n_models=2)
+    member = SlideClassifier(epochs=2, seed=5, n_threads=2, hidden=(32,), K=3, L=10, range_pow=8)
+    model = SlideEnsemble(member, n_models=2)
     yield model.fit(train.X, train.Y)
     model.close()
 
@@ -74,6 +69,7 @@ def test_members_differ_by_seed_and_the_ensemble_learns(ensemble, tiny):
     np.testing.assert_array_equal(top, fused)
 
 
+@pytest.mark.slow
 def test_one_member_predicts_what_the_model_does(tiny):
     train, test = tiny
     one = SlideEnsemble(SlideClassifier(epochs=1, n_threads=2), n_models=1).fit(train.X, train.Y)

@@ -4,20 +4,14 @@ import numpy as np
 import pytest
 
 from dslide_dask import SlideClassifier, precision_at_k
-from dslide_dask.data.synthetic import make_synthetic
 
 PARAMS = dict(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2, batch_size=128, seed=0)
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    return make_synthetic("tiny", seed=0)
-
-
-@pytest.fixture(scope="module")
 def fitted(tiny):
     train, _ = tiny
-    return SlideClassifier(epochs=10, **PARAMS).fit(train.X, train.Y)
+    return SlideClassifier(epochs=5, **PARAMS).fit(train.X, train.Y)
 
 
 def test_learns_far_above_the_frequency_baseline(tiny, fitted):
@@ -37,6 +31,7 @@ def test_lsh_inference_retrieves_useful_labels(tiny, fitted):
     assert fitted.score(test.X, test.Y, exact=False) > 0.15
 
 
+@pytest.mark.slow
 def test_same_seed_same_model(tiny):
     train, test = tiny
     a = SlideClassifier(**PARAMS).fit(train.X, train.Y)
@@ -50,11 +45,11 @@ def test_partial_fit_continues_training(tiny):
     train, test = tiny
     clf = SlideClassifier(**PARAMS)
     scores = []
-    for _ in range(6):
+    for _ in range(3):
         clf.partial_fit(train.X, train.Y)
         scores.append(clf.score(test.X, test.Y))
-    assert clf.n_steps_ == 6 * int(np.ceil(train.n_points / PARAMS["batch_size"]))
-    assert clf.epochs_done_ == 6
+    assert clf.n_steps_ == 3 * int(np.ceil(train.n_points / PARAMS["batch_size"]))
+    assert clf.epochs_done_ == 3
     assert scores[-1] > scores[0] + 0.1, scores
 
 

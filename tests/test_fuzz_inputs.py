@@ -11,6 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+#: Slow: 1,200 damaged inputs in a subprocess (~20-35 s).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 #: Growth of the peak RSS allowed beyond the inputs: interpreter and allocator noise.
 SLACK_BYTES = 96 << 20

@@ -265,6 +265,7 @@ def test_a_stale_lock_is_taken_over(capsys, box):
     assert not (box / "run" / LOCK).exists() and (box / "run" / "model" / "LATEST").exists()
 
 
+@pytest.mark.slow
 def test_sigterm_ends_a_run_as_ctrl_c_does(capsys, box):
     """SIGTERM to a LocalCluster run: its metrics are kept, the cluster closes (no
     leaked semaphore), exit 143; while it ran, a second run on its folder was refused."""

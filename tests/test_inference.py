@@ -4,7 +4,6 @@ LocalCluster of processes, the local S3 server, the ``dslide`` command line."""
 import contextlib
 import dataclasses
 import json
-import logging
 
 import dask.array as da
 import fsspec
@@ -146,24 +145,6 @@ def test_bad_query_settings_are_named(bad):
 
 # -- graphs on a cluster, from and to S3 -------------------------------------------------------
 @pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=":0",
-            silence_logs=logging.ERROR,
-        ) as cluster,  # fmt: skip
-        Client(cluster) as client,
-    ):
-        client.wait_for_workers(2)
-        yield client
-
-
-@pytest.fixture(scope="module")
 def on_s3(s3, net, tiny):
     """The model and the test split (3 part files) on the local S3 server."""
     _, test = tiny
@@ -193,12 +174,13 @@ WAYS = {
     "exact": ([], {}),
     "lsh": (["--lsh", "--tables", "6", "--candidates", "40"],
             {"exact": False, "tables": 6, "candidates": 40}),
-    "mips": (["--lsh", "--mips", "--index", "L=16", "--index", "ranges=3", "--candidates", "30"],
+    "mips": (["--lsh", "--mips", "--table", "L=16", "--table", "ranges=3", "--candidates", "30"],
              {"exact": False, "candidates": 30, "mips": True,
               "index": (("L", 16), ("ranges", 3))}),
 }  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("way", list(WAYS))
 def test_predict_cli_on_s3_equals_one_process(client, s3, on_s3, tiny, way, capsys):
     root, model = on_s3
@@ -226,6 +208,7 @@ def test_predict_cli_on_s3_equals_one_process(client, s3, on_s3, tiny, way, caps
     assert len(fsspec.filesystem("s3", **s3).ls(out)) == 4  # 3 parts and the manifest
 
 
+@pytest.mark.slow
 def test_dask_array_topk_equals_one_process(client, s3, on_s3, tiny):
     _, model = on_s3
     _, test = tiny
@@ -246,10 +229,10 @@ def test_dask_array_topk_equals_one_process(client, s3, on_s3, tiny):
         (["MODEL", "TEST", "OUT", "--k", "100000"], "k must be at most"),
         (["MODEL", "OTHER", "OUT"], "features, the model"),
         (["MODEL", "TEST", "OUT", "--lsh", "--tables", "-1"], "tables"),
-        (["MODEL", "TEST", "OUT", "--lsh", "--index", "lr=1"], "index setting 'lr'"),
-        (["MODEL", "TEST", "OUT", "--lsh", "--index", "L=0"], "L must be"),
-        (["MODEL", "TEST", "OUT", "--lsh", "--mips", "--index", "ranges=0"], "'ranges' must"),
-        (["MODEL", "TEST", "OUT", "--lsh", "--index", "ranges=2"], "(--mips) only"),
+        (["MODEL", "TEST", "OUT", "--lsh", "--table", "lr=1"], "index setting 'lr'"),
+        (["MODEL", "TEST", "OUT", "--lsh", "--table", "L=0"], "L must be"),
+        (["MODEL", "TEST", "OUT", "--lsh", "--mips", "--table", "ranges=0"], "'ranges' must"),
+        (["MODEL", "TEST", "OUT", "--lsh", "--table", "ranges=2"], "(--mips) only"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, net, tiny, args, says, capsys):
@@ -283,7 +266,7 @@ def test_bench_topk_reports_recall_and_speed_per_setting(tmp_path, net, tiny, ca
     write_xc(str(tmp_path / "test.txt"), test.slice(0, 120))
     out = tmp_path / "bench.json"
     code = main(["bench", "topk", "--model", model, "--data", str(tmp_path / "test.txt"),
-                 "--setting", "0:0", "--setting", "4:20", "--mips", "--index", "L=16",
+                 "--setting", "0:0", "--setting", "4:20", "--mips", "--table", "L=16", "--no-index",
                  "--latency-rows", "5", "--repeat", "1", "--json", str(out)])  # fmt: skip
     assert code == 0
     result = json.loads(out.read_text())
@@ -292,7 +275,7 @@ def test_bench_topk_reports_recall_and_speed_per_setting(tmp_path, net, tiny, ca
     assert exact["recall"] == 1.0 and 0 < cut["recall"] <= full["recall"] <= 1
     assert cut["scored_per_row"] <= 20 * len(net.shards)  # C is per shard
     assert all(r["rows_per_s"] > 0 for r in result["results"])
-    assert result["index"] == {"L": 16} and result["mips"] is True
+    assert result["table"] == {"L": 16} and result["mips"] is True
     assert "recall@5" in capsys.readouterr().out
 
 

@@ -224,6 +224,7 @@ def configured():
         yield client, f"{link.scheme}://{link.netloc}"
 
 
+@pytest.mark.slow
 def test_configured_routes_answer_empty_before_the_first_run(configured):
     client, base = configured
     assert snapshot(client) is None  # no plugin yet: nothing has trained

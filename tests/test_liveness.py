@@ -66,6 +66,7 @@ def test_lost_after_must_be_positive(bad):
         Liveness(lost_after=bad)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_slow_worker_with_a_stale_cache_is_not_lost(monkeypatch):
     """The first coordinator call takes 3 polls (an injected delay); meanwhile the

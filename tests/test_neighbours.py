@@ -11,7 +11,12 @@ from dslide_dask.checkpoint.arrays import CheckpointError
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.kernels import neighbours as kernels
-from dslide_dask.model.neighbours import NeighbourIndex, choose_weight, fused_topk, softmax_of_top
+from dslide_dask.model.neighbours import (
+    NeighbourIndex,
+    choose_weights,
+    fused_topk,
+    softmax_of_top,
+)
 
 PARAMS = dict(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2, batch_size=128, seed=0)
 
@@ -56,6 +61,44 @@ def test_votes_are_the_k_nearest_rows_labels_weighed_by_cosine():
     assert np.allclose(shares.sum(axis=1), 1.0, atol=1e-5) or (ids < 0).any()
 
 
+def test_votes_in_the_hidden_space_are_those_of_the_nearest_hidden_vectors():
+    rng = np.random.default_rng(2)
+    X, Y = _random_csr(rng, 300, 40, 6), _random_csr(rng, 300, 25, 3, binary=True)
+    hidden = np.maximum(rng.normal(size=(300, 16)), 0).astype(np.float32)  # ReLU outputs
+    queries = np.maximum(rng.normal(size=(20, 16)), 0).astype(np.float32)
+    k, m = 7, 25
+    index = NeighbourIndex.build(X, Y).with_embedding(hidden)
+    ids, shares = index.embedding_votes(queries, k, m)
+    sims = _unit(queries.astype(np.float64)) @ _unit(hidden.astype(np.float64)).T
+    labels = _dense(Y)
+    for i in range(len(queries)):
+        near = np.argsort(-sims[i], kind="stable")[:k]
+        near = near[sims[i, near] > 0]
+        want = sims[i, near] @ labels[near] / sims[i, near].sum()
+        got = np.zeros(Y.n_cols)
+        got[ids[i][ids[i] >= 0]] = shares[i][ids[i] >= 0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_fusion_of_three_lists_is_the_weighted_sum_over_their_union():
+    rng = np.random.default_rng(3)
+    lists = [
+        (rng.permutation(12)[:6].reshape(2, 3), rng.random((2, 3)).astype(np.float32))
+        for _ in range(3)
+    ]
+    weights = np.array([0.5, 0.2, 0.3], np.float32)
+    ids = np.stack([i for i, _ in lists])
+    scores = np.stack([v for _, v in lists])
+    top, got = kernels.fuse(ids, scores, weights, 5)
+    for r in range(2):
+        want = np.zeros(12)
+        for (i, v), w in zip(lists, weights, strict=True):
+            np.add.at(want, i[r], w * v[r])
+        best = np.argsort(-want, kind="stable")[:5]
+        np.testing.assert_allclose(got[r], want[best], rtol=1e-6)
+        assert set(top[r]) == set(best) or np.allclose(want[top[r]], want[best])
+
+
 def test_postings_hold_the_normalised_rows_by_column():
     rng = np.random.default_rng(1)
     X = _random_csr(rng, 50, 30, 5)
@@ -72,7 +115,7 @@ def test_fusion_mixes_softmax_and_votes_over_both_candidate_lists():
     nb_ids = np.array([[4, 9, -1], [5, 0, 2]])
     shares = np.array([[0.75, 0.25, 0.0], [0.5, 0.3, 0.2]], np.float32)
     w = 0.4
-    top, scores = fused_topk(net_ids, logits, (nb_ids, shares), w, 4)
+    top, scores = fused_topk(net_ids, logits, [(nb_ids, shares)], (w,), 4)
     p = softmax_of_top(logits)
     for i in range(2):
         want = {}
@@ -94,10 +137,14 @@ def test_the_weight_chosen_is_the_one_that_scores_best():
     logits = np.array([[0.0, 0.0], [6.0, 0.0]], np.float32)
     nb = (np.array([[7, -1], [3, -1]]), np.array([[1.0, 0.0], [1.0, 0.0]], np.float32))
     # the network alone gets row 1, the votes alone row 0; only w in (1/3, 0.4987) both
-    w = choose_weight(net_ids, logits, nb, truth)
-    assert w == pytest.approx(0.4)
-    top, _ = fused_topk(net_ids, logits, nb, w, 1)
+    w = choose_weights(net_ids, logits, [nb], truth)
+    assert w == pytest.approx((0.4, 0.0))
+    top, _ = fused_topk(net_ids, logits, [nb], w, 1)
     assert list(top[:, 0]) == [7, 8]
+    # a second list of votes that alone gets both rows is given weight
+    both = (np.array([[7, -1], [8, -1]]), np.array([[1.0, 0.0], [1.0, 0.0]], np.float32))
+    w = choose_weights(net_ids, logits, [nb, both], truth)
+    assert w[1] > 0 and list(fused_topk(net_ids, logits, [nb, both], w, 1)[0][:, 0]) == [7, 8]
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +157,8 @@ def test_the_neighbours_add_what_the_network_misses_and_survive_save_and_load(sm
     alone = SlideClassifier(epochs=2, neighbours=0, client=False, **PARAMS).fit(train.X, train.Y)
     fused = SlideClassifier(epochs=2, client=False, **PARAMS).fit(train.X, train.Y)
     assert fused.neighbours_.n_points == train.n_points  # the held rows joined at the end
-    assert 0.0 <= fused.neighbour_weight_ <= 1.0
+    assert fused.neighbours_.embedding.shape == (train.n_points, 64)  # hidden vectors too
+    assert len(fused.neighbour_weight_) == 2 and 0.0 <= sum(fused.neighbour_weight_) <= 1.0
     assert alone.neighbours_ is None
     p_alone, p_fused = alone.score(test.X, test.Y), fused.score(test.X, test.Y)
     assert p_fused > p_alone + 0.02, (p_fused, p_alone)

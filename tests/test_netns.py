@@ -63,6 +63,7 @@ def transfer(net: EmulatedCluster, nbytes: int) -> tuple[float, int]:
     client = subprocess.run(src.command(argv), capture_output=True, timeout=30, check=True)
     got = int(server.stdout.readline())
     net.stop(server)
+    server.stdout.close()
     return float(client.stdout), got
 
 
@@ -121,6 +122,7 @@ def test_nodes_connect_and_counters_count_the_bytes():
     assert gone(net.prefix)
 
 
+@pytest.mark.slow
 @needs_netns
 def test_links_are_shaped():
     with EmulatedCluster(2, head=False) as net:
@@ -180,6 +182,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @needs_netns
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_cleanup_when_interrupted(sig):
@@ -195,6 +198,7 @@ def test_cleanup_when_interrupted(sig):
     finally:
         child.kill()
         child.wait()
+        child.stdout.close()
 
 
 @needs_netns
@@ -243,9 +247,10 @@ FIT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @needs_netns
 def test_slide_classifier_fits_across_namespaces(tmp_path):
-    from dslide_workflows.bench.cluster import child_env, dask_cluster
+    from dslide_workflows.bench.cluster_runs import child_env, dask_cluster
 
     with EmulatedCluster(2, rate="1gbit") as net, dask_cluster(net, tmp_path) as scheduler:
         before = net.counters()

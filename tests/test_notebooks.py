@@ -12,6 +12,9 @@ import pytest
 from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.metrics import most_frequent_topk, precision_at_k
 
+#: Slow: each notebook runs on a Jupyter kernel, with clusters (~1 min).
+pytestmark = pytest.mark.slow
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")

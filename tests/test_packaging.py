@@ -35,6 +35,7 @@ def sdist(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_sdist_holds_every_tracked_test_notebook_and_package_file(sdist):
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
@@ -53,6 +54,7 @@ def test_every_package_is_listed_in_pyproject():
     assert found == listed, found ^ listed
 
 
+@pytest.mark.slow
 def test_sdist_tests_run_from_the_unpacked_tree(sdist, tmp_path):
     """A quick part of the suite, run by pytest from the unpacked sdist: its conftest and
     helpers are there, and its own sources are the ones imported."""

@@ -6,16 +6,10 @@ import numpy as np
 import pytest
 
 from dslide_dask import SlideClassifier
-from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.optimizer import lr_factor, scheduled_lr
 
 PARAMS = dict(hidden=(32,), K=3, L=10, range_pow=8, batch_size=128, seed=0, n_threads=2)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return make_synthetic("tiny", seed=0)
 
 
 def test_cosine_warms_up_then_decays_to_the_floor():
@@ -80,6 +74,7 @@ def test_schedule_parameters_are_checked(params, message):
         SlideConfig(**params)
 
 
+@pytest.mark.slow
 def test_fit_decays_lr_over_its_own_length(tiny):
     train, _ = tiny
     clf = SlideClassifier(lr=0.02, epochs=3, warmup_steps=3, **PARAMS).fit(train.X, train.Y)

@@ -11,17 +11,14 @@ from distributed import Client, LocalCluster
 from dslide_dask import SlideClassifier, SlideConfig
 from dslide_dask.checkpoint import CheckpointPolicy, CheckpointStore
 from dslide_dask.data.stream import Stream
-from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.distributed import DistributedTrainer
+
+#: Slow: workers SIGKILLed mid-run and models moved between clusters (1-2 min).
+pytestmark = pytest.mark.slow
 
 CFG = SlideConfig(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2)
 EVERY = 20  # checkpoint interval, steps
 BATCH = 128  # 40 steps an epoch of 'tiny'
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return make_synthetic("tiny", seed=0)
 
 
 def cluster(n_workers: int) -> LocalCluster:

@@ -33,7 +33,7 @@ def test_mask_walks_any_depth():
     assert scrub("failed with kkk1 and ttt3", long) == "failed with *** and ***"
 
 
-@pytest.mark.parametrize("in_process", [True, False])
+@pytest.mark.parametrize("in_process", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_secrets_never_leak(tmp_path: Path, capsys, monkeypatch, in_process):
     """A whole run (in process, and on a LocalCluster) with secrets in flags: none on
     stdout, stderr or in run-folder files."""
@@ -59,6 +59,7 @@ def test_secrets_never_leak(tmp_path: Path, capsys, monkeypatch, in_process):
     assert "***" in (tmp_path / "run" / "config.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_secrets_never_reach_the_dashboard(tmp_path: Path, capsys, monkeypatch):
     """Train with secrets on a running cluster, then read everything its dashboard serves
     of the run: the live page's JSON, its Prometheus text and Dask's /metrics."""

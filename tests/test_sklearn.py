@@ -121,6 +121,7 @@ def test_multiclass_y_is_a_list_of_classes():
         SlideClassifier(**SMALL).fit(X, rng.random(120))
 
 
+@pytest.mark.slow
 def test_grid_search_in_process_with_a_p_at_3_scorer(tiny):
     X, Y, _ = tiny
     grid = GridSearchCV(
@@ -143,16 +144,7 @@ def test_pickle_round_trip_in_process(tiny):
     np.testing.assert_array_equal(again.predict_topk(Xt, 5), clf.predict_topk(Xt, 5))
 
 
-@pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                           dashboard_address=None)  # fmt: skip
-    with cluster, Client(cluster) as c:
-        yield c
-
-
+@pytest.mark.slow
 def test_current_client_grid_search_and_pickling(tiny, client):
     X, Y, test = tiny
     X, Y = X[:2000], _scipy(Y)[:2000]
@@ -170,6 +162,7 @@ def test_current_client_grid_search_and_pickling(tiny, client):
     best.close()
 
 
+@pytest.mark.slow
 def test_dask_arrays_of_sparse_chunks(tiny, client):
     X, Y, test = tiny
     Xs, Ys = X[:1500], _scipy(Y)[:1500]
@@ -211,6 +204,7 @@ def _on_workers(matrix, rows: int):
     )
 
 
+@pytest.mark.slow
 def test_dask_collections_on_a_cluster_stay_on_the_workers(tiny, client):
     X, Y, test = tiny
     Xs, Ys = X[:1500], _scipy(Y)[:1500]
@@ -237,6 +231,7 @@ def test_dask_collections_on_a_cluster_stay_on_the_workers(tiny, client):
     ref.close()
 
 
+@pytest.mark.slow
 def test_dask_bag_of_rows_on_a_cluster(tiny, client):
     X, Y, _ = tiny
     rows = [({int(j): float(v) for j, v in zip(X[i].indices, X[i].data, strict=True)},

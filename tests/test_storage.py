@@ -107,6 +107,7 @@ def pid_and_read(part):
 
 
 # -- object storage with real workers ----------------------------------------------------------
+@pytest.mark.slow
 def test_s3_byte_ranges_read_by_worker_processes(s3, data: XCDataset) -> None:
     url = f"s3://{BUCKET}/one/train.txt"
     write_xc(url, data, storage_options=s3)
@@ -583,6 +584,7 @@ def test_convert_command(s3, data: XCDataset, capsys) -> None:
     assert_same(read_all(src)[0], data.take(np.r_[0:6, 7:600]))
 
 
+@pytest.mark.slow
 def test_storage_benchmark_smoke(tmp_path, capsys) -> None:
     pytest.importorskip("s3fs")
     pytest.importorskip("moto.server")

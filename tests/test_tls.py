@@ -8,12 +8,9 @@ from distributed import Client, LocalCluster
 from distributed.security import Security
 
 from dslide_dask import SlideClassifier
-from dslide_dask.data.synthetic import make_synthetic
 
-
-@pytest.fixture(scope="module")
-def tiny():
-    return make_synthetic("tiny", seed=0)
+#: Slow: two 2-worker clusters, over TLS and TCP (~30 s).
+pytestmark = pytest.mark.slow
 
 
 def _listeners(pids: list[int]) -> set[tuple[str, int]]:

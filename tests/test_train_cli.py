@@ -28,6 +28,7 @@ def tiny_files(tmp_path_factory):
     return out / "train.txt", out / "test.txt"
 
 
+@pytest.mark.slow
 def test_train_on_a_local_cluster_from_urls(tiny_files, tmp_path, capsys):
     train, test = tiny_files
     config = tmp_path / "run.yaml"
@@ -179,6 +180,7 @@ def test_resume_carries_a_run_on_from_its_latest_checkpoint(tmp_path, capsys):
     np.testing.assert_array_equal(clf.predict_topk(test.X, 5), whole)
 
 
+@pytest.mark.slow
 def test_more_epochs_carry_a_finished_run_on_at_the_end_of_its_schedule(tmp_path, capsys):
     run = tmp_path / "run"
     assert (
@@ -206,6 +208,17 @@ def test_more_epochs_carry_a_finished_run_on_at_the_end_of_its_schedule(tmp_path
     assert set(lrs[20:]) == {0.0}  # past the schedule: lr_floor (raise it to learn on)
 
 
+@pytest.fixture(scope="module")
+def one_epoch_run(tmp_path_factory):
+    """A finished in-process run of one epoch (20 steps, a checkpoint at step 20): each
+    test takes a copy."""
+    run = tmp_path_factory.mktemp("one-epoch") / "run"
+    assert main(["train", "--preset", "tiny", "--in-process", "--no-progress",
+                 "--opt", "hidden=[16]", "--run-dir", str(run),
+                 "--checkpoint-every", "20"]) == 0  # fmt: skip
+    return run
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -214,16 +227,14 @@ def test_more_epochs_carry_a_finished_run_on_at_the_end_of_its_schedule(tmp_path
         (["--epochs", "1"], "already trained 1 of --epochs 1: ask for more --epochs"),
     ],
 )
-def test_resume_refuses_what_it_cannot_do(tmp_path, capsys, extra, message):
+def test_resume_refuses_what_it_cannot_do(one_epoch_run, tmp_path, capsys, extra, message):
     run = tmp_path / "run"
-    assert main(["train", "--preset", "tiny", "--in-process", "--no-progress",
-                 "--opt", "hidden=[16]", "--run-dir", str(run),
-                 "--checkpoint-every", "20"]) == 0  # fmt: skip
-    capsys.readouterr()
+    shutil.copytree(one_epoch_run, run)
     assert main(["train", "--resume", str(run), *extra]) == 2
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_finished_run_resumes_from_its_final_model(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", "--preset", "tiny", "--in-process", "--no-progress",
@@ -242,6 +253,7 @@ def test_resume_without_a_checkpoint_says_so(tmp_path, capsys):
     assert "no checkpoint to resume from" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_report_prints_a_run_and_draws_its_curves(tmp_path, capsys):
     run = tmp_path / "run"
     argv = ["train", "--preset", "tiny", "--in-process", "--no-progress", "--epochs", "2",
@@ -256,6 +268,7 @@ def test_report_prints_a_run_and_draws_its_curves(tmp_path, capsys):
     assert "not a run folder" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_an_existing_scheduler_is_used_and_its_workers_awaited(tmp_path, capsys):
     from distributed import LocalCluster
 

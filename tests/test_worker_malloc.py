@@ -43,12 +43,14 @@ def _faults_in_subprocess(tuned: bool) -> int:
     return int(out.stdout)
 
 
+@pytest.mark.slow
 @glibc_only
 def test_raised_thresholds_reuse_pages_under_dasks_malloc_environment():
     assert _faults_in_subprocess(tuned=False) > FAULTS_UNTUNED
     assert _faults_in_subprocess(tuned=True) < FAULTS_TUNED
 
 
+@pytest.mark.slow
 @glibc_only
 @pytest.mark.timeout(120)
 def test_actors_raise_the_thresholds_of_their_workers():

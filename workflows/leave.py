@@ -25,14 +25,27 @@ def add_leave_parser(sub: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n")[1].replace("\n", " ").replace("``", ""),
     )
     default = os.environ.get("DSLIDE_SCHEDULER_ADDRESS") or os.environ.get("DASK_SCHEDULER_ADDRESS")
-    p.add_argument("--scheduler-address", metavar="ADDR", default=default,
-                   help="(default: $DSLIDE_SCHEDULER_ADDRESS, else $DASK_SCHEDULER_ADDRESS, "
-                   "which the dask-kubernetes operator sets)")  # fmt: skip
-    p.add_argument("--worker", metavar="WHO", default=os.environ.get("DASK_WORKER_NAME"),
-                   help="its address, name or host (default: $DASK_WORKER_NAME)")  # fmt: skip
-    p.add_argument("--timeout", type=float, default=100.0, metavar="SECONDS",
-                   help="give up after this long (default: 100, under Kubernetes' "
-                   "terminationGracePeriodSeconds of 120 in k8s/daskjob.yaml)")  # fmt: skip
+    p.add_argument(
+        "--scheduler-address",
+        metavar="ADDR",
+        default=default,
+        help="(default: $DSLIDE_SCHEDULER_ADDRESS, else $DASK_SCHEDULER_ADDRESS, "
+        "which the dask-kubernetes operator sets)",
+    )
+    p.add_argument(
+        "--worker",
+        metavar="WHO",
+        default=os.environ.get("DASK_WORKER_NAME"),
+        help="its address, name or host (default: $DASK_WORKER_NAME)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=100.0,
+        metavar="SECONDS",
+        help="give up after this long (default: 100, under Kubernetes' "
+        "terminationGracePeriodSeconds of 120 in k8s/daskjob.yaml)",
+    )
     p.add_argument("--tls-ca-file", metavar="PEM", help="CA certificate(s) of the cluster")
     p.add_argument("--tls-cert", metavar="PEM", help="this client's certificate")
     p.add_argument("--tls-key", metavar="PEM", help="this client's private key")

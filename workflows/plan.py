@@ -14,7 +14,7 @@ import os
 
 
 def add_plan_parser(sub: argparse._SubParsersAction) -> None:
-    from dslide_workflows.train import add_run_arguments
+    from dslide_workflows.run_flags import add_run_arguments
 
     p = sub.add_parser(
         "plan",
@@ -24,9 +24,12 @@ def add_plan_parser(sub: argparse._SubParsersAction) -> None:
         "fits each worker's memory limit; exit status 1 if it does not.",
     )
     add_run_arguments(p)
-    p.add_argument("--memory-limit", metavar="BYTES",
-                   help="each LocalCluster worker's memory limit, e.g. 6GiB (default: "
-                   "this machine's memory shared by the workers)")  # fmt: skip
+    p.add_argument(
+        "--memory-limit",
+        metavar="BYTES",
+        help="each LocalCluster worker's memory limit, e.g. 6GiB (default: "
+        "this machine's memory shared by the workers)",
+    )
     p.set_defaults(func=cmd_plan)
 
 
@@ -40,15 +43,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
     cfg = SlideConfig.from_dict({k: tuple(v) if k == "hidden" else v for k, v in model.items()})
     n_features, n_labels = _shape(run)
     cfg = cfg.for_data(n_labels)
-    print(f"model: {n_features:,} features, hidden {cfg.hidden}, {n_labels:,} labels, "
-          f"{cfg.parameters(n_features, n_labels):,} parameters")  # fmt: skip
+    print(
+        f"model: {n_features:,} features, hidden {cfg.hidden}, {n_labels:,} labels, "
+        f"{cfg.parameters(n_features, n_labels):,} parameters"
+    )
     workers, where = _workers(run, args.memory_limit)
     print(f"cluster: {where}")
     try:
         placement = place_shards(
-            workers, cfg, n_labels, run.n_shards, n_features=n_features,
-            batch_size=run.batch_size, hidden_shards=run.hidden_shards,
-        )  # fmt: skip
+            workers,
+            cfg,
+            n_labels,
+            run.n_shards,
+            n_features=n_features,
+            batch_size=run.batch_size,
+            hidden_shards=run.hidden_shards,
+        )
     except MemoryPlanError as err:
         print(err)
         return 1

@@ -41,12 +41,30 @@ def add_predict_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lsh", action="store_true", help="LSH top-k instead of exact")
     p.add_argument("--tables", type=int, default=0, metavar="T",
                    help="with --lsh: hash tables probed (default: 0, all)")  # fmt: skip
-    p.add_argument("--candidates", type=int, default=0, metavar="C",
-                   help="with --lsh: labels scored a row and shard (default: 0: all)")  # fmt: skip
+    p.add_argument(
+        "--candidates",
+        type=int,
+        default=0,
+        metavar="C",
+        help="with --lsh or --index: labels scored a row and shard (default: 0: all found, "
+        "or as the index was built)",
+    )
     p.add_argument("--mips", action="store_true",
                    help="with --lsh: serving tables under the inner-product transform")  # fmt: skip
-    p.add_argument("--index", type=key_value, action="append", default=[], metavar="K=V",
-                   help="with --lsh: serving tables' L, K, range_pow, bucket_capacity")  # fmt: skip
+    p.add_argument(
+        "--table",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="with --lsh: serving tables' L, K, range_pow, bucket_capacity, ranges",
+    )
+    p.add_argument(
+        "--index",
+        action="store_true",
+        help="answer through the model's output index (built by `dslide index MODEL`): its "
+        "candidates (--candidates C, default: as built), scored exactly",
+    )
     p.add_argument("--partition-mb", type=positive_int, default=64, metavar="MB",
                    help="split text input into byte ranges of MB (default: 64)")  # fmt: skip
     p.add_argument("--max-decompressed", type=byte_size, metavar="BYTES",
@@ -74,11 +92,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from dslide_dask.inference.output import check_output
     from dslide_workflows.security import client_security, connect_client, local_cluster_options
 
+    if args.index and (args.lsh or args.mips or args.table):
+        raise ValueError(
+            "--index answers through the output index: not with --lsh, --mips or --table"
+        )
     so = storage_options(args.storage_option)
     spec = PredictSpec(
-        resolve(args.model, so).url, k=args.k, exact=not args.lsh, tables=args.tables,
-        candidates=args.candidates, storage_options=so, mips=args.mips,
-        index=tuple(args.index),
+        resolve(args.model, so).url, k=args.k, exact=not (args.lsh or args.index),
+        tables=args.tables, candidates=args.candidates, storage_options=so, mips=args.mips,
+        index=tuple(args.table), output_index=args.index,
     )  # fmt: skip
     source = open_source(args.input, so, args.partition_mb << 20, args.max_decompressed)
     check_input(spec, source)  # bad input fails here, before a cluster starts
@@ -104,8 +126,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
                                   show_progress=not args.no_progress)  # fmt: skip
         seconds = time.perf_counter() - t0
     n = meta["n_points"]
+    way = "index" if spec.output_index else "exact" if spec.exact else "lsh"
     print(
-        f"predicted top-{spec.k} ({'exact' if spec.exact else 'lsh'}) of {n} rows in "
+        f"predicted top-{spec.k} ({way}) of {n} rows in "
         f"{len(meta['parts'])} partitions in {seconds:.1f} s ({n / max(seconds, 1e-9):.0f} "
         f"rows/s) -> {args.output}"
     )

@@ -44,18 +44,21 @@ class Progress:
         self.samples += stats["samples"]
         rate = self.samples / (time.perf_counter() - self.t0)
         self.bar.update(1)
-        self.bar.set_postfix(loss=f"{stats['loss']:.3f}", samples_s=f"{rate:.0f}",
-                             refresh=False)  # fmt: skip
+        self.bar.set_postfix(loss=f"{stats['loss']:.3f}", samples_s=f"{rate:.0f}", refresh=False)
         if self.log_every and stats["step"] % self.log_every == 0:
-            print(f"  step {stats['step']:>6}  samples {self.samples:>9}  "
-                  f"loss {stats['loss']:8.4f}  active/example {stats['active']:8.1f}  "
-                  f"{rate:8.0f} samples/s", flush=True)  # fmt: skip
+            print(
+                f"  step {stats['step']:>6}  samples {self.samples:>9}  "
+                f"loss {stats['loss']:8.4f}  active/example {stats['active']:8.1f}  "
+                f"{rate:8.0f} samples/s",
+                flush=True,
+            )
         every = self.run.eval_every
         if every and self.test is not None and stats["step"] % every == 0:
             scores = self.trainer.evaluate(
-                self.test, max_points=self.run.eval_points,
+                self.test,
+                max_points=self.run.eval_points,
                 storage_options=self.run.storage_options,
-            )  # fmt: skip
+            )
             self.record_eval(scores)
             self.bar.write(f"step {stats['step']}: " + format_scores(scores))
 

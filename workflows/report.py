@@ -66,8 +66,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"run {folder.url}")
     model = config.get("model", {})
     data = config.get("train") or f"preset {config.get('preset')}"
-    print(f"  data {data}; hidden {model.get('hidden')}, lr {model.get('lr')}, "
-          f"epochs {config.get('epochs')}, batch {config.get('batch_size')}")  # fmt: skip
+    print(
+        f"  data {data}; hidden {model.get('hidden')}, lr {model.get('lr')}, "
+        f"epochs {config.get('epochs')}, batch {config.get('batch_size')}"
+    )
     summary = folder.read_summary()
     if summary is not None:
         print(summary.rstrip())

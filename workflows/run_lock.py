@@ -103,8 +103,10 @@ class RunLock:
             held = _alive(holder)
         if held:
             os.close(fd)
-            raise OSError(f"{self.url}: in use by another dslide run ({holder[:120]}; "
-                          f"{LOCK}): wait for it to end, or choose another folder")  # fmt: skip
+            raise OSError(
+                f"{self.url}: in use by another dslide run ({holder[:120]}; "
+                f"{LOCK}): wait for it to end, or choose another folder"
+            )
         with contextlib.suppress(FileNotFoundError):
             if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
                 os.unlink(self.path)  # stale: its holder died without removing it

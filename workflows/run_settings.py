@@ -61,13 +61,34 @@ RUN_DEFAULTS: dict[str, Any] = RunSettings().to_dict()
 #: Settings a resumed run may change (where and how it runs, and for how long).
 RESUMABLE = frozenset(
     {
-        "scheduler_address", "tls", "tls_ca_file", "tls_cert", "tls_key", "dashboard_address",
-        "workers", "threads_per_worker", "in_process", "n_shards", "hidden_shards",
-        "wire_dtype", "pipeline", "step_mode", "epochs", "eval_every", "eval_points", "threads",
-        "performance_report", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints",
-        "skip_bad_lines", "storage_options", "connect_timeout", "max_decompressed",
+        "scheduler_address",
+        "tls",
+        "tls_ca_file",
+        "tls_cert",
+        "tls_key",
+        "dashboard_address",
+        "workers",
+        "threads_per_worker",
+        "in_process",
+        "n_shards",
+        "hidden_shards",
+        "wire_dtype",
+        "pipeline",
+        "step_mode",
+        "epochs",
+        "eval_every",
+        "eval_points",
+        "threads",
+        "performance_report",
+        "checkpoint_every",
+        "checkpoint_minutes",
+        "keep_checkpoints",
+        "skip_bad_lines",
+        "storage_options",
+        "connect_timeout",
+        "max_decompressed",
     }
-)  # fmt: skip
+)
 
 
 def resolve(args: argparse.Namespace) -> tuple[RunSettings, dict[str, Any]]:
@@ -90,8 +111,10 @@ def resolve(args: argparse.Namespace) -> tuple[RunSettings, dict[str, Any]]:
         model_where = f"{args.config} model / --opt"
         unknown = sorted(set(loaded) - set(RUN_DEFAULTS), key=str)
         if unknown:
-            raise ValueError(f"{args.config}: unknown setting(s) {unknown}; "
-                             f"known: {sorted(RUN_DEFAULTS)} and 'model'")  # fmt: skip
+            raise ValueError(
+                f"{args.config}: unknown setting(s) {unknown}; "
+                f"known: {sorted(RUN_DEFAULTS)} and 'model'"
+            )
         run.update(loaded)
         origin.update({k: str(args.config) for k in loaded})
     for key in RUN_DEFAULTS:
@@ -116,8 +139,10 @@ def resolve(args: argparse.Namespace) -> tuple[RunSettings, dict[str, Any]]:
     check_run(run, origin)
     if "seed" in model:  # one seed drives the model and the data order
         if (args.seed is not None or "seed" in origin) and model["seed"] != run["seed"]:
-            raise ValueError(f"the seed is given twice ({model_where} seed={model['seed']!r}, "
-                             f"--seed {run['seed']}): give it once")  # fmt: skip
+            raise ValueError(
+                f"the seed is given twice ({model_where} seed={model['seed']!r}, "
+                f"--seed {run['seed']}): give it once"
+            )
         run["seed"] = model["seed"]
         check_run(run, origin)
     model["seed"] = run["seed"]
@@ -153,16 +178,22 @@ def _resumed(args: argparse.Namespace, run: dict) -> tuple[RunSettings, dict[str
             getattr(args, f, None) is not None for f in ("hidden", "lr", "hash_family", "K", "L")
         )
     ):
-        raise ValueError("--resume takes the model from the checkpoint: no --config, "
-                         "--opt or model flags")  # fmt: skip
+        raise ValueError(
+            "--resume takes the model from the checkpoint: no --config, --opt or model flags"
+        )
     # a URL saved with a secret masked (a presigned URL) is given again, the same but for it
-    again = {k for k in ("train", "test") if k in asked and MASKED in str(saved.get(k))
-             and mask_text(getattr(args, k)) == saved[k]}  # fmt: skip
+    again = {
+        k
+        for k in ("train", "test")
+        if k in asked and MASKED in str(saved.get(k)) and mask_text(getattr(args, k)) == saved[k]
+    }
     fixed = sorted(asked - RESUMABLE - again)
     for key in ("train", "test"):
         if MASKED in str(saved.get(key)) and key not in again:
-            raise ValueError(f"{where}: {key} was saved with its secrets masked "
-                             f"({saved[key]}): give it again, whole, with --{key}")  # fmt: skip
+            raise ValueError(
+                f"{where}: {key} was saved with its secrets masked "
+                f"({saved[key]}): give it again, whole, with --{key}"
+            )
     if fixed:
         flags = ", ".join("--" + k.replace("_", "-") for k in fixed)
         raise ValueError(f"--resume keeps the run's data and batches: {flags} cannot change")

@@ -20,8 +20,20 @@ from typing import Any
 
 MASKED = "***"
 #: Parts of option names whose values are never shown (matched case-insensitively).
-SECRET_WORDS = ("key", "secret", "token", "password", "passwd", "credential", "auth",
-                "session", "signature", "private", "cookie", "sas")  # fmt: skip
+SECRET_WORDS = (
+    "key",
+    "secret",
+    "token",
+    "password",
+    "passwd",
+    "credential",
+    "auth",
+    "session",
+    "signature",
+    "private",
+    "cookie",
+    "sas",
+)
 #: Whole names (of options, URL query parameters, connection-string fields) that are
 #: secret though too short to be searched for inside other names.
 SECRET_NAMES = frozenset({"sig", "pwd", "code"})
@@ -86,8 +98,9 @@ def unmasked(value: Any) -> Any:
     can be taken back from a ``config.yaml``: the secrets themselves must be given
     again)."""
     if isinstance(value, dict):
-        return {k: unmasked(v) for k, v in value.items()
-                if not (isinstance(v, str) and MASKED in v)}  # fmt: skip
+        return {
+            k: unmasked(v) for k, v in value.items() if not (isinstance(v, str) and MASKED in v)
+        }
     return value
 
 

@@ -33,21 +33,31 @@ FLAGS = (("tls_ca_file", "--tls-ca-file"), ("tls_cert", "--tls-cert"), ("tls_key
 
 
 def add_security_arguments(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--tls", action="store_true", default=None,
-                       help="the LocalCluster talks TLS with throwaway certificates")  # fmt: skip
+    group.add_argument(
+        "--tls",
+        action="store_true",
+        default=None,
+        help="the LocalCluster talks TLS with throwaway certificates",
+    )
     group.add_argument("--tls-ca-file", metavar="PEM", help="CA certificate(s) of the cluster")
     group.add_argument("--tls-cert", metavar="PEM", help="this client's certificate")
     group.add_argument("--tls-key", metavar="PEM", help="this client's private key")
-    group.add_argument("--dashboard-address", metavar="HOST:PORT",
-                       help=f"the LocalCluster's dashboard (default: {LOCAL_DASHBOARD}, "
-                       "this machine only; ':8787' for every interface)")  # fmt: skip
+    group.add_argument(
+        "--dashboard-address",
+        metavar="HOST:PORT",
+        help=f"the LocalCluster's dashboard (default: {LOCAL_DASHBOARD}, "
+        "this machine only; ':8787' for every interface)",
+    )
     add_connect_timeout(group)
 
 
 def add_connect_timeout(group) -> None:
-    group.add_argument("--connect-timeout", type=float, metavar="SECONDS",
-                       help="give up reaching --scheduler-address after this long "
-                       f"(default: {CONNECT_TIMEOUT:g})")  # fmt: skip
+    group.add_argument(
+        "--connect-timeout",
+        type=float,
+        metavar="SECONDS",
+        help=f"give up reaching --scheduler-address after this long (default: {CONNECT_TIMEOUT:g})",
+    )
 
 
 def connect_client(address: str, security, timeout: float | None, limit: str | None = None):
@@ -105,9 +115,11 @@ def client_security(settings, address: str | None):
             if not os.path.isfile(path):
                 raise ValueError(f"{flag} {path}: no such file")
         security = Security(
-            tls_ca_file=given["--tls-ca-file"], tls_client_cert=given["--tls-cert"],
-            tls_client_key=given["--tls-key"], require_encryption=True,
-        )  # fmt: skip
+            tls_ca_file=given["--tls-ca-file"],
+            tls_client_cert=given["--tls-cert"],
+            tls_client_key=given["--tls-key"],
+            require_encryption=True,
+        )
     elif address and address.startswith("tls://"):
         security = Security()  # the Dask configuration's certificates, if any
         if not security.tls_ca_file:

@@ -75,8 +75,12 @@ def _problem(kind: str, value: Any, low, high) -> str | None:
         ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
         return None if ok else f"an integer in [{low}, {high}]"
     if kind == "float":
-        ok = (isinstance(value, int | float) and not isinstance(value, bool)
-              and math.isfinite(value) and low <= value <= high)  # fmt: skip
+        ok = (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and low <= value <= high
+        )
         return None if ok else f"a number in [{low:g}, {high:g}]"
     if kind == "bool":
         return None if isinstance(value, bool) else "true or false"
@@ -130,9 +134,11 @@ class _NoAliasLoader(yaml.SafeLoader):
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise yaml.composer.ComposerError(
-                None, None, "anchors and aliases (&name, *name) are not allowed",
+                None,
+                None,
+                "anchors and aliases (&name, *name) are not allowed",
                 event.start_mark,
-            )  # fmt: skip
+            )
         return super().compose_node(parent, index)
 
 

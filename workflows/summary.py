@@ -35,13 +35,18 @@ def summary(
     }
     lines = ["run summary"]
     skipped = numbers["skipped_lines"]
-    lines.append(f"  samples         {samples:,} in {steps:,} steps"
-                 + (f"; {skipped:,} bad lines skipped" if skipped else ""))  # fmt: skip
-    lines.append(f"  samples/s       {numbers['samples_per_second']:,.0f} "
-                 f"(training {seconds:.1f} s, setup {setup:.1f} s)")  # fmt: skip
+    lines.append(
+        f"  samples         {samples:,} in {steps:,} steps"
+        + (f"; {skipped:,} bad lines skipped" if skipped else "")
+    )
+    lines.append(
+        f"  samples/s       {numbers['samples_per_second']:,.0f} "
+        f"(training {seconds:.1f} s, setup {setup:.1f} s)"
+    )
     active = numbers["active_per_example"]
-    lines.append(f"  active/example  {active:,.0f} of {n_labels:,} labels "
-                 f"({100 * active / n_labels:.2f}%)")  # fmt: skip
+    lines.append(
+        f"  active/example  {active:,.0f} of {n_labels:,} labels ({100 * active / n_labels:.2f}%)"
+    )
     if shards:
         sizes = " / ".join(f"{s['neurons']:,}" for s in shards)
         busy = " / ".join(f"{1e3 * s['busy_seconds'] / max(1, steps):.0f}" for s in shards)
@@ -49,26 +54,37 @@ def summary(
         traffic = sum(h["bytes_sent"] + h["bytes_received"] for h in history) / max(1, steps)
         allreduce = cfg.allreduce_bytes(n_features, n_labels)
         numbers.update(shards=len(shards), bytes_per_step=traffic, allreduce_bytes=allreduce)
-        lines.append(f"  bytes/step      {traffic / 1e3:,.0f} KB sent+received "
-                     f"({100 * traffic / allreduce:.3f}% of a {allreduce / 1e6:,.0f} MB "
-                     f"data-parallel all-reduce)")  # fmt: skip
+        lines.append(
+            f"  bytes/step      {traffic / 1e3:,.0f} KB sent+received "
+            f"({100 * traffic / allreduce:.3f}% of a {allreduce / 1e6:,.0f} MB "
+            f"data-parallel all-reduce)"
+        )
     for r in recoveries:
-        lines.append(f"  recovered       lost {r.lost} at step {r.at_step}; back to step "
-                     f"{r.restored_step} on {r.workers} workers, {r.redone} steps redone "
-                     f"({r.seconds:.1f} s)")  # fmt: skip
+        lines.append(
+            f"  recovered       lost {r.lost} at step {r.at_step}; back to step "
+            f"{r.restored_step} on {r.workers} workers, {r.redone} steps redone "
+            f"({r.seconds:.1f} s)"
+        )
     for m in moves:
         why = ", ".join(
             f"{len(who)} {what}" for who, what in ((m.joined, "joined"), (m.leaving, "left")) if who
         )
         how = "worker to worker" if m.live else "through a checkpoint"
-        prepared = (f"prepared over {m.steps_while_preparing} steps ({m.prepare_seconds:.1f} s), "
-                    if m.steps_while_preparing else "")  # fmt: skip
-        lines.append(f"  moved           at step {m.at_step} onto {m.workers} workers ({why}), "
-                     f"{how}: {m.rows_moved:,} rows ({m.bytes_moved / 1e6:,.0f} MB); "
-                     f"{prepared}training stopped {m.seconds:.2f} s")  # fmt: skip
+        prepared = (
+            f"prepared over {m.steps_while_preparing} steps ({m.prepare_seconds:.1f} s), "
+            if m.steps_while_preparing
+            else ""
+        )
+        lines.append(
+            f"  moved           at step {m.at_step} onto {m.workers} workers ({why}), "
+            f"{how}: {m.rows_moved:,} rows ({m.bytes_moved / 1e6:,.0f} MB); "
+            f"{prepared}training stopped {m.seconds:.2f} s"
+        )
     for ev in evaluations:
-        lines.append(f"  eval step {ev['step']:<5} " + format_scores(
-            {k: v for k, v in ev.items() if k != "step"}))  # fmt: skip
+        lines.append(
+            f"  eval step {ev['step']:<5} "
+            + format_scores({k: v for k, v in ev.items() if k != "step"})
+        )
     if scores is not None:
         lines.append("  test            " + format_scores(scores))
     return "\n".join(lines), numbers

@@ -3,7 +3,7 @@
 Wiring only: a config file and flags become a :class:`SlideConfig`, a cluster and a
 trainer from :mod:`dslide_dask`; this module starts them, shows progress, prints, and
 keeps everything in a run folder (:mod:`dslide_workflows.run_folder`), from which
-``--resume`` carries on.
+``--resume`` carries on. The flags are :mod:`dslide_workflows.run_flags`'s.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from dslide_workflows.run_flags import add_run_arguments
 from dslide_workflows.run_settings import RunSettings
 
 #: How long --scheduler-address --workers N waits for the workers to join.
@@ -33,90 +34,13 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
         "(--in-process). Settings come from --config YAML and flags (flags win).",
     )
     add_run_arguments(p)
-    p.add_argument("--resume", metavar="RUN",
-                   help="carry on a run folder from its latest checkpoint, with its settings "
-                   "(cluster, epochs and checkpoint flags may change)")  # fmt: skip
+    p.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="carry on a run folder from its latest checkpoint, with its settings "
+        "(cluster, epochs and checkpoint flags may change)",
+    )
     p.set_defaults(func=cmd_train)
-
-
-def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags of a run (data, cluster, model, training, run folder): ``dslide train``'s,
-    shared with ``dslide plan``."""
-    from dslide_workflows.args import (
-        add_storage_arguments,
-        byte_size,
-        hidden_sizes,
-        key_value,
-        positive_int,
-    )
-    from dslide_workflows.security import add_security_arguments
-
-    p.add_argument("--config", type=Path, metavar="YAML", help="run settings (see docs/cli.md)")
-    src = p.add_argument_group("data")
-    src.add_argument("--train", metavar="URL", help="training data (XC text format)")
-    src.add_argument("--test", metavar="URL", help="test data, for evaluation")
-    src.add_argument("--preset", help="generate this synthetic preset in memory instead")
-    src.add_argument("--skip-bad-lines", action="store_true", default=None,
-                     help="drop malformed lines and count them, instead of stopping")  # fmt: skip
-    src.add_argument("--max-decompressed", type=byte_size, metavar="BYTES",
-                     help="refuse a compressed file that decompresses to more, e.g. 2GiB "
-                     "(default: a quarter of the reader's free memory)")  # fmt: skip
-    add_storage_arguments(src)
-    c = p.add_argument_group("cluster")
-    c.add_argument("--scheduler-address", metavar="ADDR", help="connect to this scheduler")
-    add_security_arguments(c)
-    c.add_argument("--workers", type=int, metavar="N",
-                   help="LocalCluster workers (default: cores); with a scheduler address, "
-                   "wait until N workers have joined")  # fmt: skip
-    c.add_argument("--threads-per-worker", type=int, metavar="T", help="(default: 1)")
-    c.add_argument("--in-process", action="store_true", default=None, help="no Dask at all")
-    c.add_argument("--n-shards", type=int, metavar="S", help="(default: one per worker)")
-    c.add_argument("--hidden-shards", type=int, metavar="S",
-                   help="split the hidden layer's units over the first S workers (default: "
-                   "only when it would crowd the coordinator's worker)")  # fmt: skip
-    c.add_argument("--wire-dtype", choices=("float16", "float32"), help="(default: float16)")
-    c.add_argument("--no-pipeline", dest="pipeline", action="store_false", default=None,
-                   help="one phase at a time, no stale hidden activations")  # fmt: skip
-    c.add_argument("--step-mode", choices=("actor", "graph"),
-                   help="graph: each step as tasks named by phase (hash, gather, softmax, "
-                   "scatter) for the dashboard and --performance-report; slower "
-                   "(default: actor)")  # fmt: skip
-    m = p.add_argument_group("model (also --opt K=V for any SlideClassifier parameter)")
-    m.add_argument("--hidden", type=hidden_sizes, metavar="W[,W...]", help="(default: 128)")
-    m.add_argument(
-        "--lr",
-        type=float,
-        help="Adam learning rate of the dense parameters and base of the wide layers' "
-        "(default: 1e-2, or 2e-2 from 100K labels; --opt input_lr=/output_lr= set those)",
-    )
-    m.add_argument("--hash-family", help="dwta or simhash (default: dwta)")
-    m.add_argument("--K", type=int, help="hash codes per table (default: 6)")
-    m.add_argument("--L", type=int, help="hash tables (default: 50)")
-    t = p.add_argument_group("training")
-    t.add_argument("--epochs", type=positive_int)
-    t.add_argument("--batch-size", type=positive_int)
-    t.add_argument("--threads", type=positive_int, help="numba threads with --in-process")
-    t.add_argument("--eval-every", type=int, metavar="STEPS", help="(default: 0, at the end)")
-    t.add_argument("--eval-points", type=int, metavar="N",
-                   help="test rows, spread over the file (default: 2000)")  # fmt: skip
-    t.add_argument("--seed", type=int)
-    t.add_argument("--opt", type=key_value, action="append", default=[], metavar="K=V",
-                   help="model parameter, e.g. lr=1e-2 hidden=[256] L=50 (repeatable)")  # fmt: skip
-    t.add_argument("--performance-report", metavar="HTML", help="Dask performance report")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar")
-    t.add_argument("--verbose", action="store_true", help="print every setting (config.yaml)")
-    t.add_argument("--log-every", type=int, default=0, metavar="STEPS",
-                   help="print a progress line every STEPS steps instead of a bar")  # fmt: skip
-    r = p.add_argument_group("run folder and checkpoints")
-    r.add_argument("--run-dir", metavar="URL",
-                   help="where config, metrics, curves, checkpoints and the model go "
-                   "(default: runs/DATE-TIME-DATA)")  # fmt: skip
-    r.add_argument("--checkpoint-every", type=int, metavar="STEPS",
-                   help="checkpoint every STEPS steps (default: 0, off)")  # fmt: skip
-    r.add_argument("--checkpoint-minutes", type=float, metavar="MIN",
-                   help="checkpoint every MIN minutes (default: 0, off)")  # fmt: skip
-    r.add_argument("--keep-checkpoints", type=int, metavar="N",
-                   help="newest checkpoints kept (default: 3; 0: all)")  # fmt: skip
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -151,8 +75,10 @@ def _train(args: argparse.Namespace, run: RunSettings, cfg, folder) -> int:
     _check_memory(run, cfg, shape)
     epoch, batch = _position(restore)
     if epoch >= run.epochs:
-        raise ValueError(f"{folder.url} already trained {epoch} of --epochs {run.epochs}: "
-                         "ask for more --epochs to carry on")  # fmt: skip
+        raise ValueError(
+            f"{folder.url} already trained {epoch} of --epochs {run.epochs}: "
+            "ask for more --epochs to carry on"
+        )
     settings = {**run.to_dict(), "model": cfg.to_dict()}
     if args.verbose:
         dump = yaml.safe_dump(mask(settings), sort_keys=False, default_flow_style=None)
@@ -164,20 +90,31 @@ def _train(args: argparse.Namespace, run: RunSettings, cfg, folder) -> int:
         trainer = _trainer(run, cfg, shape, client, folder, restore)
         setup = time.perf_counter() - t0
         folder.write_config(settings)  # once the checkpoint to resume from has loaded
-        print(f"run folder: {folder.url}"
-              + (f" (resuming at step {restore.step})" if restore else "")
-              + ("" if args.verbose else "; settings in its config.yaml"))  # fmt: skip
+        print(
+            f"run folder: {folder.url}"
+            + (f" (resuming at step {restore.step})" if restore else "")
+            + ("" if args.verbose else "; settings in its config.yaml")
+        )
         report = _report(run, client)
         with trainer, report:
             steps_left = run.epochs * epoch_steps - (epoch * epoch_steps + batch)
-            progress = Progress(run, trainer, test, args.no_progress or args.log_every > 0,
-                                args.log_every, folder, total=steps_left)  # fmt: skip
+            progress = Progress(
+                run,
+                trainer,
+                test,
+                args.no_progress or args.log_every > 0,
+                args.log_every,
+                folder,
+                total=steps_left,
+            )
             t1 = time.perf_counter()
             try:
                 stream = Stream(
-                    run.batch_size, run.epochs, run.seed,
+                    run.batch_size,
+                    run.epochs,
+                    run.seed,
                     skip_bad_lines=run.skip_bad_lines,
-                ).from_position(epoch, batch)  # fmt: skip
+                ).from_position(epoch, batch)
                 trainer.train(train, stream, progress, run.storage_options)
             finally:
                 progress.close()
@@ -187,12 +124,22 @@ def _train(args: argparse.Namespace, run: RunSettings, cfg, folder) -> int:
             model_url = trainer.save(folder.child_url("model"), run.storage_options, done)
             scores = None
             if test is not None:
-                scores = trainer.evaluate(test, max_points=run.eval_points,
-                                          storage_options=run.storage_options)  # fmt: skip
+                scores = trainer.evaluate(
+                    test, max_points=run.eval_points, storage_options=run.storage_options
+                )
             shards = trainer.shard_info()
-        text, numbers = summary(trainer.history, seconds, setup, shape, cfg, shards, scores,
-                                progress.evaluations, trainer.recoveries,
-                                trainer.moves)  # fmt: skip
+        text, numbers = summary(
+            trainer.history,
+            seconds,
+            setup,
+            shape,
+            cfg,
+            shards,
+            scores,
+            progress.evaluations,
+            trainer.recoveries,
+            trainer.moves,
+        )
         print(text)
         if scores is not None:
             progress.record_eval(scores)
@@ -227,8 +174,10 @@ def _run_folder(run: RunSettings, resume: bool):
         run = dataclasses.replace(run, run_dir=name + (f"-{taken}" if taken > 1 else ""))
     folder = RunFolder(run.run_dir, run.storage_options)
     if not resume and folder.exists() and folder.resumable():
-        raise ValueError(f"{folder.url} already holds a run: --resume {folder.url} to carry "
-                         "it on, or choose another --run-dir")  # fmt: skip
+        raise ValueError(
+            f"{folder.url} already holds a run: --resume {folder.url} to carry "
+            "it on, or choose another --run-dir"
+        )
     return run, folder
 
 
@@ -295,8 +244,9 @@ def _data(run: RunSettings):
     if run.test:
         so = run.storage_options
         check_fits(open_source(run.test, so), *shape(train), what=run.test)
-        test, skipped = read_dataset(run.test, so, skip_bad_lines=run.skip_bad_lines,
-                                     max_decompressed=limit)  # fmt: skip
+        test, skipped = read_dataset(
+            run.test, so, skip_bad_lines=run.skip_bad_lines, max_decompressed=limit
+        )
         if skipped:
             print(f"test data: {skipped} bad line(s) skipped in {run.test}")
         if len(test) == 0:
@@ -328,12 +278,18 @@ def _cluster(run: RunSettings):
         return
     n = run.workers or os.cpu_count() or 1
     with (
-        LocalCluster(n_workers=n, threads_per_worker=run.threads_per_worker,
-                     processes=True, **local_cluster_options(run)) as cluster,
+        LocalCluster(
+            n_workers=n,
+            threads_per_worker=run.threads_per_worker,
+            processes=True,
+            **local_cluster_options(run),
+        ) as cluster,
         Client(cluster) as client,
-    ):  # fmt: skip
-        print(f"cluster: LocalCluster of {n} worker processes at {cluster.scheduler_address}, "
-              f"dashboard {client.dashboard_link}")  # fmt: skip
+    ):
+        print(
+            f"cluster: LocalCluster of {n} worker processes at {cluster.scheduler_address}, "
+            f"dashboard {client.dashboard_link}"
+        )
         yield client
 
 
@@ -346,9 +302,12 @@ def _trainer(run: RunSettings, cfg, shape: tuple[int, int], client, folder, rest
     if run.checkpoint_every or run.checkpoint_minutes or client is not None:
         # on a cluster always: a worker asked to leave hands its rows off through it
         policy = CheckpointPolicy(
-            folder.child_url("checkpoints"), run.checkpoint_every or 0,
-            60 * (run.checkpoint_minutes or 0), run.keep_checkpoints, run.storage_options,
-        )  # fmt: skip
+            folder.child_url("checkpoints"),
+            run.checkpoint_every or 0,
+            60 * (run.checkpoint_minutes or 0),
+            run.keep_checkpoints,
+            run.storage_options,
+        )
     if client is None:
         if run.threads:
             import numba
@@ -356,12 +315,19 @@ def _trainer(run: RunSettings, cfg, shape: tuple[int, int], client, folder, rest
             numba.set_num_threads(run.threads)
         return LocalTrainer(cfg, *shape, checkpoint=policy, restore=restore)
     return DistributedTrainer(
-        client, cfg, *shape, n_shards=run.n_shards, hidden_shards=run.hidden_shards,
+        client,
+        cfg,
+        *shape,
+        n_shards=run.n_shards,
+        hidden_shards=run.hidden_shards,
         wire_dtype=run.wire_dtype,
-        pipeline=run.pipeline, step_mode=run.step_mode, checkpoint=policy,
+        pipeline=run.pipeline,
+        step_mode=run.step_mode,
+        checkpoint=policy,
         restore=restore.url if restore is not None else None,
-        storage_options=run.storage_options, name=Path(folder.url).name,
-    )  # fmt: skip
+        storage_options=run.storage_options,
+        name=Path(folder.url).name,
+    )
 
 
 def _report(run: RunSettings, client):

@@ -83,9 +83,15 @@ def write_shard(folder: Folder, shard: WideShard) -> tuple[dict[str, dict], dict
 
 
 def model_meta(
-    cfg: SlideConfig, n_features: int, n_labels: int, layout: ShardLayout, hidden_step: int,
-    shards: list[tuple[dict, dict]], hidden_entries: dict, extra: dict | None = None,
-) -> dict:  # fmt: skip
+    cfg: SlideConfig,
+    n_features: int,
+    n_labels: int,
+    layout: ShardLayout,
+    hidden_step: int,
+    shards: list[tuple[dict, dict]],
+    hidden_entries: dict,
+    extra: dict | None = None,
+) -> dict:
     """The metadata of a checkpoint whose arrays are all written."""
     arrays = dict(hidden_entries)
     for entries, _ in shards:
@@ -94,8 +100,10 @@ def model_meta(
     hidden: dict = {"step": int(hidden_step)}
     split = [(s, c) for s, c in enumerate(counters) if "hidden_units" in c]
     if split:  # a layer split by units: who holds which
-        hidden = {"step": int(split[0][1]["hidden_step"]),
-                  "slices": [[s, *c["hidden_units"]] for s, c in split]}  # fmt: skip
+        hidden = {
+            "step": int(split[0][1]["hidden_step"]),
+            "slices": [[s, *c["hidden_units"]] for s, c in split],
+        }
     return {
         "step": int(counters[0]["step"]),
         "config": cfg.to_dict(),

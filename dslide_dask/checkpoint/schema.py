@@ -35,8 +35,9 @@ def check_meta(meta, where: str, sizes: dict[str, int] | None = None) -> None:
     hidden = meta["config"].get("hidden")
     _require(
         isinstance(hidden, list) and hidden and all(_is_int(h) and h >= 1 for h in hidden),
-        where, f"config hidden must be a list of positive integers, got {hidden!r}",
-    )  # fmt: skip
+        where,
+        f"config hidden must be a list of positive integers, got {hidden!r}",
+    )
     layout = meta["layout"]
     _require(isinstance(layout, dict), where, "layout is not a mapping")
     n_neurons = _int(layout.get("n_neurons"), f"{where}: layout n_neurons", 1, _INT32_MAX)
@@ -44,8 +45,9 @@ def check_meta(meta, where: str, sizes: dict[str, int] | None = None) -> None:
     pattern = layout.get("pattern")
     _require(
         isinstance(pattern, list) and pattern and all(_is_int(p) and p >= 0 for p in pattern),
-        where, "layout pattern must be a non-empty list of shard numbers",
-    )  # fmt: skip
+        where,
+        "layout pattern must be a non-empty list of shard numbers",
+    )
     shards = meta["shards"]
     _require(isinstance(shards, list) and shards, where, "shards must be a non-empty list")
     for i, s in enumerate(shards):
@@ -53,9 +55,10 @@ def check_meta(meta, where: str, sizes: dict[str, int] | None = None) -> None:
         for key in ("step", "neurons"):
             _int(s.get(key), f"{where}: shards[{i}] {key}", 0, 1 << 62)
     _require(
-        max(pattern) < len(shards), where, f"layout pattern names shard {max(pattern)} "
-        f"but there are {len(shards)} shards",
-    )  # fmt: skip
+        max(pattern) < len(shards),
+        where,
+        f"layout pattern names shard {max(pattern)} but there are {len(shards)} shards",
+    )
     _require(isinstance(meta["hidden"], dict), where, "hidden is not a mapping")
     _int(meta["hidden"].get("step"), f"{where}: hidden step", 0, 1 << 62)
     if "position" in meta:
@@ -75,10 +78,11 @@ def check_meta(meta, where: str, sizes: dict[str, int] | None = None) -> None:
         entry = arrays.get(f"shard-{i:04d}/W")
         _require(entry is not None, where, f"no array shard-{i:04d}/W")
         _require(
-            entry["shape"] == [shards[i]["neurons"], hidden[-1]], where,
+            entry["shape"] == [shards[i]["neurons"], hidden[-1]],
+            where,
             f"shard-{i:04d}/W has shape {entry['shape']}, expected "
             f"[{shards[i]['neurons']}, {hidden[-1]}]",
-        )  # fmt: skip
+        )
         rows += shards[i]["neurons"]
     _require(rows == n_labels, where, f"the shards hold {rows} neurons, n_labels is {n_labels}")
     _check_shapes(arrays, _expected_shapes(parts, n_features, hidden, shards), where)
@@ -121,28 +125,31 @@ def _check_hidden(slices, arrays, n_features: int, hidden: list, n_shards: int, 
         parts = [("hidden", 0, hidden[0])]
     else:
         _require(
-            isinstance(slices, list) and slices and len(hidden) == 1, where,
+            isinstance(slices, list) and slices and len(hidden) == 1,
+            where,
             "hidden slices must be a non-empty list, of a one-layer stack",
-        )  # fmt: skip
+        )
         parts, end = [], 0
         for i, part in enumerate(slices):
             ok = isinstance(part, list) and len(part) == 3 and all(_is_int(v) for v in part)
             _require(ok, where, f"hidden slices[{i}] must be [shard, first unit, end]")
             holder, a, b = part
             _require(
-                0 <= holder < n_shards and a == end < b <= hidden[0], where,
+                0 <= holder < n_shards and a == end < b <= hidden[0],
+                where,
                 f"hidden slices[{i}] = {part}: not the next units of {hidden[0]} on a shard",
-            )  # fmt: skip
+            )
             parts.append((f"hidden-{holder:04d}", a, b))
             end = b
         _require(end == hidden[0], where, f"hidden slices cover {end} of {hidden[0]} units")
     for prefix, a, b in parts:
         w0 = arrays.get(f"{prefix}/W0")
         _require(
-            w0 is not None and w0["shape"] == [n_features, b - a], where,
+            w0 is not None and w0["shape"] == [n_features, b - a],
+            where,
             f"{prefix}/W0 must have shape [{n_features}, {b - a}] (n_features x units), "
             f"the entry says {None if w0 is None else w0['shape']}",
-        )  # fmt: skip
+        )
     return parts
 
 
@@ -154,8 +161,9 @@ def check_entry(name, entry, where: str, size: int | None) -> None:
     shape = entry.get("shape")
     _require(
         isinstance(shape, list) and all(_is_int(d) and 0 <= d <= 1 << 62 for d in shape),
-        what, f"shape must be a list of non-negative integers, got {shape!r}",
-    )  # fmt: skip
+        what,
+        f"shape must be a list of non-negative integers, got {shape!r}",
+    )
     try:
         dtype = np.dtype(entry.get("dtype"))
     except (TypeError, ValueError):
@@ -163,9 +171,10 @@ def check_entry(name, entry, where: str, size: int | None) -> None:
     _require(not dtype.hasobject, what, "object arrays are not allowed")
     data = dtype.itemsize * int(np.prod(shape, dtype=object))
     _require(
-        data <= nbytes <= data + _NPY_HEADER_MAX, what,
+        data <= nbytes <= data + _NPY_HEADER_MAX,
+        what,
         f"{nbytes} bytes cannot hold {dtype.str}{shape} ({data} bytes of data)",
-    )  # fmt: skip
+    )
     if size is not None:
         file = f"{where.rsplit('/', 1)[0]}/{name}.npy"
         _require(size >= 0, file, "file missing from the checkpoint")

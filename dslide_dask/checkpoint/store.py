@@ -159,8 +159,26 @@ class CheckpointStore:
 
 
 def open_checkpoint(url: str, storage_options: dict | None = None) -> Checkpoint:
-    """The checkpoint at ``url``: a checkpoint folder, or a store (or run folder) whose
-    latest checkpoint is taken. Errors say what is missing or wrong."""
+    """The checkpoint at ``url``, its arrays checked against sizes and checksums as read.
+
+    Parameters
+    ----------
+    url : str
+        A checkpoint folder, or a store (or run folder) whose latest checkpoint is
+        taken, on any fsspec URL.
+    storage_options : dict or None, default=None
+        fsspec options of ``url``.
+
+    Returns
+    -------
+    Checkpoint
+        Its metadata (``meta``) and its arrays, read on demand.
+
+    Raises
+    ------
+    CheckpointError
+        Saying what is missing or wrong.
+    """
     fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
     for candidate in (path, posixpath.join(path, "checkpoints")):
         if fs.exists(posixpath.join(candidate, LATEST)):

@@ -44,8 +44,11 @@ def _zstd_problem(buf: memoryview) -> str | None:
             return "the file ends in a frame header"
         descriptor = buf[pos]
         fcs_flag, single, checksum, dict_flag = (
-            descriptor >> 6, (descriptor >> 5) & 1, (descriptor >> 2) & 1, descriptor & 3,
-        )  # fmt: skip
+            descriptor >> 6,
+            (descriptor >> 5) & 1,
+            (descriptor >> 2) & 1,
+            descriptor & 3,
+        )
         header = 1 + (0 if single else 1) + (0, 1, 2, 4)[dict_flag]
         header += (1 if single else 0, 2, 4, 8)[fcs_flag]
         pos += header

@@ -74,9 +74,13 @@ def epoch_batches(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if isinstance(source, DataSource):
         yield from iter_batches(
-            source.partitions, batch_size, epoch, seed,
-            skip_bad_lines=skip_bad_lines, stats=stats,
-        )  # fmt: skip
+            source.partitions,
+            batch_size,
+            epoch,
+            seed,
+            skip_bad_lines=skip_bad_lines,
+            stats=stats,
+        )
         return
     data = source.take(row_order(source.n_points, epoch, seed)) if shuffle else source
     yield from data.batches(batch_size)

@@ -99,9 +99,10 @@ def read_chunk(part: Partition) -> XCDataset:
         raise XCFormatError(part.url, None, "chunk file missing (the manifest names it)") from None
     if part.size is not None and size != part.size:  # before reading it all
         raise XCFormatError(
-            part.url, None, f"chunk has {size} bytes but the manifest says {part.size} "
-            "(truncated or replaced?)",
-        )  # fmt: skip
+            part.url,
+            None,
+            f"chunk has {size} bytes but the manifest says {part.size} (truncated or replaced?)",
+        )
     buf = fs.cat_file(path)
     if part.size is not None and len(buf) != part.size:
         raise XCFormatError(

@@ -212,9 +212,13 @@ def _list_files(fs, url: str, path: str, so: dict) -> list[tuple[str, str, int]]
 
 
 def _plan_text(
-    fs, url: str, files: list[tuple[str, str, int]], so: dict, partition_bytes: int,
+    fs,
+    url: str,
+    files: list[tuple[str, str, int]],
+    so: dict,
+    partition_bytes: int,
     max_decompressed: int | None,
-) -> DataSource:  # fmt: skip
+) -> DataSource:
     comps = [compression_of(f[0]) for f in files]
     with ThreadPoolExecutor(min(16, len(files))) as pool:
         heads = list(pool.map(lambda f, c: _read_head(fs, *f, c), files, comps))
@@ -289,14 +293,23 @@ def _read_whole(fs, path: str, part: Partition, skip: bool) -> tuple[XCDataset, 
     header = parse_header(buf, part.url)
     _check_header(part, header[:3])
     parsed = parse_lines(
-        buf, header[3], len(buf), part.n_points, part.n_features, part.n_labels, part.url,
+        buf,
+        header[3],
+        len(buf),
+        part.n_points,
+        part.n_features,
+        part.n_labels,
+        part.url,
         skip_bad_lines=skip,
-    )  # fmt: skip
+    )
     if parsed.first_bad:
         log.warning(
             "%s: skipped %d bad line(s), the first: line %d: %s",
-            part.url, parsed.n_skipped, parsed.first_bad.line, parsed.first_bad.problem,
-        )  # fmt: skip
+            part.url,
+            parsed.n_skipped,
+            parsed.first_bad.line,
+            parsed.first_bad.problem,
+        )
     return parsed.data, parsed.n_skipped
 
 
@@ -377,18 +390,31 @@ def _read_range(fs, path: str, part: Partition, skip: bool) -> tuple[XCDataset, 
         n_points = _lines_in(arr, a, b)
     known = part.part == 0 or part.first_line is not None
     parsed = parse_lines(
-        buf, a, b, n_points, part.n_features, part.n_labels, part.url,
-        first_line=first_line, skip_bad_lines=skip, header_points=part.n_points,
+        buf,
+        a,
+        b,
+        n_points,
+        part.n_features,
+        part.n_labels,
+        part.url,
+        first_line=first_line,
+        skip_bad_lines=skip,
+        header_points=part.n_points,
         locate=None if known else lambda line: line + _lines_before(fs, path, lo + a),
-    )  # fmt: skip
+    )
     if parsed.first_bad:
-        where = f"line {parsed.first_bad.line}" if known else (
-            f"line {parsed.first_bad.line} of the range from byte {lo + a}"
-        )  # fmt: skip
+        where = (
+            f"line {parsed.first_bad.line}"
+            if known
+            else (f"line {parsed.first_bad.line} of the range from byte {lo + a}")
+        )
         log.warning(
             "%s: skipped %d bad line(s), the first: %s: %s",
-            part.url, parsed.n_skipped, where, parsed.first_bad.problem,
-        )  # fmt: skip
+            part.url,
+            parsed.n_skipped,
+            where,
+            parsed.first_bad.problem,
+        )
     if part.file_lines is not None and part.stop == part.size:
         _check_file_lines(part)
     return parsed.data, parsed.n_skipped

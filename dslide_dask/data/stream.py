@@ -50,9 +50,14 @@ class Stream:
         """``(epoch, index in the epoch, batch)`` of every batch, in training order."""
         for epoch in range(self.first_epoch, self.last_epoch):
             batches = epoch_batches(
-                source, self.batch_size, epoch, self.seed, self.shuffle,
-                skip_bad_lines=self.skip_bad_lines, stats=stats,
-            )  # fmt: skip
+                source,
+                self.batch_size,
+                epoch,
+                self.seed,
+                self.shuffle,
+                skip_bad_lines=self.skip_bad_lines,
+                stats=stats,
+            )
             start = self.first_batch if epoch == self.first_epoch else 0
             for index, batch in enumerate(itertools.islice(batches, start, None), start):
                 yield epoch, index, batch

@@ -111,35 +111,69 @@ def _check_num(name: str, v: object, lo: float, hi: float, hi_name: str | None =
 
 PRESETS: dict[str, SyntheticSpec] = {
     "tiny": SyntheticSpec(
-        n_features=2_000, n_labels=1_000, n_train=5_000, n_test=1_000, avg_labels=3.0,
+        n_features=2_000,
+        n_labels=1_000,
+        n_train=5_000,
+        n_test=1_000,
+        avg_labels=3.0,
         avg_nnz=40.0,
     ),
     # `dslide demo`: labels enough that a step computes 2.5% of them, a minute to train
     "demo": SyntheticSpec(
-        n_features=50_000, n_labels=100_000, n_train=30_000, n_test=3_000, avg_labels=4.0,
-        avg_nnz=60.0, label_offset=20.0,
+        n_features=50_000,
+        n_labels=100_000,
+        n_train=30_000,
+        n_test=3_000,
+        avg_labels=4.0,
+        avg_nnz=60.0,
+        label_offset=20.0,
     ),
     "small": SyntheticSpec(
-        n_features=20_000, n_labels=20_000, n_train=50_000, n_test=10_000, avg_labels=4.0,
-        avg_nnz=60.0, label_offset=20.0,
+        n_features=20_000,
+        n_labels=20_000,
+        n_train=50_000,
+        n_test=10_000,
+        avg_labels=4.0,
+        avg_nnz=60.0,
+        label_offset=20.0,
     ),
     "amazon-670k": SyntheticSpec(
-        n_features=135_909, n_labels=670_091, n_train=490_449, n_test=153_025,
-        avg_labels=5.45, avg_nnz=75.0, label_offset=50.0,
+        n_features=135_909,
+        n_labels=670_091,
+        n_train=490_449,
+        n_test=153_025,
+        avg_labels=5.45,
+        avg_nnz=75.0,
+        label_offset=50.0,
     ),
     "amazon-3m": SyntheticSpec(
-        n_features=337_067, n_labels=2_812_281, n_train=1_717_899, n_test=742_507,
-        avg_labels=36.04, avg_nnz=36.17, label_offset=50.0,
+        n_features=337_067,
+        n_labels=2_812_281,
+        n_train=1_717_899,
+        n_test=742_507,
+        avg_labels=36.04,
+        avg_nnz=36.17,
+        label_offset=50.0,
     ),
     "wiki-325k": SyntheticSpec(
-        n_features=1_617_899, n_labels=325_056, n_train=1_778_351, n_test=587_084,
-        avg_labels=3.19, avg_nnz=42.0, label_offset=50.0,
+        n_features=1_617_899,
+        n_labels=325_056,
+        n_train=1_778_351,
+        n_test=587_084,
+        avg_labels=3.19,
+        avg_nnz=42.0,
+        label_offset=50.0,
     ),
     "delicious-200k": SyntheticSpec(
-        n_features=782_585, n_labels=205_443, n_train=196_606, n_test=100_095,
-        avg_labels=75.54, avg_nnz=300.0, label_offset=20.0,
+        n_features=782_585,
+        n_labels=205_443,
+        n_train=196_606,
+        n_test=100_095,
+        avg_labels=75.54,
+        avg_nnz=300.0,
+        label_offset=20.0,
     ),
-}  # fmt: skip
+}
 
 
 def resolve_spec(preset_or_spec: str | SyntheticSpec, **overrides: object) -> SyntheticSpec:
@@ -162,7 +196,23 @@ def resolve_spec(preset_or_spec: str | SyntheticSpec, **overrides: object) -> Sy
 def make_synthetic(
     spec: str | SyntheticSpec, seed: int = 0, n_threads: int | None = None
 ) -> tuple[XCDataset, XCDataset]:
-    """Generate ``(train, test)`` in memory; same ``seed`` gives identical arrays."""
+    """Generate a synthetic data set in memory.
+
+    Parameters
+    ----------
+    spec : str or SyntheticSpec
+        A preset name (``'tiny'``, ``'small'``, ``'amazon-670k'``...; see ``PRESETS``)
+        or a spec (:func:`resolve_spec` makes one from a preset and changes).
+    seed : int, default=0
+        The same seed gives identical arrays.
+    n_threads : int or None, default=None
+        numba threads to generate with. None: as numba is set.
+
+    Returns
+    -------
+    train, test : XCDataset
+        The training and test points.
+    """
     spec = resolve_spec(spec)
     gen = _Generator(spec, seed)
     out = []
@@ -272,11 +322,25 @@ class _Generator:
     def _whole_chunk(self, seed: int) -> tuple[np.ndarray, ...]:
         s = self.spec
         return K.generate_chunk(
-            np.uint64(seed), CHUNK_POINTS, s.empty_frac, max(0.0, self.extra_labels),
-            max(1, s.n_labels // 2), self.nnz_mu, s.nnz_sigma, max(1, s.n_features // 2),
-            s.signal_frac, s.topic_mix, *self.lab_alias, *self.topic_alias, self.topic_ptr,
-            self.topic_labels, self.topic_cum, *self.sig, *self.bg_alias, self.idf,
-        )  # fmt: skip
+            np.uint64(seed),
+            CHUNK_POINTS,
+            s.empty_frac,
+            max(0.0, self.extra_labels),
+            max(1, s.n_labels // 2),
+            self.nnz_mu,
+            s.nnz_sigma,
+            max(1, s.n_features // 2),
+            s.signal_frac,
+            s.topic_mix,
+            *self.lab_alias,
+            *self.topic_alias,
+            self.topic_ptr,
+            self.topic_labels,
+            self.topic_cum,
+            *self.sig,
+            *self.bg_alias,
+            self.idf,
+        )
 
     def chunk_text(self, args: tuple[int, int]) -> np.ndarray:
         y_ptr, y_idx, x_ptr, x_idx, x_val = self.chunk(args)

@@ -38,7 +38,25 @@ UNKNOWN_SIZE = -1
 
 
 def read_xc(url: str, storage_options: dict | None = None) -> XCDataset:
-    """Read an XC text file from a local path or fsspec URL (compression inferred)."""
+    """Read an XC text file from a local path or fsspec URL (compression inferred).
+
+    Parameters
+    ----------
+    url : str
+        The file (``.gz``, ``.bz2``, ``.xz`` or ``.zst`` by extension: compressed).
+    storage_options : dict or None, default=None
+        fsspec options of ``url`` (credentials, endpoint...).
+
+    Returns
+    -------
+    XCDataset
+        Its points: features ``X`` and labels ``Y``.
+
+    Raises
+    ------
+    XCFormatError
+        ``url:line: problem`` for the first line that is not valid XC text.
+    """
     import fsspec
 
     with fsspec.open(url, "rb", **(storage_options or {})) as f:
@@ -146,18 +164,26 @@ def parse_lines(
     arr = np.frombuffer(buf, dtype=np.uint8)[:stop]
     colons, commas, lines = K.count_bytes(arr, start)
     x_indptr, x_idx, x_val, y_indptr, y_idx, err, bad, n_bad = K.parse_lines(
-        arr, start, n_points, n_features, n_labels, colons, commas + lines + 1,
-        first_line, skip_bad_lines,
-    )  # fmt: skip
+        arr,
+        start,
+        n_points,
+        n_features,
+        n_labels,
+        colons,
+        commas + lines + 1,
+        first_line,
+        skip_bad_lines,
+    )
     locate = locate or (lambda line: line)
     shape = (n_points if header_points is None else header_points, n_features, n_labels)
     if err[0] == K.ERR_EXTRA and err[4] > 0:  # a blank line mid-file made the extra point
         raise XCFormatError(
-            source, locate(int(err[4])),
+            source,
+            locate(int(err[4])),
             f"blank line in the middle of the file: it is read as a point without labels or "
             f"features, so the file has more points than the header's N_points = {shape[0]} "
             f"(the first extra one on line {locate(int(err[1]))})",
-        )  # fmt: skip
+        )
     if err[0] != K.OK:
         raise XCFormatError(source, locate(int(err[1])), _problem(buf[:stop], err, *shape))
     first_bad = None
@@ -169,7 +195,17 @@ def parse_lines(
 
 
 def write_xc(url: str, data: XCDataset, storage_options: dict | None = None) -> None:
-    """Write ``data`` as XC text to a local path or fsspec URL (compression inferred)."""
+    """Write ``data`` as XC text to a local path or fsspec URL (compression inferred).
+
+    Parameters
+    ----------
+    url : str
+        The file to write (compressed by its extension, as :func:`read_xc` reads it).
+    data : XCDataset
+        The points.
+    storage_options : dict or None, default=None
+        fsspec options of ``url``.
+    """
     import fsspec
 
     X, Y = data.X, data.Y
@@ -218,9 +254,11 @@ def parse_header(buf: bytes, source: str, size: int | None = None) -> tuple[int,
     for bom, what in _BOMS.items():
         if buf.startswith(bom):
             raise XCFormatError(
-                source, 1, f"the file starts with a {what} byte-order mark (BOM): "
+                source,
+                1,
+                f"the file starts with a {what} byte-order mark (BOM): "
                 "save it as plain ASCII/UTF-8 text without a BOM",
-            )  # fmt: skip
+            )
     if re.match(rb"\s*\Z", buf):  # stops at the first non-blank byte: no copy
         raise XCFormatError(
             source, 1, "empty file (expected header 'N_points N_features N_labels')"

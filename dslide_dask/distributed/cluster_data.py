@@ -59,9 +59,15 @@ def topk_array(rows, coordinator, k: int, exact: bool):
     import uuid
 
     return rows.map_blocks(
-        _topk_block, coordinator, k=k, exact=exact, n_cols=int(rows.shape[1]),
-        dtype=np.int64, chunks=(rows.chunks[0], (k,)), name=f"topk-{uuid.uuid4().hex}",
-    )  # fmt: skip
+        _topk_block,
+        coordinator,
+        k=k,
+        exact=exact,
+        n_cols=int(rows.shape[1]),
+        dtype=np.int64,
+        chunks=(rows.chunks[0], (k,)),
+        name=f"topk-{uuid.uuid4().hex}",
+    )
 
 
 def _topk_block(block, coordinator, *, k: int, exact: bool, n_cols: int) -> np.ndarray:

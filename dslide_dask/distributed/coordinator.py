@@ -1,12 +1,13 @@
 """The coordinator actor: drives training steps from a worker, holding shard 0 itself.
 
 It owns the (small) hidden layers, shard 0 of the wide layer and the batch stream; its
-kernels and shard 0's run on one thread (:data:`KERNEL_THREAD`). Per step it sends the hidden
-activations to every shard and gets back softmax partial sums and gradients. Shard calls
-go worker-to-worker, all shards at once; nothing per step passes through the client or
-the scheduler. With ``pipeline=True`` (the default) the shards finish step t and start
-step t+1 while this worker does the hidden layers' work, so no worker waits on another's
-arithmetic (the hidden activations of t+1 then come from weights one update old).
+kernels and shard 0's run on one thread (:data:`~.shard_calls.KERNEL_THREAD`). Per step
+it sends the hidden activations to every shard and gets back softmax partial sums and
+gradients. Shard calls go worker-to-worker, all shards at once; nothing per step passes
+through the client or the scheduler. With ``pipeline=True`` (the default) the shards
+finish step t and start step t+1 while this worker does the hidden layers' work, so no
+worker waits on another's arithmetic (the hidden activations of t+1 then come from
+weights one update old).
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import asyncio
 import itertools
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 
 import numba
 from distributed import get_worker
@@ -28,18 +27,16 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.data.stream import Stream
-from dslide_dask.distributed.errors import POLL_SECONDS
 from dslide_dask.distributed.graph_step import TakesGraphSteps
 from dslide_dask.distributed.handover import CoordinatorState, RowsPiece, UnitsPiece, take_units
 from dslide_dask.distributed.hidden_stack import LocalHidden, SplitHidden
 from dslide_dask.distributed.live_metrics.events import publish
-from dslide_dask.distributed.liveness import scheduler_lists
 from dslide_dask.distributed.mirroring import MirrorsRows
 from dslide_dask.distributed.queries import AnswersQueries
 from dslide_dask.distributed.shard_actor import InProcess, ShardActor
+from dslide_dask.distributed.shard_calls import CallsShards
 from dslide_dask.distributed.specs import CoordinatorSpec
 from dslide_dask.distributed.worker_process import prepare_worker_process
-from dslide_dask.errors import ShardLostError
 from dslide_dask.metrics import TrainingLabels
 from dslide_dask.model.hidden import HiddenLayers
 from dslide_dask.model.layout import ShardLayout
@@ -48,17 +45,17 @@ from dslide_dask.model.optimizer import scheduled_lr
 from dslide_dask.model.wide_shard import combine_partials
 from dslide_dask.model.wire import pack, payload_bytes, sum_unpacked
 
-#: The one thread of a worker process that runs the coordinators' and their local shards'
-#: kernels, one call at a time (its thread starts with the first call).
-KERNEL_THREAD = ThreadPoolExecutor(1, thread_name_prefix="dslide-kernels")
 
-
-class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows):
+class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
     """Runs the training loop of one model whose shards are other actors."""
 
-    def __init__(self, spec: CoordinatorSpec, state: CoordinatorState | None = None,
-                 pieces: dict[int, RowsPiece] | None = None,
-                 units: list[UnitsPiece] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        spec: CoordinatorSpec,
+        state: CoordinatorState | None = None,
+        pieces: dict[int, RowsPiece] | None = None,
+        units: list[UnitsPiece] | None = None,
+    ) -> None:
         """``state``, ``pieces`` (shard 0's rows), ``units`` (the hidden stack's, or shard
         0's slice's): a live model handed over (:mod:`.handover`)."""
         prepare_worker_process()
@@ -322,9 +319,15 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows):
         if self.hidden is not None:
             hidden, step = await self._compute(write_hidden, folder, self.hidden), self.hidden.step
         meta = model_meta(
-            self.cfg, self.n_features, self.n_labels, self.layout, step, shards,
-            hidden, {**self.stream.meta(*self.position), **(extra or {})},
-        )  # fmt: skip
+            self.cfg,
+            self.n_features,
+            self.n_labels,
+            self.layout,
+            step,
+            shards,
+            hidden,
+            {**self.stream.meta(*self.position), **(extra or {})},
+        )
         ckpt = await asyncio.to_thread(store.commit, folder, meta)
         self.last_checkpoint = ckpt.url
         self.last_save = time.monotonic()
@@ -333,67 +336,3 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows):
     async def save(self, url: str, storage_options: dict | None, extra: dict | None) -> str:
         """Write the model to ``url`` (a store keeping only this checkpoint)."""
         return await self.save_checkpoint(CheckpointStore(url, storage_options, keep=1), extra)
-
-    # -- plumbing ----------------------------------------------------------------------------
-    async def _on_kernel_thread(self, fn, *args):
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(KERNEL_THREAD, partial(fn, *args))
-
-    async def _compute(self, fn, *args):
-        """Run model arithmetic on the kernel thread, like the local shard's methods, so
-        numba kernels never run from two threads of this process at once."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(KERNEL_THREAD, partial(self._timed, fn, *args))
-
-    def _timed(self, fn, *args):
-        """``fn(*args)`` with this worker's threads, its time counted as hidden-layer work
-        (not the wait for the actor thread)."""
-        numba.set_num_threads(self.n_threads)
-        t0 = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            self.compute_seconds += time.perf_counter() - t0
-
-    async def _all(self, calls: list, what: str) -> list:
-        """Await actor calls to every shard; fail fast if a shard's worker is gone."""
-
-        t0 = time.perf_counter()
-        n, since = self._waiting
-        self._waiting = (n + 1, t0 if n == 0 else since)
-
-        async def wait(i, call):
-            result = await call
-            self.shard_seconds[i] += time.perf_counter() - t0
-            return result
-
-        tasks = [asyncio.ensure_future(wait(i, c)) for i, c in enumerate(calls)]
-        try:
-            while True:
-                done, pending = await asyncio.wait(
-                    tasks, timeout=POLL_SECONDS, return_when=asyncio.FIRST_EXCEPTION
-                )
-                for task in done:
-                    if task.exception() is not None:
-                        raise task.exception()
-                if not pending:
-                    return [t.result() for t in tasks]
-                await self._check_alive(what)
-        finally:
-            n, since = self._waiting
-            self._waiting = (n - 1, since)
-            if n == 1:  # the last of overlapping waits (the pipeline's, a split layer's)
-                self.wait_seconds += time.perf_counter() - since
-            for task in tasks:
-                task.cancel()
-
-    async def _check_alive(self, what: str) -> None:
-        listed = await scheduler_lists(self.worker.scheduler)  # None: no answer, no evidence
-        gone = set() if listed is None else set(self.shard_workers) - set(listed)
-        lost = [(s, w) for s, w in enumerate(self.shard_workers) if w in gone]
-        if lost:
-            names = ", ".join(f"shard {s} on {w}" for s, w in lost)
-            raise ShardLostError(
-                f"lost {names} during {what} of step {self.step + 1}: the worker died and "
-                f"its part of the model with it"
-            )

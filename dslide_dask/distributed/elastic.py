@@ -88,9 +88,10 @@ class KeepShardWorkers(SchedulerPlugin):
     def valid_workers_downscaling(self, scheduler, workers: list) -> list:
         now = time.time()
         self.asked = {
-            a: t for a, t in self.asked.items()
+            a: t
+            for a, t in self.asked.items()
             if now - t < HAND_OFF_SECONDS and a in scheduler.workers
-        }  # fmt: skip
+        }
         if self.asked or now < self.settled_at:  # a hand-off under way or just done
             return []
         holding = [ws for ws in workers if ws.actors]
@@ -137,9 +138,13 @@ def leave(
 
 
 def join_pays(
-    remaining_steps: int, step_seconds: float, *, workers_now: int, workers_then: int,
+    remaining_steps: int,
+    step_seconds: float,
+    *,
+    workers_now: int,
+    workers_then: int,
     move_seconds: float,
-) -> bool:  # fmt: skip
+) -> bool:
     """Whether moving onto ``workers_then`` workers from ``workers_now`` saves more time
     than the move costs, twice over.
 

@@ -23,8 +23,9 @@ class _CallsOfReleasedActors(logging.Filter):
         if not isinstance(error, FutureCancelledError):
             return True
         frames = traceback.extract_tb(error.__traceback__)
-        return not any(f.filename.endswith(("distributed/actor.py", "distributed\\actor.py"))
-                       for f in frames)  # fmt: skip
+        return not any(
+            f.filename.endswith(("distributed/actor.py", "distributed\\actor.py")) for f in frames
+        )
 
 
 def quiet_calls_of_released_actors() -> None:

@@ -132,9 +132,15 @@ class TakesGraphSteps:
             del futures
         graph, self.graph = self.graph, None
         return self._stats(
-            batch, where, graph.parts, lse=graph.lse, label_term=graph.label_term,
-            sent=graph.sent, received=graph.received, t0=t0,
-        )  # fmt: skip
+            batch,
+            where,
+            graph.parts,
+            lse=graph.lse,
+            label_term=graph.label_term,
+            sent=graph.sent,
+            received=graph.received,
+            t0=t0,
+        )
 
     def graph_forward(self, step: int):
         """Task ``hidden-forward``: the hidden stack's output for the step's batch, packed

@@ -95,9 +95,13 @@ def rows_for(model_id: str, old_shard: int, new_layout: ShardLayout, new_shard: 
 
 
 def take_rows(
-    shard: WideShard, old: ShardLayout, pieces: dict[int, RowsPiece | LocalRows],
-    rehash: bool = True, *, some: bool = False,
-) -> None:  # fmt: skip
+    shard: WideShard,
+    old: ShardLayout,
+    pieces: dict[int, RowsPiece | LocalRows],
+    rehash: bool = True,
+    *,
+    some: bool = False,
+) -> None:
     """Fill a new shard from the pieces of the old shards holding its rows, then rehash
     it (``rehash=False``: its tables stay, unless the old shards redrew their hash
     functions since). ``some``: pieces of some of those shards only."""
@@ -196,12 +200,18 @@ class HandoverPieces:
             pieces += [args[-1]] if s == 0 or len(args) > 1 else []  # hidden units
             tasks += [
                 self.client.submit(
-                    settle, model_id, part, old.layout, piece, workers=[self.workers[s]],
-                    allow_other_workers=False, pure=False,
+                    settle,
+                    model_id,
+                    part,
+                    old.layout,
+                    piece,
+                    workers=[self.workers[s]],
+                    allow_other_workers=False,
+                    pure=False,
                     key=f"handover-settle-{s}-{i}-{self.token}",
                 )
                 for i, piece in enumerate(pieces)
-            ]  # fmt: skip
+            ]
         return tasks
 
     def _shard(self, s: int) -> tuple:
@@ -212,10 +222,14 @@ class HandoverPieces:
     def _coordinator(self) -> tuple:
         old = self.handover
         state = self.client.submit(
-            coordinator_state, old.model_id, workers=[old.workers[0]],
-            allow_other_workers=False, pure=False, priority=PRIORITY,
+            coordinator_state,
+            old.model_id,
+            workers=[old.workers[0]],
+            allow_other_workers=False,
+            pure=False,
+            priority=PRIORITY,
             key=f"handover-coordinator-{self.token}",
-        )  # fmt: skip
+        )
         units = self._units(self.hidden_units[0] if self.hidden_units else None)
         return (state, *self._rows(0), units)
 
@@ -228,30 +242,49 @@ class HandoverPieces:
             lo, hi = units or (0, old.hidden_units[-1][1])
             sources = [
                 (j, j, max(a, lo), min(b, hi))
-                for j, (a, b) in enumerate(old.hidden_units) if a < hi and b > lo
-            ]  # fmt: skip
+                for j, (a, b) in enumerate(old.hidden_units)
+                if a < hi and b > lo
+            ]
         return [
             self.client.submit(
-                units_for, old.model_id, part, a, b, workers=[old.workers[j]],
-                allow_other_workers=False, pure=False, priority=PRIORITY,
+                units_for,
+                old.model_id,
+                part,
+                a,
+                b,
+                workers=[old.workers[j]],
+                allow_other_workers=False,
+                pure=False,
+                priority=PRIORITY,
                 key=f"handover-units-{part}-{a}-{b}-{self.token}",
             )
             for part, j, a, b in sources
-        ]  # fmt: skip
+        ]
 
     def _rows(self, s: int) -> tuple:
         old = self.handover
         if old.mirrored:
             return ({},)
         donors = [j for j, _, _ in self.layout.sources(s, old.layout)]
-        return ({
-            j: LocalRows(old.model_id) if old.workers[j] == self.workers[s] else self.client.submit(
-                rows_for, old.model_id, j, self.layout, s, workers=[old.workers[j]],
-                allow_other_workers=False, pure=False, priority=PRIORITY,
-                key=f"handover-rows-{j}-{s}-{self.token}",
-            )
-            for j in donors
-        },)  # fmt: skip
+        return (
+            {
+                j: LocalRows(old.model_id)
+                if old.workers[j] == self.workers[s]
+                else self.client.submit(
+                    rows_for,
+                    old.model_id,
+                    j,
+                    self.layout,
+                    s,
+                    workers=[old.workers[j]],
+                    allow_other_workers=False,
+                    pure=False,
+                    priority=PRIORITY,
+                    key=f"handover-rows-{j}-{s}-{self.token}",
+                )
+                for j in donors
+            },
+        )
 
 
 def rows_crossing(old: Placement, new: Placement) -> int:

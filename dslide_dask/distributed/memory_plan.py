@@ -115,9 +115,14 @@ def hidden_memory(cfg: SlideConfig, n_features: int, units: int | None = None) -
 
 
 def memory_plan(
-    cfg: SlideConfig, n_features: int, placement_workers: dict[str, dict], sizes: list[int],
-    *, batch_size: int = 256, hidden_units: tuple[tuple[int, int], ...] = (),
-) -> MemoryPlan:  # fmt: skip
+    cfg: SlideConfig,
+    n_features: int,
+    placement_workers: dict[str, dict],
+    sizes: list[int],
+    *,
+    batch_size: int = 256,
+    hidden_units: tuple[tuple[int, int], ...] = (),
+) -> MemoryPlan:
     """The plan of shards of ``sizes`` neurons on ``placement_workers`` (address ->
     the scheduler's worker info, in shard order); shard 0's worker also holds the
     hidden layers, or, split by units, shard s's worker units ``hidden_units[s]``."""
@@ -135,10 +140,16 @@ def memory_plan(
             role = "hidden layers, shard 0" if not hidden_units else f"hidden units, shard {s}"
         out.append(
             WorkerMemory(
-                address, role, sizes[s], weights, optimizer, parts["tables"],
-                parts["buffers"] + RUNTIME_BYTES, int(info.get("memory_limit") or 0),
+                address,
+                role,
+                sizes[s],
+                weights,
+                optimizer,
+                parts["tables"],
+                parts["buffers"] + RUNTIME_BYTES,
+                int(info.get("memory_limit") or 0),
             )
-        )  # fmt: skip
+        )
     return MemoryPlan(tuple(out))
 
 

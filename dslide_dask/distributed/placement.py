@@ -137,18 +137,26 @@ def _hidden_crowds(cfg: SlideConfig, n_features: int, info: dict) -> bool:
 
 
 def _candidates(
-    cfg: SlideConfig, n_features: int, infos: list[dict], units: tuple, *,
-    coordinator_load: float, n_labels: int,
-) -> list[list[int]]:  # fmt: skip
+    cfg: SlideConfig,
+    n_features: int,
+    infos: list[dict],
+    units: tuple,
+    *,
+    coordinator_load: float,
+    n_labels: int,
+) -> list[list[int]]:
     """Shares to try: by threads, then (with memory limits) by free memory, each worker's
     part of the hidden stack and its process taken off."""
     by_threads = [max(1, int(w.get("nthreads", 1))) for w in infos]
     out = [_capacities(by_threads, coordinator_load, n_labels)]
     if all(w.get("memory_limit") for w in infos):
         empty = memory_plan(
-            cfg, n_features, {str(s): w for s, w in enumerate(infos)}, [0] * len(infos),
+            cfg,
+            n_features,
+            {str(s): w for s, w in enumerate(infos)},
+            [0] * len(infos),
             hidden_units=units,
-        )  # fmt: skip
+        )
         held = [e.total for e in empty.workers]  # the hidden stack's part, the process
         free = [BUDGET * w["memory_limit"] - h for w, h in zip(infos, held, strict=True)]
         percent = [max(1, round(100 * f / max(free))) for f in free]  # of the freest

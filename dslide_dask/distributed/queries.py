@@ -53,6 +53,14 @@ class AnswersQueries:
         top = np.concatenate(ids)
         return (top, np.concatenate(logits)) if scores else top
 
+    async def embed(self, X: CSR, batch_size: int = 4096) -> np.ndarray:
+        """The last hidden layer's output for each row (what the neighbours compare)."""
+        parts = []
+        for start in range(0, max(X.n_rows, 1), batch_size):
+            h, _ = await self.stack.forward(X.slice_rows(start, start + batch_size), None)
+            parts.append(np.asarray(h, np.float32))
+        return np.concatenate(parts)
+
     async def hidden_weights(self) -> list[np.ndarray]:
         """The hidden layers' weights and biases (for tests and checkpoints)."""
         return await self.stack.params()

@@ -20,17 +20,15 @@ they are copied with the rest at prepare and again at the switch.
 
 Without room on the workers for both models, the move goes through a checkpoint, and
 training stops throughout.
+
+This module decides the moves and records them; :mod:`.switch` watches a prepared
+model and switches to it.
 """
 
 from __future__ import annotations
 
 import gc
-import statistics
 import time
-import warnings
-from dataclasses import dataclass
-
-from distributed import wait
 
 from dslide_dask.checkpoint import open_checkpoint
 from dslide_dask.data.stream import Stream
@@ -41,53 +39,20 @@ from dslide_dask.distributed.elastic import (
     join_pays,
     retire_requests,
 )
-from dslide_dask.distributed.errors import POLL_SECONDS
-from dslide_dask.distributed.handover import Handover, HandoverPieces, rows_crossing
+from dslide_dask.distributed.handover import Handover, rows_crossing
 from dslide_dask.distributed.liveness import listed_workers, still_listed
 from dslide_dask.distributed.memory_plan import fits_while_moving, row_bytes
-from dslide_dask.distributed.mirroring import BYTES_IN_FLIGHT, MirrorPlan
-from dslide_dask.distributed.placement import Placement, shard_bytes
-from dslide_dask.errors import MemoryPlanError, MirrorFailed, ShardLostError
+from dslide_dask.distributed.mirroring import BYTES_IN_FLIGHT
+from dslide_dask.distributed.placement import shard_bytes
+from dslide_dask.distributed.switch import PreparedMove, SwitchesModels
+from dslide_dask.errors import MemoryPlanError
 from dslide_dask.model.mirror import replayable
 
-#: How long a switch waits for the new shards to replay the last step before the move is
-#: dropped (a replay takes tens of milliseconds; this only guards against a hang).
-CATCH_UP_SECONDS = 60
 
-
-@dataclass(frozen=True)
-class Launch:
-    """A model's actors submitted on a placement, perhaps still being built."""
-
-    placement: Placement
-    token: str  #: the model's id
-    unused: frozenset[str]  #: the workers there were that it does not use
-    futures: tuple  #: the coordinator's actor future, then the other shards'
-
-
-@dataclass(frozen=True)
-class PreparedMove:
-    """A live move being prepared: the new model built from the old one's parts."""
-
-    launch: Launch
-    old: Handover
-    leaving: frozenset[str]
-    joined: frozenset[str]
-    at_step: int  #: when the copy it is built from was taken
-    started: float  #: ``time.perf_counter()`` then
-    rows_moved: int  #: output rows whose worker changes
-    events_seen: float  #: the newest leave request read when the move was decided
-
-
-class FollowsTheCluster:
+class FollowsTheCluster(SwitchesModels):
     """The moves of :class:`~dslide_dask.distributed.trainer.DistributedTrainer` (its
     attributes: ``client``, ``policy``, ``elastic``, ``placement``, ``history``...)."""
 
-    _prepared: PreparedMove | None = None
-    _old_model: list = []  #: the actors of the model switched from, until released
-    _moving_to: Placement | None = None  #: the new model's, while it takes the old one's parts
-    _unfit: frozenset[str] = frozenset()  #: joined workers a new model could not be built on
-    _mirroring = False  #: the old shards stream their rows to the prepared model
     _collect = False  #: released actors wait for a garbage collection
     _to_retire: frozenset[str] = frozenset()  #: workers whose rows went, to retire
 
@@ -159,9 +124,12 @@ class FollowsTheCluster:
             moving = shard_bytes(self.cfg, self.n_labels) * n_new / (n_now + n_new)
             move_seconds = moving / self.elastic.move_bytes_per_second
         return join_pays(
-            remaining, step_seconds, workers_now=n_now, workers_then=n_now + n_new,
+            remaining,
+            step_seconds,
+            workers_now=n_now,
+            workers_then=n_now + n_new,
             move_seconds=move_seconds,
-        )  # fmt: skip
+        )
 
     def _move(self, leaving: set[str], joined: set[str], seen: float) -> tuple[int, int] | None:
         """Re-balance the model over the workers there are, less ``leaving`` (asked to
@@ -190,164 +158,30 @@ class FollowsTheCluster:
         if live:
             handover = Handover(self._model_id, old.layout, old.workers, old.hidden_units, mirrored)
             self._prepared = PreparedMove(
-                self._launch(None, new, handover), handover, frozenset(leaving),
-                frozenset(joined), at_step, t0, crossing, seen,
-            )  # fmt: skip
+                self._launch(None, new, handover),
+                handover,
+                frozenset(leaving),
+                frozenset(joined),
+                at_step,
+                t0,
+                crossing,
+                seen,
+            )
             return None
         url = self._wait(self.coordinator.save_checkpoint(self.policy.store()))
         meta = open_checkpoint(url, self.policy.storage_options).meta
         self.close()
         self._start(url, new)  # on the workers that stay, before any of them may go
-        self._moved(leaving, joined, seen, at_step=at_step, seconds=time.perf_counter() - t0,
-                    live=False, rows_moved=crossing)  # fmt: skip
-        return meta["position"]["epoch"], meta["position"]["batch"]
-
-    def _prepared_stands(self, alive: set[str], rest: bool = False) -> bool:
-        """Whether every actor of the prepared model stands and holds the rows as of the
-        step before or later (``rest``: no step will come; as of now). A prepared model
-        that lost a worker is dropped (a later boundary may move again), and so is one
-        that could not be built (:meth:`_unbuilt`)."""
-        futures = self._prepared.launch.futures
-        if not set(self._prepared.launch.placement.workers) <= alive:
-            self._drop_prepared(stop_mirror=True)
-            return False
-        if failed := [f for f in futures if f.status == "error"]:
-            prepared, error = self._prepared, failed[0].exception()  # before the release
-            self._drop_prepared(stop_mirror=True)
-            self._unbuilt(prepared, error)
-            return False
-        if not all(f.done() for f in futures):
-            return False
-        if not self._prepared.old.mirrored:
-            return True
-        if not self._mirroring:  # the new actors stand: the old shards start streaming
-            plan = MirrorPlan(self._prepared.launch.placement.layout,
-                              tuple(f.result() for f in futures))  # fmt: skip
-            self._wait(self.coordinator.mirror_to(plan))
-            self._mirroring = True
-        if rest:
-            self._wait(self.coordinator.mirror_rest())  # no-op once every row went
-        try:
-            return self._replicas_at(self.step - (0 if rest else 1))
-        except MirrorFailed as error:
-            self._mirror_failed(error)
-            return False
-
-    def _replicas_at(self, step: int) -> bool:
-        """Whether every new shard holds the rows as of ``step`` or later."""
-        calls = [f.result().mirror_status() for f in self._prepared.launch.futures]
-        try:
-            statuses = [self._wait(call) for call in calls]
-        except ShardLostError:
-            raise  # a worker of the model in use: it is restored
-        except Exception as e:  # a new worker's: the move cannot go on
-            raise MirrorFailed(f"{type(e).__name__}: {e}") from e
-        if error := next((s.error for s in statuses if s.error), None):
-            raise MirrorFailed(error)
-        return all(s.ready and s.step >= step for s in statuses)
-
-    def _caught_up(self) -> bool:
-        """Wait until every new shard has replayed the last step (its update is on its
-        way: tens of milliseconds); False if the move was dropped instead."""
-        deadline = time.monotonic() + CATCH_UP_SECONDS
-        try:
-            while not self._replicas_at(self.step):
-                if time.monotonic() > deadline:
-                    raise MirrorFailed(f"the new shards did not replay step {self.step} "
-                                       f"within {CATCH_UP_SECONDS} s")  # fmt: skip
-                time.sleep(0.002)
-        except MirrorFailed as error:
-            self._mirror_failed(error)
-            return False
-        return True
-
-    def _mirror_failed(self, error: MirrorFailed) -> None:
-        prepared = self._prepared
-        self._drop_prepared(stop_mirror=True)
-        self._unbuilt(prepared, error)
-
-    def _unbuilt(self, prepared: PreparedMove, error: BaseException) -> None:
-        """A new model failed to build (a joined node without room or with a broken
-        environment): the run goes on with the model it has, rather than stopping or
-        going back to a checkpoint. The workers that joined for it are not tried again;
-        workers asked to leave stay, as when the others cannot hold the model (a new
-        request tries again)."""
-        self._unfit = self._unfit | prepared.joined
-        self._events_seen = max(self._events_seen, prepared.events_seen)
-        warnings.warn(
-            f"could not build the model on {len(prepared.launch.placement.workers)} workers "
-            f"({type(error).__name__}: {error}); training goes on on the "
-            f"{len(self.placement.workers)} it has"
-            + (f", without {', '.join(sorted(prepared.joined))}" if prepared.joined else "")
-            + (f"; {', '.join(sorted(prepared.leaving))} stay" if prepared.leaving else ""),
-            RuntimeWarning, stacklevel=2,
-        )  # fmt: skip
-
-    def _await_prepared(self) -> bool:
-        """Wait until the prepared model stands (True) or is dropped (False); raises if a
-        worker of the model in use is lost meanwhile."""
-        while self._prepared is not None:
-            try:
-                wait(list(self._prepared.launch.futures), timeout=POLL_SECONDS)
-            except TimeoutError:
-                if lost := self._lost():
-                    raise ShardLostError(self._lost_message(lost)) from None
-            alive = listed_workers(self.client)
-            if alive is not None and self._prepared_stands(set(alive), rest=True):
-                return True
-            if self._mirroring:
-                time.sleep(0.02)  # the new shards are taking the rows
-        return False
-
-    def _switch(self) -> None:
-        """Train on with the prepared model, once its shards replayed the last step (if
-        the rows were streamed): copy the old parts into it again (with the data and the
-        position in it) if the old model took steps since the first copy; let the old
-        model go."""
-        t0 = time.perf_counter()
-        if self._mirroring and not self._caught_up():
-            return
-        prepared, self._prepared = self._prepared, None
-        launch = prepared.launch
-        self._moving_to = launch.placement  # a lost new worker fails the waits below
-        try:
-            if self.step > prepared.at_step:
-                pieces = HandoverPieces(
-                    self.client, prepared.old, launch.placement, f"{launch.token}-switch"
-                )
-                for future in pieces.settle(launch.token):
-                    self._wait(future)
-        except BaseException:  # the old model is recovered; the workers leaving ask again
-            self._left -= prepared.leaving
-            self._release(list(launch.futures))
-            raise
-        finally:
-            self._moving_to = None
-            self._mirroring = False
-        self._old_model = self._futures  # let go at the next boundary, not now
-        self._adopt(launch)
-        if prepared.leaving:
-            self._release_old_model()  # before the workers that left may retire
-        n = self.step - prepared.at_step
         self._moved(
-            prepared.leaving, prepared.joined, prepared.events_seen, at_step=self.step,
-            seconds=time.perf_counter() - t0, live=True, rows_moved=prepared.rows_moved,
-            prepare_seconds=t0 - prepared.started, steps_while_preparing=n,
-            slowdown_seconds=self._slowdown(n),
-        )  # fmt: skip
-
-    def _slowdown(self, n: int) -> float:
-        """How much longer the last ``n`` steps took than the median step before them."""
-        if n <= 0 or len(self.history) <= n:
-            return 0.0
-        before = [s["seconds"] for s in self.history[-n - STEPS_PER_CALL : -n]]
-        during = sum(s["seconds"] for s in self.history[-n:])
-        return max(0.0, during - n * statistics.median(before))
-
-    def _release_old_model(self) -> None:
-        if self._old_model:
-            old, self._old_model = self._old_model, []
-            self._release(old, now=False)
+            leaving,
+            joined,
+            seen,
+            at_step=at_step,
+            seconds=time.perf_counter() - t0,
+            live=False,
+            rows_moved=crossing,
+        )
+        return meta["position"]["epoch"], meta["position"]["batch"]
 
     def _let_go(self) -> None:
         """Between handing the coordinator its next steps and waiting for them (or as a
@@ -362,29 +196,22 @@ class FollowsTheCluster:
             leaving, self._to_retire = self._to_retire, frozenset()
             self._retire(set(leaving))
 
-    def _drop_prepared(self, stop_mirror: bool = False) -> None:
-        """Release a prepared model that will not be switched to; the workers it was to
-        take off are asked again (their requests stand). ``stop_mirror``: the old model
-        trains on, and stops streaming its rows."""
-        prepared, self._prepared = self._prepared, None
-        if stop_mirror and self._mirroring:
-            self._wait(self.coordinator.mirror_to(None))
-        self._mirroring = False
-        if prepared is not None:
-            self._left -= prepared.leaving
-            self._release(list(prepared.launch.futures))
-
     def _moved(self, leaving, joined, seen: float, *, rows_moved: int, **how) -> None:
         """Record the move; the workers that left are retired while the next steps run
         (:meth:`_let_go`). Requests to leave after ``seen`` (while the move was prepared)
         are read at the next boundary."""
         self._to_retire |= frozenset(leaving)  # retired while the next steps run
         self._events_seen = seen
-        self.moves.append(Move(
-            leaving=tuple(sorted(leaving)), joined=tuple(sorted(joined)),
-            workers=len(self.placement.workers), rows_moved=rows_moved,
-            bytes_moved=rows_moved * row_bytes(self.cfg), **how,
-        ))  # fmt: skip
+        self.moves.append(
+            Move(
+                leaving=tuple(sorted(leaving)),
+                joined=tuple(sorted(joined)),
+                workers=len(self.placement.workers),
+                rows_moved=rows_moved,
+                bytes_moved=rows_moved * row_bytes(self.cfg),
+                **how,
+            )
+        )
 
     def _retire(self, leaving: set[str]) -> None:
         """Retire the workers whose rows were handed off, as they were asked to (once

@@ -63,11 +63,15 @@ class SurvivesLostWorkers:
             position = (ckpt.meta["position"]["epoch"], ckpt.meta["position"]["batch"])
         del self.history[max(start_len, restored - self.start_step) :]
         self._start(restore)
-        self.recoveries.append(Recovery(
-            lost=", ".join(f"shard {s} on {w}" for s, w in lost), at_step=at_step,
-            restored_step=restored, workers=len(self.placement.workers),
-            seconds=time.perf_counter() - t0,
-        ))  # fmt: skip
+        self.recoveries.append(
+            Recovery(
+                lost=", ".join(f"shard {s} on {w}" for s, w in lost),
+                at_step=at_step,
+                restored_step=restored,
+                workers=len(self.placement.workers),
+                seconds=time.perf_counter() - t0,
+            )
+        )
         return position
 
     def _await_replacements(self, wanted: int) -> None:

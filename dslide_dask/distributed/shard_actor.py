@@ -38,9 +38,11 @@ class ShardActor:
     """
 
     def __init__(
-        self, spec: ShardSpec, pieces: dict[int, RowsPiece] | None = None,
+        self,
+        spec: ShardSpec,
+        pieces: dict[int, RowsPiece] | None = None,
         units: list[UnitsPiece] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         prepare_worker_process()
         self.n_threads = spec.n_threads
         self.wire_dtype = spec.wire_dtype
@@ -52,9 +54,12 @@ class ShardActor:
         self.hidden: HiddenLayers | None = None  # a slice of the hidden layer, if any here
         if spec.hidden_units is not None:
             self.hidden = HiddenLayers(
-                spec.cfg, spec.n_features, spec.cfg.seed, initialize=fresh,
+                spec.cfg,
+                spec.n_features,
+                spec.cfg.seed,
+                initialize=fresh,
                 columns=spec.hidden_units,
-            )  # fmt: skip
+            )
         if spec.restore is not None:
             ckpt = open_checkpoint(spec.restore, spec.storage_options)
             restore_shard(ckpt, self.shard)

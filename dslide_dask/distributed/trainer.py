@@ -15,7 +15,6 @@ from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.stream import Stream
 from dslide_dask.distributed import live_metrics
 from dslide_dask.distributed.cluster_data import ClusterData, on_coordinator, topk_array
-from dslide_dask.distributed.coordinator import Coordinator
 from dslide_dask.distributed.elastic import (
     STEPS_PER_CALL,
     ElasticPolicy,
@@ -27,19 +26,16 @@ from dslide_dask.distributed.errors import (
     POLL_SECONDS,
     quiet_calls_of_released_actors,
 )
-from dslide_dask.distributed.handover import Handover, HandoverPieces
-from dslide_dask.distributed.liveness import LOST_AFTER_SECONDS, Liveness, workers_now
-from dslide_dask.distributed.placement import Placement, place_shards
-from dslide_dask.distributed.rebalance import FollowsTheCluster, Launch
+from dslide_dask.distributed.launch import LaunchesModels
+from dslide_dask.distributed.liveness import LOST_AFTER_SECONDS, Liveness
+from dslide_dask.distributed.rebalance import FollowsTheCluster
 from dslide_dask.distributed.recovery import Recovery, SurvivesLostWorkers
-from dslide_dask.distributed.shard_actor import ShardActor
-from dslide_dask.distributed.specs import CoordinatorSpec, ShardSpec
 from dslide_dask.errors import ShardLostError
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.trainer import StepCallback
 
 
-class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
+class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels):
     """A :class:`~dslide_dask.trainer.Trainer` whose output layer is sharded over Dask
     workers.
 
@@ -120,109 +116,6 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
         self._futures: list = []
         self._start(restore)
 
-    def _workers(self) -> dict[str, dict]:
-        """The scheduler's view of the workers the model may use: not those that left, nor
-        those a model could not be built on."""
-        workers = workers_now(self.client)
-        return {a: w for a, w in workers.items() if a not in self._left | self._unfit}
-
-    def _place(self, workers: dict[str, dict], previous: Placement | None = None) -> Placement:
-        n_shards = self.n_shards_asked
-        if n_shards is not None:
-            n_shards = min(n_shards, len(workers))
-        return place_shards(
-            workers, self.cfg, self.n_labels, n_shards, coordinator_load=self.coordinator_load,
-            n_features=self.n_features, previous=previous, hidden_shards=self.hidden_shards,
-        )  # fmt: skip
-
-    def _start(
-        self, restore: str | None, placement: Placement | None = None,
-        handover: Handover | None = None,
-    ) -> None:  # fmt: skip
-        """Place (unless given a placement) and start the actors: fresh, restored from a
-        checkpoint URL, or taking over a live model's parts (:mod:`.handover`)."""
-        self._adopt(self._launch(restore, placement or self._place(self._workers()), handover))
-
-    def _launch(
-        self, restore: str | None, placement: Placement, handover: Handover | None = None
-    ) -> Launch:
-        """Submit a model's actors on ``placement`` without waiting for them."""
-        client, cfg = self.client, self.cfg
-        workers = self._workers()
-        token = uuid.uuid4().hex[:8]
-        threads = [int(workers[w].get("nthreads", 1)) for w in placement.workers]
-        layout = placement.layout
-        units = placement.hidden_units
-        pieces = HandoverPieces(client, handover, placement, token)
-
-        def shard(s: int) -> ShardSpec:
-            return ShardSpec(
-                cfg=cfg,
-                dim_in=cfg.hidden[-1],
-                layout=layout,
-                shard_index=s,
-                n_threads=threads[s],
-                wire_dtype=self.wire_dtype,
-                restore=restore,
-                storage_options=self.storage_options,
-                model_id=token,
-                handover=handover,
-                n_features=self.n_features,
-                hidden_units=units[s] if s < len(units) else None,
-            )
-
-        spec = CoordinatorSpec(
-            cfg=cfg,
-            n_features=self.n_features,
-            n_labels=self.n_labels,
-            layout=layout,
-            shard_workers=tuple(placement.workers),
-            n_threads=threads[0],
-            wire_dtype=self.wire_dtype,
-            pipeline=self.pipeline,
-            local_shard=shard(0),
-            checkpoint=self.policy,
-            restore=restore,
-            storage_options=self.storage_options,
-            run_name=self.name,
-            step_mode=self.step_mode,
-            model_id=token,
-            hidden_units=units,
-        )
-        # the coordinator (with shard 0) and the other shards are built side by side
-        coordinator = client.submit(
-            Coordinator,
-            spec,
-            *pieces.coordinator(),
-            actor=True,
-            workers=[placement.workers[0]],
-            allow_other_workers=False,
-            key=f"coordinator-{token}",
-        )
-        others = [
-            client.submit(
-                ShardActor,
-                shard(s),
-                *pieces.shard(s),
-                actor=True,
-                workers=[w],
-                allow_other_workers=False,
-                key=f"wide-shard-{s}-{token}",
-            )
-            for s, w in enumerate(placement.workers)
-            if s > 0
-        ]
-        unused = frozenset(workers) - set(placement.workers)
-        return Launch(placement, token, unused, (coordinator, *others))
-
-    def _adopt(self, launch: Launch) -> None:
-        """Train with the launched model from now on (once its actors stand)."""
-        self.placement, self._model_id, self._unused = launch.placement, launch.token, launch.unused
-        self._futures = list(launch.futures)
-        coordinator, *others = launch.futures
-        self.coordinator = self._wait(coordinator)
-        self._wait(self.coordinator.connect([self._wait(f) for f in others]))
-
     @property
     def n_shards(self) -> int:
         return len(self.placement.workers)
@@ -287,9 +180,14 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
 
     def _on_coordinator(self, call: tuple, data: ClusterData):
         return self.client.submit(
-            on_coordinator, self.coordinator, call, *data.parts, pure=False,
-            workers=[self.placement.workers[0]], allow_other_workers=False,
-        )  # fmt: skip
+            on_coordinator,
+            self.coordinator,
+            call,
+            *data.parts,
+            pure=False,
+            workers=[self.placement.workers[0]],
+            allow_other_workers=False,
+        )
 
     def save(self, url: str, storage_options: dict | None = None, extra: dict | None = None) -> str:
         """Write the model to ``url`` (each shard writes its own rows); the checkpoint URL.
@@ -302,6 +200,10 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers):
     def topk_scores(self, X: CSR, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Top-k ids and their logits (see :meth:`LocalTrainer.topk_scores`)."""
         return self._wait(self.coordinator.topk(X, k, exact, scores=True))
+
+    def embed(self, X: CSR) -> np.ndarray:
+        """The last hidden layer's output for each row (see :meth:`LocalTrainer.embed`)."""
+        return self._wait(self.coordinator.embed(X))
 
     def topk_array(self, rows, k: int, exact: bool = True):
         """Top-k ids of a dask array of rows (columns in one chunk), as a dask array

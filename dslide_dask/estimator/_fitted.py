@@ -33,9 +33,24 @@ class FittedMixin:
 
     # -- persistence -----------------------------------------------------------------------
     def save(self, url: str, storage_options: dict | None = None) -> str:
-        """Write the fitted model to ``url`` (any fsspec URL): plain arrays and JSON, no
-        pickle; on a cluster, every shard writes its own rows from its worker. Returns
-        the checkpoint's URL; :meth:`load` reads it back."""
+        """Write the fitted model to a folder: plain arrays and JSON, no pickle.
+
+        On a cluster, every shard writes its own rows from its worker. The parameters,
+        ``evals_``, the classes and the neighbour index are saved with the weights;
+        :meth:`load` reads them back.
+
+        Parameters
+        ----------
+        url : str
+            The folder, on any fsspec URL (a local path, ``s3://...``).
+        storage_options : dict or None, default=None
+            fsspec options of ``url`` (credentials, endpoint...).
+
+        Returns
+        -------
+        str
+            The URL of the checkpoint written.
+        """
         self._check_fitted()
         params = {k: _plain(v) for k, v in self.get_params().items() if k != "hidden"}
         params["random_state"] = self.seed_  # the seed used, whatever drew it
@@ -46,17 +61,45 @@ class FittedMixin:
             extra["estimator"]["neighbour_weight_"] = self._choose_weight()
         saved = self.trainer_.save(url, storage_options, extra)
         if self._fusing():
-            save_neighbours(saved, self.neighbours_, storage_options)
+            save_neighbours(saved, self._index_now(), storage_options)
+        self._save_output_index(saved, storage_options)
         return saved
 
     @classmethod
     def load(
-        cls, url: str, client=None, storage_options: dict | None = None,
+        cls,
+        url: str,
+        client=None,
+        storage_options: dict | None = None,
         n_shards: int | None = None,
-    ) -> Self:  # fmt: skip
-        """A fitted classifier from a model written by :meth:`save` (or any checkpoint,
-        e.g. a run folder's latest), in this process or on ``client``'s cluster, split
-        into ``n_shards`` (default: as saved in-process, one per worker on a cluster)."""
+    ) -> Self:
+        """A fitted classifier from a model written by :meth:`save`.
+
+        Any checkpoint loads (e.g. a run folder's latest), whatever the sharding it was
+        written with.
+
+        Parameters
+        ----------
+        url : str
+            The model's folder (or a checkpoint store or run folder), on any fsspec URL.
+        client : distributed.Client or None, default=None
+            Load the model onto this client's cluster. None: in this process.
+        storage_options : dict or None, default=None
+            fsspec options of ``url``.
+        n_shards : int or None, default=None
+            Shards to split the output layer into. None: as saved, in this process;
+            one per worker, on a cluster.
+
+        Returns
+        -------
+        SlideClassifier
+            The fitted estimator, with the parameters it was saved with.
+
+        Raises
+        ------
+        CheckpointError
+            The folder holds no model, or a corrupted or incompatible one.
+        """
         ckpt = open_checkpoint(url, storage_options)
         saved = dict(ckpt.meta.get("estimator", {}))
         epochs_done, evals = saved.pop("epochs_done", 0), saved.pop("evals", [])
@@ -81,41 +124,73 @@ class FittedMixin:
             from dslide_dask.distributed import DistributedTrainer  # distributed: on demand
 
             clf.trainer_ = DistributedTrainer(
-                client, cfg, n_features, n_labels, n_shards=n_shards,
-                wire_dtype=clf.wire_dtype, pipeline=clf.pipeline, restore=ckpt.url,
-                storage_options=storage_options, name=clf.run_name,
-            )  # fmt: skip
+                client,
+                cfg,
+                n_features,
+                n_labels,
+                n_shards=n_shards,
+                wire_dtype=clf.wire_dtype,
+                pipeline=clf.pipeline,
+                restore=ckpt.url,
+                storage_options=storage_options,
+                name=clf.run_name,
+            )
         clf.seed_ = cfg.seed
         clf.epochs_done_, clf.evals_ = epochs_done, list(evals)
         clf.n_features_in_ = n_features
         clf._multiclass = classes is not None
         clf.classes_ = np.asarray(classes) if classes is not None else np.arange(n_labels)
         clf.neighbours_, clf.neighbour_weight_, clf._held = None, None, None
+        clf._index_rows = None
         if weight is not None:
-            if not isinstance(weight, float | int) or not 0.0 <= weight <= 1.0:
-                raise CheckpointError(f"{ckpt.url}: neighbour_weight_ must be in [0, 1]")
+            pair = [weight, 0.0] if isinstance(weight, float | int) else weight  # 1 weight: input
+            if not (
+                isinstance(pair, list)
+                and len(pair) == 2
+                and all(isinstance(w, float | int) and 0.0 <= w <= 1.0 for w in pair)
+                and sum(pair) <= 1.0 + 1e-9
+            ):
+                raise CheckpointError(
+                    f"{ckpt.url}: neighbour_weight_ must be two weights in [0, 1], sum <= 1"
+                )
             clf.neighbours_ = load_neighbours(ckpt.url, storage_options)
-            clf.neighbour_weight_ = float(weight)
+            clf.neighbour_weight_ = (float(pair[0]), float(pair[1]))
             if clf.neighbours_.n_labels != n_labels:
                 raise CheckpointError(f"{ckpt.url}: the neighbour index has other labels")
+        clf._load_output_index(ckpt)
         return clf
 
     # -- inference -------------------------------------------------------------------------
     def predict_topk(self, X, k: int = 5, *, exact: bool = True, return_scores: bool = False):
-        """Top-k labels per row, best first: label ids (multi-class: the classes).
-        ``exact=False``: LSH-retrieved labels only; -1 (multi-class: None) where fewer
-        than k are found.
-
-        ``return_scores=True`` also returns their scores, ``(labels, scores)`` (float32,
-        -inf where no label was found), comparable within a row and across rows: with
-        ``neighbours`` (the default), the fused score ``(1 - neighbour_weight_) * p +
-        neighbour_weight_ * share`` of the network's softmax over its top candidates and
-        the neighbours' vote; with ``neighbours=0``, the output layer's logits.
+        """The ``k`` best labels of each row, best first, optionally with their scores.
 
         A dask array ``X`` given to a model on a cluster gives a dask array: one task per
         block, run where the block is, asks the model's network (no neighbours: their
         index is in this process; with ``return_scores``, ``X`` is read here and numpy
         arrays come back, fused).
+
+        Parameters
+        ----------
+        X : sparse matrix, array-like or dask array
+            The rows, ``(n_samples, n_features)``.
+        k : int, default=5
+            Labels per row, in [1, n_labels].
+        exact : bool, default=True
+            Score every label. False: only those the LSH tables retrieve (faster, and
+            -1, or None for classes, where fewer than ``k`` are found).
+        return_scores : bool, default=False
+            Also return the labels' scores.
+
+        Returns
+        -------
+        labels : ndarray or dask array of shape (n_samples, k)
+            Label ids (int64), or the classes of a multi-class model.
+        scores : ndarray of shape (n_samples, k)
+            With ``return_scores``: float32 scores, comparable within a row and across
+            rows (-inf where no label was found): with ``neighbours``, the fused score
+            ``(1 - a - b) * p + a * share_input + b * share_hidden``, ``(a, b)`` being
+            ``neighbour_weight_``, of the network's softmax over its top candidates and
+            the neighbours' votes; with ``neighbours=0``, the output layer's logits.
         """
         self._check_fitted()
         k = _plain(k)
@@ -134,7 +209,7 @@ class FittedMixin:
             if self._fusing():
                 top, scores = self._fused_topk(Xc, k, bool(exact))
             else:
-                top, scores = self.trainer_.topk_scores(Xc, k, bool(exact))
+                top, scores = self._network_topk(Xc, k, bool(exact))
         if self._multiclass:
             top = _classes_of(self.classes_, top)
         return (top, scores) if return_scores else top
@@ -145,10 +220,25 @@ class FittedMixin:
         return collections.is_dask_collection(X) and not isinstance(self.trainer_, LocalTrainer)
 
     def predict(self, X, top_k: int = 1, *, exact: bool = True):
-        """Multi-label (scikit-learn's convention, kept sparse): a scipy CSR indicator
-        matrix of shape ``(n_rows, n_labels)`` with the ``top_k`` best labels of each row
-        set. Multi-class: the best class of each row (``top_k`` must be 1; see
-        :meth:`predict_topk`)."""
+        """The best labels of each row, as scikit-learn's classifiers predict.
+
+        Parameters
+        ----------
+        X : sparse matrix, array-like or dask array
+            The rows, ``(n_samples, n_features)``.
+        top_k : int, default=1
+            Labels set per row, in [1, n_labels]; 1 for a multi-class model (its
+            :meth:`predict_topk` gives the k best classes).
+        exact : bool, default=True
+            Score every label; False: only those the LSH tables retrieve.
+
+        Returns
+        -------
+        scipy.sparse.csr_matrix of shape (n_samples, n_labels), or ndarray of shape (n_samples,)
+            Multi-label: the indicator matrix with the ``top_k`` best labels of each row
+            set (kept sparse: 100K+ labels a row would not fit dense). Multi-class: the
+            best class of each row.
+        """
         self._check_fitted()
         top_k = _plain(top_k)
         check_int("top_k", top_k, 1, self.trainer_.n_labels)
@@ -163,15 +253,52 @@ class FittedMixin:
         return topk_indicator(top, self.trainer_.n_labels)
 
     def score(self, X, y, sample_weight=None, *, k: int = 1, exact: bool = True) -> float:
-        """Precision at k (P@k) on ``(X, y)`` (multi-class, k=1: the accuracy)."""
+        """Precision at k (P@k) on ``(X, y)``: scikit-learn's ``score``, greater is better.
+
+        Parameters
+        ----------
+        X : sparse matrix, array-like or dask array
+            The rows, ``(n_samples, n_features)``.
+        y : array-like, sparse matrix, list of arrays or dask array
+            Their true labels (as :meth:`fit` takes them).
+        sample_weight : None
+            Not supported (P@k weighs every row alike): must be None.
+        k : int, default=1
+            The predictions scored per row.
+        exact : bool, default=True
+            Score every label; False: only those the LSH tables retrieve.
+
+        Returns
+        -------
+        float
+            P@k (multi-class, k=1: the accuracy).
+        """
         if sample_weight is not None:
             raise ValueError("sample_weight is not supported: P@k weighs every row alike")
         k = _plain(k)
         return self.evaluate(X, y, ks=(k,), exact=exact)[f"P@{k}"]
 
     def evaluate(self, X, Y, ks=(1, 3, 5), exact: bool = True) -> dict[str, float]:
-        """P@k and nDCG@k for each k in ``ks``, and PSP@k and PSnDCG@k (propensity-scored,
-        normalised by the best achievable; propensities from the labels trained on)."""
+        """The extreme classification metrics of the predictions for ``X``.
+
+        Parameters
+        ----------
+        X : sparse matrix, array-like or dask array
+            The rows, ``(n_samples, n_features)``.
+        Y : array-like, sparse matrix, list of arrays or dask array
+            Their true labels (as :meth:`fit` takes them).
+        ks : tuple of int, default=(1, 3, 5)
+            The cut-offs k.
+        exact : bool, default=True
+            Score every label; False: only those the LSH tables retrieve.
+
+        Returns
+        -------
+        dict of str to float
+            ``P@k`` and ``nDCG@k`` for each k, and ``PSP@k`` and ``PSnDCG@k``
+            (propensity-scored, normalised by the best achievable; propensities from the
+            labels trained on).
+        """
         self._check_fitted()
         ks = tuple(_plain(k) for k in ks)
         if self._on_cluster(X) and not self._multiclass:
@@ -183,6 +310,8 @@ class FittedMixin:
         with self._threads():
             if self._fusing():
                 return self._fused_metrics(data, ks, bool(exact))
+            if exact and self._serving_index() is not None:
+                return self._index_metrics(data, ks)
             return self.trainer_.evaluate(data, ks, bool(exact))
 
     def _fusing(self) -> bool:

@@ -19,7 +19,7 @@ from dslide_dask.data.dataset import XCDataset
 from dslide_dask.estimator._inputs import _plain
 from dslide_dask.metrics import xc_metrics
 from dslide_dask.model.config import check_float, check_int
-from dslide_dask.model.neighbours import CANDIDATES, NeighbourIndex, choose_weight, fused_topk
+from dslide_dask.model.neighbours import CANDIDATES, NeighbourIndex, choose_weights, fused_topk
 
 #: Rows held out of the network's training to choose the weight on: 5% of the rows, at
 #: most this many (enough to tell weights 0.1 apart); none below HELD_MIN_POINTS rows (under
@@ -27,8 +27,10 @@ from dslide_dask.model.neighbours import CANDIDATES, NeighbourIndex, choose_weig
 HELD_MAX = 2000
 HELD_SHARE = 0.05
 HELD_MIN_POINTS = 2000
-#: The weight when too few rows are there to choose it on.
-FALLBACK_WEIGHT = 0.2
+#: The weights (input, hidden neighbours) when too few rows are there to choose them on:
+#: near the best of the real and synthetic sets measured (Debian-26K (0.1, 0.7),
+#: debian-files (0.1, 0.9), amazon-670k (0.5, 0.5); docs/accuracy.md).
+FALLBACK_WEIGHTS = (0.2, 0.5)
 
 
 class NeighboursMixin:
@@ -39,11 +41,19 @@ class NeighboursMixin:
         check_int("neighbours", k, 0, 1 << 16)
         return k
 
-    def _given_weight(self) -> float | None:
+    def _given_weight(self) -> tuple[float, float] | None:
+        """``neighbour_weight`` as (input, hidden) weights: a number is the input's."""
         weight = _plain(self.neighbour_weight)
-        if weight is not None:
-            check_float("neighbour_weight", weight, 0.0, 1.0)
-        return weight
+        if weight is None:
+            return None
+        pair = (weight, 0.0) if isinstance(weight, int | float) else tuple(weight)
+        if len(pair) != 2:
+            raise ValueError(f"neighbour_weight must be a number or a pair, got {weight!r}")
+        for value in pair:
+            check_float("neighbour_weight", value, 0.0, 1.0)
+        if sum(pair) > 1.0 + 1e-9:
+            raise ValueError(f"neighbour_weight's two weights must sum to at most 1, got {pair}")
+        return (float(pair[0]), float(pair[1]))
 
     def _neighbour_split(self, data, seed: int) -> tuple[object, XCDataset | None]:
         """``(rows the network trains on, rows held out to choose the weight on)``; no
@@ -59,8 +69,22 @@ class NeighboursMixin:
         return data.take(np.sort(order[n_held:])), held
 
     def n_network_rows(self, n_points: int) -> int:
-        """How many of ``n_points`` training rows (in memory) a fit trains the network on;
-        the others are held out to choose ``neighbour_weight`` on."""
+        """How many of ``n_points`` training rows (in memory) a fit trains the network on.
+
+        The others are held out to choose ``neighbour_weight`` on (when it is None and
+        ``neighbours`` is not 0), then indexed with the rest.
+
+        Parameters
+        ----------
+        n_points : int
+            Rows given to :meth:`fit`.
+
+        Returns
+        -------
+        int
+            The rows the network trains on: ``n_points`` less 5% (at most 2,000), or all
+            of them.
+        """
         if self._neighbour_k() == 0 or self._given_weight() is not None:
             return n_points
         if n_points < HELD_MIN_POINTS:
@@ -72,30 +96,51 @@ class NeighboursMixin:
         if self._neighbour_k() == 0 or not isinstance(data, XCDataset):
             return
         self.neighbours_ = NeighbourIndex.build(data.X, data.Y)
-        self._weight_step = -1
+        self._index_rows, self._embed_step, self._weight_step = data.X, -1, -1
         if self.neighbour_weight_ is None and self._held is None:  # too few rows to hold
-            self.neighbour_weight_ = FALLBACK_WEIGHT
+            self.neighbour_weight_ = FALLBACK_WEIGHTS
 
     def _finish_neighbours(self, data) -> bool:
         """At the end of a fit: the weight chosen for the final network, then the held
         rows indexed with the others; whether predictions changed by it."""
-        if self.neighbours_ is None or self._held is None:
+        if self.neighbours_ is None:
             return False
-        self._choose_weight()
-        held, self._held = self._held, None
-        every = stack_datasets([data, held], data.n_features, data.n_labels)
-        self.neighbours_ = NeighbourIndex.build(every.X, every.Y)
+        if self._held is not None:
+            self._choose_weight()
+            held, self._held = self._held, None
+            data = stack_datasets([data, held], data.n_features, data.n_labels)
+            self.neighbours_ = NeighbourIndex.build(data.X, data.Y)
+        self.neighbours_ = self.neighbours_.with_embedding(self.trainer_.embed(data.X))
+        self._index_rows, self._embed_step = None, self._step
         return True
 
-    def _choose_weight(self) -> float:
-        """The fused weight for the network as it is now (chosen on the held rows)."""
+    def _choose_weight(self) -> tuple[float, float]:
+        """The fused weights for the network as it is now (chosen on the held rows)."""
         if self._held is not None and self._weight_step != self._step:
             held = self._held
             ids, logits = self.trainer_.topk_scores(held.X, self._candidates(), True)
-            votes = self.neighbours_.votes(held.X, self._neighbour_k())
-            self.neighbour_weight_ = choose_weight(ids, logits, votes, held.Y)
+            self.neighbour_weight_ = choose_weights(ids, logits, self._votes(held.X), held.Y)
             self._weight_step = self._step
         return self.neighbour_weight_
+
+    def _index_now(self) -> NeighbourIndex:
+        """The index, with hidden vectors of the network as it is now."""
+        if getattr(self, "_index_rows", None) is not None and self._embed_step != self._step:
+            hidden = self.trainer_.embed(self._index_rows)
+            self.neighbours_ = self.neighbours_.with_embedding(hidden)
+            self._embed_step = self._step
+        return self.neighbours_
+
+    def _votes(self, X: CSR) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The votes of the points nearest each row in the input, and in the hidden space
+        once the index has the points' hidden vectors (during a fit: of the network as it
+        is now, computed again when it has stepped since)."""
+        index = self._index_now()
+        k, m = self._neighbour_k(), self._candidates()
+        votes = [index.votes(X, k, m)]
+        if index.embedding is not None:
+            votes.append(index.embedding_votes(self.trainer_.embed(X), k, m))
+        return votes
 
     def _candidates(self) -> int:
         return min(CANDIDATES, self.trainer_.n_labels)
@@ -103,9 +148,8 @@ class NeighboursMixin:
     def _fused_topk(self, X: CSR, k: int, exact: bool) -> tuple[np.ndarray, np.ndarray]:
         """Top-k ids and fused scores of the network and the neighbours' votes."""
         weight = self._choose_weight()
-        ids, logits = self.trainer_.topk_scores(X, max(k, self._candidates()), exact)
-        votes = self.neighbours_.votes(X, self._neighbour_k(), self._candidates())
-        return fused_topk(ids, logits, votes, weight, k)
+        ids, logits = self._network_topk(X, max(k, self._candidates()), exact)
+        return fused_topk(ids, logits, self._votes(X), weight, k)
 
     def _fused_metrics(self, data: XCDataset, ks: tuple[int, ...], exact: bool) -> dict:
         """P@k, nDCG@k and PSP@k of the fused top-k (propensities from the indexed rows:

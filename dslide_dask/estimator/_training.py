@@ -35,20 +35,44 @@ class TrainingMixin:
         eval_set: tuple | None = None,
         eval_every: int | None = None,
     ) -> Self:
-        """Train from scratch for ``epochs`` passes, shuffling the rows each epoch.
+        """Train a new model for ``epochs`` passes over the rows, shuffled each epoch.
 
-        ``X`` may be a URL of training data (file, glob, folder, converted layout; ``Y``
-        None): it is then streamed from storage by this process or, on a cluster, by the
-        coordinator's worker, never through the client.
+        In this process, or on the cluster of the client (given, or the current one).
+        With ``neighbours``, the rows trained on are indexed for the neighbours' votes
+        and, unless ``neighbour_weight`` is given, a few are held out to choose it.
+        With ``early_stopping``, ``validation_fraction`` of the rows (of data not in
+        this process: the ``eval_set``) are held out and scored (P@1) after each epoch;
+        training stops once ``n_iter_no_change`` epochs in a row gained no more than
+        ``tol``, and the weights of the best epoch are put back (``validation_scores_``,
+        ``best_validation_score_``, ``n_iter_``).
 
-        ``eval_set=(X_test, Y_test)`` records P@1/3/5 in :attr:`evals_` every
-        ``eval_every`` steps (default: after each epoch's worth of steps) and at the end.
+        Parameters
+        ----------
+        X : sparse matrix, array-like, dask collection or str
+            The features, ``(n_samples, n_features)``, in any form the class's Notes
+            list; or the URL of training data (a file, glob, folder of part files or
+            converted layout, ``Y`` None), then streamed from storage by this process
+            or, on a cluster, by the coordinator's worker, never through the client.
+        Y : array-like, sparse matrix, list of arrays, dask array or None, default=None
+            The labels: a 0/1 indicator matrix ``(n_samples, n_labels)`` or a list of
+            label-id arrays (multi-label), or a 1-D array of classes (multi-class).
+            None only with a URL, or a Dask bag or dataframe of rows, as ``X``.
+        callback : callable or None, default=None
+            Called after every step with its statistics (a dict, as an entry of
+            ``history_``), e.g. to drive a progress bar.
+        storage_options : dict or None, default=None
+            fsspec options of a URL ``X`` (credentials, endpoint...).
+        eval_set : tuple of (X_test, Y_test) or None, default=None
+            Rows to score while training: P@k, nDCG@k, PSP@k and PSnDCG@k for k in 1, 3
+            and 5 go to ``evals_`` every ``eval_every`` steps and at the end.
+        eval_every : int or None, default=None
+            Steps between the scores on ``eval_set``. None: each epoch's worth of
+            steps.
 
-        With ``early_stopping``, ``validation_fraction`` of the rows (of a URL: the
-        ``eval_set``) are held out and scored (P@1) after each epoch; training stops once
-        ``n_iter_no_change`` epochs in a row gained no more than ``tol``, and the weights
-        of the best epoch are put back (:attr:`validation_scores_`,
-        :attr:`best_validation_score_`, :attr:`n_iter_`).
+        Returns
+        -------
+        self : SlideClassifier
+            The fitted estimator.
         """
         epochs = self._int("epochs", 1, 1 << 20)
         batch_size = self._int("batch_size", 1, 1 << 20)
@@ -119,12 +143,41 @@ class TrainingMixin:
             self.trainer_.recall()
 
     def partial_fit(
-        self, X, Y=None, classes=None, callback: StepCallback | None = None,
+        self,
+        X,
+        Y=None,
+        classes=None,
+        callback: StepCallback | None = None,
         storage_options: dict | None = None,
-    ) -> Self:  # fmt: skip
-        """One pass over the rows in the given order (a URL: one shuffled pass); starts a
-        model on the first call (multi-class: of ``classes``, as scikit-learn's
-        ``partial_fit``, default the classes of that first ``y``)."""
+    ) -> Self:
+        """One pass over the rows in the given order (a URL: one shuffled pass).
+
+        The first call starts a model; later calls train it on. The rows are not kept:
+        predictions come from the network alone (no neighbours), and the learning rates
+        stay constant after the warm-up (no fit length is known).
+
+        Parameters
+        ----------
+        X : sparse matrix, array-like, dask collection or str
+            The features ``(n_samples, n_features)``, or the URL of training data (as
+            :meth:`fit` takes them).
+        Y : array-like, sparse matrix, list of arrays, dask array or None, default=None
+            The labels (as :meth:`fit` takes them); None only with a URL, or a Dask bag
+            or dataframe of rows.
+        classes : array-like or None, default=None
+            Multi-class, first call: every class the model will be asked about, as
+            scikit-learn's ``partial_fit`` takes them. None: the classes of the first
+            ``y``. Later calls ignore it.
+        callback : callable or None, default=None
+            Called after every step with its statistics (a dict).
+        storage_options : dict or None, default=None
+            fsspec options of a URL ``X``.
+
+        Returns
+        -------
+        self : SlideClassifier
+            The estimator, trained one pass more.
+        """
         if "trainer_" not in self.__dict__:
             data = self._training_data(X, Y, storage_options, classes)
             self._start(data, self._seed())
@@ -154,10 +207,17 @@ class TrainingMixin:
             from dslide_dask.distributed import DistributedTrainer  # distributed: on demand
 
             self.trainer_ = DistributedTrainer(
-                client, cfg, data.n_features, data.n_labels, n_shards=_plain(self.n_shards),
-                wire_dtype=self.wire_dtype, pipeline=_plain(self.pipeline), checkpoint=policy,
-                step_mode=self.step_mode, name=self.run_name,
-            )  # fmt: skip
+                client,
+                cfg,
+                data.n_features,
+                data.n_labels,
+                n_shards=_plain(self.n_shards),
+                wire_dtype=self.wire_dtype,
+                pipeline=_plain(self.pipeline),
+                checkpoint=policy,
+                step_mode=self.step_mode,
+                name=self.run_name,
+            )
         self.seed_ = seed
         self.epochs_done_ = 0
         self.evals_: list[dict] = []

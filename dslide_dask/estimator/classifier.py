@@ -9,7 +9,10 @@ scores of the best labels come from :meth:`SlideClassifier.predict_topk`, not fr
 
 The class is here with its parameters and scikit-learn conventions; its jobs live beside
 it: reading input (``_inputs``), training (``_training``), and what a fitted model does
-(``_fitted``).
+(``_fitted``). The module is over 400 lines for its documentation only: the class
+docstring is the API reference of every parameter and fitted attribute (about 300
+lines, kept beside the ``__init__`` it documents, as scikit-learn keeps its own); the
+code is about 300 lines.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dslide_dask.errors import NotFittedError
 from dslide_dask.estimator._fitted import FittedMixin
 from dslide_dask.estimator._inputs import InputsMixin, _plain
 from dslide_dask.estimator._neighbours import NeighboursMixin
+from dslide_dask.estimator._serving import ServingMixin
 from dslide_dask.estimator._training import TrainingMixin
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.model.config import SlideConfig, check_float, check_int
@@ -69,8 +73,21 @@ EXPECTED_FAILED_CHECKS = {
 
 
 def p_at_k_scorer(k: int = 1, exact: bool = True) -> Callable:
-    """A scorer for ``GridSearchCV``/``cross_val_score``: P@k of the estimator's top k
-    (greater is better), as ``scoring=p_at_k_scorer(3)``."""
+    """A scorer for ``GridSearchCV``/``cross_val_score``: P@k of the estimator's top k.
+
+    Parameters
+    ----------
+    k : int, default=1
+        The predictions scored per row.
+    exact : bool, default=True
+        Score every label; False: only those the LSH tables retrieve.
+
+    Returns
+    -------
+    callable
+        ``scorer(estimator, X, y)``, the estimator's P@k (greater is better), named
+        ``p_at_{k}``: ``GridSearchCV(..., scoring=p_at_k_scorer(3))``.
+    """
     check_int("k", k, 1, 1 << 20)
 
     def scorer(estimator, X, y) -> float:
@@ -81,41 +98,314 @@ def p_at_k_scorer(k: int = 1, exact: bool = True) -> Callable:
 
 
 class SlideClassifier(
-    InputsMixin, NeighboursMixin, TrainingMixin, FittedMixin, ClassifierMixin, BaseEstimator
+    InputsMixin,
+    NeighboursMixin,
+    TrainingMixin,
+    FittedMixin,
+    ServingMixin,
+    ClassifierMixin,
+    BaseEstimator,
 ):
     """Extreme multi-label classifier trained with SLIDE (LSH-sampled sparse softmax).
 
-    Parameters are those of :class:`~dslide_dask.model.SlideConfig` (their defaults are
-    its defaults) plus ``batch_size``, ``epochs`` and ``n_threads`` (numba threads in this
-    process; default: all cores). ``random_state`` (None, an int or a
-    ``numpy.random.RandomState``) seeds the weights, the hash functions and the data
-    order; ``seed=`` is accepted as its alias (the CLI's and a saved model's name).
+    A network ``n_features -> hidden -> n_labels`` whose output layer computes, for each
+    training example, only its labels, the neurons its hidden vector hashes to in ``L``
+    LSH tables and random negatives up to ``min_active``: the cost of a step follows the
+    active neurons, not the number of labels. Beside the network, the training rows vote
+    for their labels at prediction (``neighbours``). It is a scikit-learn estimator
+    (``clone``, ``Pipeline``, ``GridSearchCV`` with :func:`p_at_k_scorer`, pickling of
+    models trained in this process).
 
     On Dask, as dask-ml does, the current client (``distributed.default_client()``) is
-    used when there is one: the output layer is then sharded over the cluster's workers
-    (``n_shards``: default one per worker); activations cross the network as
-    ``wire_dtype``, and ``pipeline`` overlaps the end of a step with the start of the
-    next; ``step_mode="graph"`` runs each step as tasks named by phase for the dashboard
-    and performance reports (slower; ``"actor"``, the default, is the fast path).
-    ``client=`` overrides it (``client=False``: train in this process even with a
-    current client); it is not a parameter, so it is neither cloned nor pickled.
-    ``checkpoint_url`` (any fsspec URL) with ``checkpoint_every`` steps checkpoints the
-    model during ``fit``; on a cluster a lost worker is then survived. ``run_name`` labels
-    the run's live metrics on the dashboard and in Prometheus (default: a random
-    ``dslide-...``).
+    used when there is one: the output layer is then sharded over the cluster's workers,
+    each shard an actor pinned to its worker, and only activations and gradients cross
+    the network. ``client=`` overrides it.
 
-    ``neighbours`` (default 30; 0: off) keeps the training rows (fitted in memory) as an
-    inverted index; at prediction, the ``neighbours`` rows nearest a query (cosine of
-    the inputs) vote for their labels, and the votes are mixed with the network's
-    softmax with ``neighbour_weight`` (None: chosen by the fit on 5% of the rows, at
-    most 2,000, held out of the network's training; ``neighbour_weight_`` is the one
-    used). Rare labels, whose output rows learn little, are where the votes help most.
+    Every parameter is keyword-only. Those that define the network and its training
+    recipe are :class:`~dslide_dask.model.SlideConfig`'s fields, with its defaults and
+    its checks (a ``ValueError`` naming the parameter, raised by ``fit``).
 
-    ``X`` is a sparse matrix (scipy, ``sparse.GCXS``/``COO``, :class:`CSR`), a numpy array,
-    a Dask array of such chunks, or a URL of training data. ``Y`` is a label indicator
-    matrix (dense, sparse or Dask) or a list of label-id arrays (multi-label), or a 1-D
-    array of classes (multi-class). A Dask bag of ``(x, labels)`` rows or a dataframe of
-    feature and label columns may be ``X`` alone.
+    Parameters
+    ----------
+    hidden : tuple of int, default=(128,)
+        Widths of the hidden layers, each in [1, 65536], ReLU after each. The first is
+        the sparse input layer (a row of weights per feature, read and updated only for
+        the features a row has); the last is the vector every output neuron reads and
+        the LSH tables hash.
+    batch_size : int, default=256
+        Rows per training step, in [1, 2**20].
+    epochs : int, default=1
+        Passes over the training rows in :meth:`fit` (shuffled each epoch), in
+        [1, 2**20]. With the default schedule the first epoch runs at the full learning
+        rates and later ones decay them.
+    lr : float or None, default=None
+        Learning rate of the dense parameters (hidden biases, dense hidden layers) and
+        the base of the two wide layers' rates, in (0, 10]. None: chosen by the number
+        of labels when the model meets its data, 1e-2, or 2e-2 from 100,000 labels.
+    input_lr : float or None, default=None
+        Learning rate of the sparse input layer's rows (one a feature, updated only in
+        the batches that hold the feature), in (0, 10]. None: 4 x ``lr``, or 8 x ``lr``
+        from 100,000 labels.
+    output_lr : float or None, default=None
+        Learning rate of the output layer's rows, in (0, 10]: far below ``lr``, since a
+        label's row takes an Adam step as a sampled negative in most batches and as a
+        positive in few, and Adam then moves it up to ``1/sqrt(1 - beta2)`` (~32) times
+        ``output_lr`` at once. None: ``lr`` / 8, or ``lr`` / 64 from 100,000 labels.
+    lr_schedule : {'cosine', 'linear', 'constant'}, default='cosine'
+        How the learning rates move over a fit: ``warmup_steps`` of linear warm-up, then
+        ``stable_steps`` at the full rate, then a decay (half cosine or line) that
+        reaches ``lr_floor`` times the rate at step ``decay_steps``. A constant rate over
+        several epochs made precision peak early and fall; a decay already in the first
+        pass learned less. :meth:`partial_fit` (no length known) keeps the rates constant
+        after the warm-up.
+    warmup_steps : int, default=0
+        Steps of linear warm-up at the start of the schedule, in [0, 2**40].
+    stable_steps : int or None, default=None
+        Steps at the full rate after the warm-up, in [0, 2**40]. None: the fit's first
+        epoch (so a one-epoch fit runs at a constant rate).
+    decay_steps : int, default=0
+        The step at which the decay reaches ``lr_floor``, in [0, 2**40]. 0: the fit's
+        last step.
+    lr_floor : float, default=0.0
+        Where the decay ends, as a fraction of each rate, in [0, 1].
+    beta1 : float, default=0.0
+        Adam's first-moment decay, in [0, 1). 0: no momentum, and the first moments are
+        not kept at all (less memory and traffic): lazy Adam updates an output row only
+        when it is active, and momentum carried between its rare activations misleads
+        more than it helps.
+    beta2 : float, default=0.999
+        Adam's second-moment decay, in [0, 1).
+    eps : float, default=1e-8
+        Adam's epsilon, in (0, 1].
+    optimizer : {'adam', 'dense-adam'}, default='adam'
+        ``'adam'``: lazy (sparse) Adam, which updates only the rows a step touched (the
+        active output neurons, the input features present), each row bias-corrected by
+        its own count of updates. ``'dense-adam'``: exact Adam over every row of both
+        wide layers at every step, far slower on wide layers (a reference to compare
+        with; on a cluster, live moves then copy every row instead of streaming them).
+    moment_dtype : {'float32', 'bfloat16'}, default='float32'
+        Storage of Adam's moments of the output layer and the sparse input layer (nearly
+        every parameter). ``'bfloat16'`` halves it (2 bytes a moment instead of 4;
+        arithmetic still float32, stochastic rounding), for models that must fit small
+        workers.
+    hash_family : {'dwta', 'simhash'}, default='dwta'
+        The LSH functions that put output neurons (their weight rows) and hidden vectors
+        in buckets. ``'dwta'``, densified winner-take-all: a code is the position of the
+        largest value among ``bin_size`` dimensions (``log2(bin_size)`` bits), and a bin
+        of zeros (common after ReLU) borrows the next non-empty bin's code. ``'simhash'``:
+        a code is the sign of a sparse random projection (1 bit).
+    K : int, default=6
+        Codes per table, concatenated into a bucket id (folded by a hash when wider than
+        ``range_pow`` bits). More codes: narrower buckets, neurons closer to the query,
+        fewer of them. At most ``64 // log2(bin_size)`` for DWTA (21 at ``bin_size=8``),
+        64 for SimHash.
+    L : int, default=50
+        Hash tables, in [1, 1024]. An example's candidates are the neurons in its
+        bucket of each table: more tables find more neurons, at a cost in hashing time
+        and table memory (``L * 2**range_pow * bucket_capacity`` ids of 4 bytes, which
+        must stay under 4 GiB).
+    range_pow : int or None, default=None
+        log2 of the buckets per table, in [1, 30]. None: chosen for the neurons of each
+        shard, about 2.5 a bucket (as SLIDE's reference Amazon-670K setup), between 2**4
+        and 2**18 buckets, so that ``L`` tables yield a few hundred neurons and random
+        padding supplies the rest of ``min_active``.
+    bin_size : int, default=8
+        DWTA only: dimensions a code is the argmax of, a power of two in
+        [2, min(256, hidden[-1])].
+    simhash_density : float, default=1/3
+        SimHash only: the share of non-zero (+1 or -1) entries of the random
+        projections, in (0, 1].
+    bucket_capacity : int, default=8
+        Neuron ids a bucket holds, in [1, 65536]; ``bucket_policy`` says which stay once
+        more are offered.
+    bucket_policy : {'fifo', 'reservoir'}, default='fifo'
+        When a bucket is full, ``'fifo'`` overwrites its oldest entry (a ring);
+        ``'reservoir'`` keeps each offered id with probability ``capacity / offered``
+        (a uniform sample of all of them).
+    strategy : {'union', 'topk', 'threshold'}, default='union'
+        How an example's candidates from its ``L`` buckets become its active neurons
+        (after its labels, up to ``max_active``): ``'union'``, every neuron found
+        (tables visited from a rotating start); ``'topk'``, the neurons found in the most
+        buckets; ``'threshold'``, the neurons found in at least ``threshold`` buckets.
+    threshold : int, default=2
+        Buckets a neuron must be found in with ``strategy='threshold'``, in [1, L].
+    min_active : int, default=2500
+        Neurons computed per training example, over the whole layer, in
+        [0, max_active]: its labels and the neurons the tables found, then random ones up
+        to this number (each shard pads its share). More negatives train a better
+        softmax, at a cost linear in it. Prediction computes no padding.
+    max_active : int, default=4096
+        At most this many neurons per example, over the whole layer, in [1, 2**24]
+        (never fewer than an example's labels).
+    pad_correction : bool, default=True
+        Weigh the random padding in the softmax as the neurons it stands for (the
+        sampled-softmax correction: ``log(neurons not found / neurons padded)`` added to
+        their logits). False: each padding neuron counts once.
+    rebuild_every : int, default=50
+        Steps between rebuilds of the hash tables from the output rows, in [1, 2**40]:
+        the rows move as they train, and the tables go stale.
+    rebuild_growth : float, default=0.0
+        Lengthens the intervals between rebuilds: the k-th interval is
+        ``rebuild_every * exp(rebuild_growth * k)`` steps (SLIDE's decaying rebuild
+        frequency), in [0, 1]. 0: every ``rebuild_every`` steps.
+    redraw_every : int, default=1000
+        Steps between new draws of the hash functions (the tables are then rebuilt), in
+        [0, 2**40]; 0: never.
+    init_std : float, default=0.05
+        Standard deviation of the normal initial weights, in (0, 10].
+    dropout : float, default=0.3
+        Share of the last hidden layer's units zeroed in each training example (inverted
+        dropout), in [0, 1). The hidden vector is the only input of every output neuron,
+        so this is where a one-bottleneck network learns to spread what it knows. It is
+        applied inside each output shard after hashing: the active set is found with the
+        whole vector, as at prediction.
+    early_stopping : bool, default=False
+        Hold out ``validation_fraction`` of the rows (with a URL or Dask collections on a
+        cluster: the ``eval_set`` of :meth:`fit`), score P@1 on them after each epoch,
+        stop after ``n_iter_no_change`` epochs without a gain over ``tol`` and put back
+        the best epoch's weights (as scikit-learn's MLP).
+    validation_fraction : float, default=0.1
+        Share of the rows held out with ``early_stopping``, in (0, 1).
+    n_iter_no_change : int, default=2
+        Epochs in a row without a gain over ``tol`` that stop training with
+        ``early_stopping``, in [1, 2**20].
+    tol : float, default=0.0
+        The least validation P@1 gain that counts with ``early_stopping``, in [0, 1].
+    n_threads : int or None, default=None
+        numba threads of this process while it fits, predicts or scores, in
+        [1, numba.config.NUMBA_NUM_THREADS]. None: as numba is set (all cores).
+    random_state : int, numpy.random.RandomState, numpy.random.Generator or None, default=0
+        Seeds the weights, the hash functions, the dropout masks, the random padding and
+        the order of the rows: an int in [0, 2**63 - 1] gives the same model every fit;
+        None or a random generator draws a seed at each fit (a new model every time, as
+        scikit-learn's estimators do). ``seed_`` is the seed used.
+    n_shards : int or None, default=None
+        On a cluster, the shards the output layer is split into, one a worker (those
+        with the most threads first), each sized by its worker's threads and memory.
+        None: one per worker. Ignored in this process.
+    wire_dtype : {'float16', 'float32'}, default='float16'
+        On a cluster, how hidden activations and their gradients cross the network:
+        float16 with a scale per row (about 3 significant digits of each row, half the
+        bytes), or float32.
+    pipeline : bool, default=True
+        On a cluster, overlap the end of a step with the start of the next: the shards
+        finish step t and start t+1 while the coordinator's worker does the hidden
+        layers' work, so no worker waits on another (the hidden activations of t+1 then
+        come from weights one update old).
+    step_mode : {'actor', 'graph'}, default='actor'
+        On a cluster, ``'actor'`` (the fast path) runs each step as calls between the
+        coordinator's and the shards' actors; ``'graph'`` runs it as Dask tasks named by
+        phase (``hash``, ``gather``, ``softmax``, ``scatter``), which the dashboard's
+        task stream and performance reports show (slower: for profiling).
+    checkpoint_url : str or None, default=None
+        Checkpoint the model during :meth:`fit` to this fsspec URL (a store that keeps
+        the newest three), every ``checkpoint_every`` steps. On a cluster a lost worker
+        is then survived: the model is placed on the workers there are, restored from
+        the latest checkpoint and trained on from its data position.
+    checkpoint_every : int, default=0
+        Steps between checkpoints, in [1, 2**40]; required with ``checkpoint_url``.
+    run_name : str or None, default=None
+        Labels the run's live metrics on the Dask dashboard (``/dslide``) and in
+        Prometheus. None: a random ``dslide-...``.
+    neighbours : int, default=30
+        Keep the training rows (of a fit from data in memory) as an index, and at
+        prediction let the labels of the ``neighbours`` rows nearest a query vote beside
+        the network's softmax, in [0, 65536]: the rows nearest in the input (cosine),
+        and those nearest in the trained network's last hidden layer. Rare labels, whose
+        output rows learn little, are where the votes help most. 0: the network
+        alone. A fit from a URL or from Dask collections on a cluster, and
+        :meth:`partial_fit`, use the network alone.
+    neighbour_weight : float, pair of float or None, default=None
+        The votes' weights ``(a, b)`` in the fused score ``(1 - a - b) * p +
+        a * share_input + b * share_hidden``, each in [0, 1] and summing to at most 1:
+        ``p`` is the network's softmax over its top 100 labels, each ``share`` a label's
+        share of those neighbours' similarity. A number is ``a`` (``b`` 0). None:
+        chosen by the fit on 5% of the rows (at most 2,000), held out of the network's
+        training and indexed at the end; (0.2, 0.5) when the fit has fewer than 2,000
+        rows. ``neighbour_weight_`` is the pair used.
+    client : distributed.Client, False or None, default=None
+        The Dask client to train on. None: the current client if there is one, else
+        this process; False: this process even with a current client. Not a
+        hyperparameter: it is neither cloned nor pickled, nor in ``get_params()``.
+    seed : int or None, default=None
+        An alias of ``random_state`` (the command line's and a saved model's name); when
+        given, it is what ``random_state`` is set to.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Multi-class: the classes of ``y`` (or the ``classes`` given to the first
+        :meth:`partial_fit`), sorted. Multi-label: the label ids, ``0 .. n_labels - 1``.
+    n_features_in_ : int
+        Features (columns of ``X``) the model was fitted with.
+    trainer_ : LocalTrainer or DistributedTrainer
+        The model being trained and asked, in this process or on the cluster
+        (:class:`~dslide_dask.local_trainer.LocalTrainer`,
+        :class:`~dslide_dask.distributed.DistributedTrainer`).
+    seed_ : int
+        The seed the model was built with: ``random_state``'s int, or the one drawn.
+    epochs_done_ : int
+        Passes over the data trained so far (a :meth:`partial_fit` call counts one).
+    history_ : list of dict
+        Statistics of every step taken so far: ``step``, ``samples``, ``loss``,
+        ``active`` (neurons computed per example), ``lr``, ``seconds`` and
+        ``skipped_lines``; on a cluster also ``bytes_sent``, ``bytes_received``,
+        ``coordinator_seconds`` and ``shard_wait_seconds``; ``checkpoint`` (its URL)
+        after a step that wrote one.
+    n_steps_ : int
+        Steps the model has taken (including those before it was saved and loaded).
+    evals_ : list of dict
+        With ``eval_set``: the scores on it, ``{'step', 'epoch', 'P@k', 'nDCG@k',
+        'PSP@k', 'PSnDCG@k'}`` for k in 1, 3, 5, every ``eval_every`` steps and at the
+        end of the fit.
+    neighbours_ : NeighbourIndex or None
+        The training rows indexed for the neighbours' votes (None: the network alone).
+    neighbour_weight_ : tuple of (float, float) or None
+        The weights ``(a, b)`` of the input's and the hidden layer's neighbours' votes in
+        the fused score (None with no index).
+    output_index_ : OutputIndex or None
+        The index over the output layer predictions go through, once
+        :meth:`build_index` built it or :meth:`load` read it (None: every label scored).
+    validation_scores_ : list of float
+        With ``early_stopping``: the validation P@1 after each epoch.
+    best_validation_score_ : float
+        With ``early_stopping``: the best of ``validation_scores_``, whose weights the
+        model kept.
+    n_iter_ : int
+        With ``early_stopping``: the epochs run.
+
+    See Also
+    --------
+    dslide_dask.ensemble.SlideEnsemble : Differently seeded models, predictions fused.
+    dslide_dask.model.SlideConfig : The network's parameters, validated.
+    dslide_dask.estimator.p_at_k_scorer : P@k for scikit-learn's model selection.
+
+    Notes
+    -----
+    ``X`` is a sparse matrix (scipy, ``sparse.GCXS``/``COO``,
+    :class:`~dslide_dask.data.CSR`), a numpy array, a Dask array of such chunks, or (for
+    :meth:`fit` and :meth:`partial_fit`) the URL of training data in the Extreme
+    Classification format. ``Y`` is a label indicator matrix (dense, sparse or Dask) or a
+    list of label-id arrays (multi-label), or a 1-D array of classes (multi-class: then
+    ``classes_`` and 1-D predictions, as any scikit-learn classifier). A Dask bag of
+    ``(x, labels)`` rows or a dataframe of a feature and a label column may be ``X``
+    alone. With a model on a cluster, Dask collections stay there: each block goes from
+    the worker that made it to the model's worker, never through the client.
+
+    Extreme multi-label output has hundreds of thousands of labels, so :meth:`predict`
+    returns the indicator matrix sparse (scipy CSR), and the scores of the best labels
+    come from :meth:`predict_topk`, not from a dense ``decision_function``.
+
+    Examples
+    --------
+    >>> from dslide_dask import SlideClassifier
+    >>> from dslide_dask.data import make_synthetic
+    >>> train, test = make_synthetic("tiny")  # 5,000 rows, 1,000 labels
+    >>> clf = SlideClassifier(epochs=1, random_state=0).fit(train.X, train.Y)
+    >>> clf.predict_topk(test.X, k=3).shape
+    (1000, 3)
+    >>> clf.score(test.X, test.Y, k=1) > 0.3  # P@1
+    True
     """
 
     def __init__(
@@ -169,7 +459,7 @@ class SlideClassifier(
         checkpoint_every: int = 0,
         run_name: str | None = None,
         neighbours: int = 30,
-        neighbour_weight: float | None = None,
+        neighbour_weight: float | tuple[float, float] | None = None,
         client=None,
         seed=None,
     ) -> None:
@@ -233,6 +523,19 @@ class SlideClassifier(
         return [p for p in super()._get_param_names() if p not in ("client", "seed")]
 
     def set_params(self, **params) -> SlideClassifier:
+        """Set parameters, as scikit-learn's ``set_params``.
+
+        Parameters
+        ----------
+        **params : dict
+            Parameter names and values; ``seed`` sets ``random_state`` (its alias) and
+            ``client`` the client to train on.
+
+        Returns
+        -------
+        self : SlideClassifier
+            This estimator.
+        """
         if "seed" in params:
             params["random_state"] = params.pop("seed")
         if "client" in params:
@@ -261,8 +564,7 @@ class SlideClassifier(
         return tags
 
     def _more_tags(self) -> dict:  # scikit-learn 1.5
-        return {"multilabel": True, "multioutput": True,
-                "_xfail_checks": EXPECTED_FAILED_CHECKS}  # fmt: skip
+        return {"multilabel": True, "multioutput": True, "_xfail_checks": EXPECTED_FAILED_CHECKS}
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -277,8 +579,20 @@ class SlideClassifier(
         return state
 
     def config(self) -> SlideConfig:
-        """The validated network configuration these parameters describe (numpy scalars
-        read as the Python numbers they are)."""
+        """The validated network configuration these parameters describe.
+
+        Returns
+        -------
+        SlideConfig
+            The parameters that define the network and its recipe (numpy scalars read as
+            the Python numbers they are), ``seed`` from an int ``random_state`` (else 0:
+            the fit draws one).
+
+        Raises
+        ------
+        ValueError
+            Naming the first parameter outside its allowed range.
+        """
         params = {k: _plain(v) for k, v in self.get_params().items() if k not in ENGINE_PARAMS}
         rs = _plain(self.random_state)
         seed = rs if isinstance(rs, int) else 0  # drawn at fit for None or a RandomState

@@ -18,6 +18,7 @@ from dask.delayed import delayed
 from distributed import Client, progress
 
 from dslide_dask.checkpoint.model import config_of
+from dslide_dask.checkpoint.output_index import check_output_index
 from dslide_dask.data.csr import as_csr
 from dslide_dask.data.source import DataSource
 from dslide_dask.inference import model_cache, tasks
@@ -36,6 +37,8 @@ def check_input(spec: PredictSpec, source: DataSource) -> int:
         )
     if spec.k > n_labels:
         raise ValueError(f"k must be at most the model's {n_labels} labels, got {spec.k}")
+    if spec.output_index:  # checked here (size, checksums, the model's) before any task
+        check_output_index(ckpt)
     index = dict(spec.index)
     serving_config(config_of(ckpt), index)
     check_ranges(index.get("ranges", RANGES), spec.mips)
@@ -58,7 +61,7 @@ def prediction_graph(spec: PredictSpec, source: DataSource, out_url: str, n_shar
             delayed(tasks.merge_write)(spec, tops, out_url, i,
                                        dask_key_name=f"merge-write-{token}-{i}")
         )  # fmt: skip
-    names = ("k", "exact", "tables", "candidates", "mips")
+    names = ("k", "exact", "tables", "candidates", "mips", "output_index")
     info = {name: getattr(spec, name) for name in names} | {"index": dict(spec.index)}
     info.update(model=spec.model_url, input=source.url)
     return delayed(write_manifest)(

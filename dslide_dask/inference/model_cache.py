@@ -13,6 +13,7 @@ from collections import OrderedDict
 
 from dslide_dask.checkpoint.arrays import CheckpointError
 from dslide_dask.checkpoint.model import load_network
+from dslide_dask.checkpoint.output_index import load_output_index
 from dslide_dask.checkpoint.store import Checkpoint, open_checkpoint
 from dslide_dask.inference.serving import reindex
 from dslide_dask.inference.spec import PredictSpec
@@ -37,12 +38,15 @@ def model(spec: PredictSpec) -> SlideNetwork:
     """The network of checkpoint ``spec.model_url`` with the serving tables ``spec``
     asks for, loaded and hashed at most once per process."""
     global loads
-    key = (spec.model_url, spec.mips, spec.index)
+    key = (spec.model_url, spec.mips, spec.index, spec.output_index)
     with _lock:  # threads of one worker wait for the first load instead of repeating it
         net = _models.get(key)
         if net is None:
-            net = load_network(open_checkpoint(spec.model_url, spec.storage_options))
+            ckpt = open_checkpoint(spec.model_url, spec.storage_options)
+            net = load_network(ckpt)
             reindex(net, spec.mips, **dict(spec.index))
+            if spec.output_index:  # checked, and split for the model's shards
+                load_output_index(ckpt).attach(net.shards)
             loads += 1
             _models[key] = net
             while len(_models) > KEEP:

@@ -26,9 +26,17 @@ class PredictSpec:
     #: ``(name, value)`` config overrides such as ``(("L", 100),)``; empty: training's
     mips: bool = False
     index: tuple = ()
+    #: answer through the model's stored output index (``dslide index``) instead of LSH
+    #: tables: its candidates (``candidates``, 0: as built), scored exactly
+    output_index: bool = False
 
     def __post_init__(self) -> None:
         self.query()  # checks k, tables, candidates
+        if self.output_index and (self.exact or self.mips or self.index):
+            raise ValueError(
+                "output_index answers in place of the exact top-k and of LSH tables: "
+                "exact=False, and no mips or table settings"
+            )
         object.__setattr__(self, "index", tuple(sorted(dict(self.index).items())))
 
     def query(self) -> LSHQuery:

@@ -123,9 +123,26 @@ def adam_rows(
     offsets, entry_pos, entry_vec, touched = group_rows(starts, ends, rows, W.shape[0])
     todo = np.arange(W.shape[0]) if dense else touched
     adam_grouped(
-        offsets, entry_pos, entry_vec, todo, coefs, vectors, W, W_m, W_v, bias, bias_m,
-        bias_v, W_n, lr, beta1, beta2, eps, grad_vectors, salt,
-    )  # fmt: skip
+        offsets,
+        entry_pos,
+        entry_vec,
+        todo,
+        coefs,
+        vectors,
+        W,
+        W_m,
+        W_v,
+        bias,
+        bias_m,
+        bias_v,
+        W_n,
+        lr,
+        beta1,
+        beta2,
+        eps,
+        grad_vectors,
+        salt,
+    )
     return touched.shape[0]
 
 

@@ -5,6 +5,9 @@ a handful of Adam steps; its two points, though, are still there. These kernels 
 query against every training point through an inverted index (feature -> points holding
 it, with their values), keep the ``k`` most similar points, and let each vote for its
 labels with its similarity. Both inputs are L2-normalised, so a similarity is a cosine.
+The same votes come from dense similarities (:func:`dense_neighbour_votes`: the network's
+hidden vectors, scored against the training points' by a matrix product beforehand), and
+:func:`fuse` mixes any number of such candidate lists with weights.
 """
 
 import numba
@@ -97,68 +100,143 @@ def neighbour_votes(
                 nb_ids,
                 nb_sims,
             )
-            total = 0.0
-            n_voted = 0
-            for j in range(found):
-                w = nb_sims[j] ** power
-                total += w
-                pt = nb_ids[j]
-                for e in range(y_ptr[pt], y_ptr[pt + 1]):
-                    lab = y_idx[e]
-                    if votes[lab] == 0.0:
-                        voted[n_voted] = lab
-                        n_voted += 1
-                    votes[lab] += w
-            top_ids[:] = -1
-            top_votes[:] = -np.inf
-            for t in range(n_voted):
-                lab = voted[t]
-                _push(top_ids, top_votes, lab, votes[lab])
-                votes[lab] = 0.0
-            for j in range(m):
-                if top_ids[j] < 0:
-                    break
-                ids[i, j] = top_ids[j]
-                shares[i, j] = top_votes[j] / total
+            _vote(
+                nb_ids,
+                nb_sims,
+                found,
+                power,
+                y_ptr,
+                y_idx,
+                votes,
+                voted,
+                top_ids,
+                top_votes,
+                ids[i],
+                shares[i],
+            )
+    return ids, shares
+
+
+@numba.njit(cache=True, nogil=True)
+def _vote(
+    nb_ids,
+    nb_sims,
+    found,
+    power,
+    y_ptr,
+    y_idx,
+    votes,
+    voted,
+    top_ids,
+    top_votes,
+    out_ids,
+    out_shares,
+):
+    """The labels the ``found`` neighbours vote for most into ``out_ids``/``out_shares``
+    (their share of the summed similarity ** ``power``); ``votes`` is zeroed scratch over
+    labels, zeroed again on return."""
+    total = 0.0
+    n_voted = 0
+    for j in range(found):
+        w = nb_sims[j] ** power
+        total += w
+        pt = nb_ids[j]
+        for e in range(y_ptr[pt], y_ptr[pt + 1]):
+            lab = y_idx[e]
+            if votes[lab] == 0.0:
+                voted[n_voted] = lab
+                n_voted += 1
+            votes[lab] += w
+    top_ids[:] = -1
+    top_votes[:] = -np.inf
+    for t in range(n_voted):
+        lab = voted[t]
+        _push(top_ids, top_votes, lab, votes[lab])
+        votes[lab] = 0.0
+    for j in range(out_ids.shape[0]):
+        if top_ids[j] < 0:
+            break
+        out_ids[j] = top_ids[j]
+        out_shares[j] = top_votes[j] / total
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def dense_neighbour_votes(
+    sims: np.ndarray,
+    y_ptr: np.ndarray,
+    y_idx: np.ndarray,
+    n_labels: int,
+    k: int,
+    m: int,
+    n_chunks: int = 64,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`neighbour_votes` from a dense block of similarities, ``sims[i, p]`` of query
+    ``i`` and training point ``p`` (points of similarity <= 0 do not vote)."""
+    n, n_points = sims.shape
+    ids = np.full((n, m), -1, np.int64)
+    shares = np.zeros((n, m), np.float32)
+    n_chunks = max(1, min(n, n_chunks))
+    for c in numba.prange(n_chunks):
+        votes = np.zeros(n_labels, np.float32)
+        voted = np.empty(n_labels, np.int32)
+        nb_ids = np.empty(k, np.int64)
+        nb_sims = np.empty(k, np.float32)
+        top_ids = np.empty(m, np.int64)
+        top_votes = np.empty(m, np.float32)
+        for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
+            nb_ids[:] = -1
+            nb_sims[:] = -np.inf
+            for pt in range(n_points):
+                s = sims[i, pt]
+                if s > 0.0 and s > nb_sims[k - 1]:
+                    _push(nb_ids, nb_sims, pt, s)
+            found = 0
+            while found < k and nb_ids[found] >= 0:
+                found += 1
+            _vote(
+                nb_ids,
+                nb_sims,
+                found,
+                1.0,
+                y_ptr,
+                y_idx,
+                votes,
+                voted,
+                top_ids,
+                top_votes,
+                ids[i],
+                shares[i],
+            )
     return ids, shares
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def fuse(
-    net_ids: np.ndarray,
-    net_probs: np.ndarray,
-    nb_ids: np.ndarray,
-    nb_shares: np.ndarray,
-    weight: float,
-    k: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k of ``(1 - weight) * p_network + weight * share_neighbours`` per row over the
-    union of both candidate lists (a label missing from one list scores 0 there)."""
-    n = net_ids.shape[0]
+def fuse(ids: np.ndarray, scores: np.ndarray, weights: np.ndarray, k: int):
+    """Top-k of ``sum_s weights[s] * scores[s]`` per row over the union of the sources'
+    candidate lists (``ids[s, i]``, -1: none; a label missing from a list scores 0 there):
+    ``(n, k)`` ids (-1 where fewer) and scores (-inf there)."""
+    n_sources, n, m = ids.shape
     out_ids = np.full((n, k), -1, np.int64)
     out_scores = np.full((n, k), -np.inf, np.float32)
     for i in numba.prange(n):
-        for a in range(net_ids.shape[1]):
-            lab = net_ids[i, a]
-            if lab < 0:
-                continue
-            s = (1.0 - weight) * net_probs[i, a]
-            for b in range(nb_ids.shape[1]):
-                if nb_ids[i, b] == lab:
-                    s += weight * nb_shares[i, b]
-                    break
-            _push(out_ids[i], out_scores[i], lab, s)
-        for b in range(nb_ids.shape[1]):
-            lab = nb_ids[i, b]
-            if lab < 0:
-                continue
-            seen = False
-            for a in range(net_ids.shape[1]):
-                if net_ids[i, a] == lab:
-                    seen = True
-                    break
-            if not seen:
-                _push(out_ids[i], out_scores[i], lab, weight * nb_shares[i, b])
+        labels = np.empty(n_sources * m, np.int64)
+        values = np.empty(n_sources * m, np.float32)
+        n_found = 0
+        for src in range(n_sources):
+            for a in range(m):
+                if ids[src, i, a] >= 0:
+                    labels[n_found] = ids[src, i, a]
+                    values[n_found] = weights[src] * scores[src, i, a]
+                    n_found += 1
+        order = np.argsort(labels[:n_found])
+        a = 0
+        while a < n_found:
+            lab = labels[order[a]]
+            total = 0.0
+            while a < n_found and labels[order[a]] == lab:
+                total += values[order[a]]
+                a += 1
+            _push(out_ids[i], out_scores[i], lab, total)
     return out_ids, out_scores
 
 

@@ -24,9 +24,11 @@ def copy_rows(dst: np.ndarray, rows_to: np.ndarray, src: np.ndarray, rows_from: 
             f"{len(rows_from)} onto {len(rows_to)}"
         )
     _copy_rows(
-        dst.reshape(len(dst), -1), np.asarray(rows_to, np.int64),
-        src.reshape(len(src), -1), np.asarray(rows_from, np.int64),
-    )  # fmt: skip
+        dst.reshape(len(dst), -1),
+        np.asarray(rows_to, np.int64),
+        src.reshape(len(src), -1),
+        np.asarray(rows_from, np.int64),
+    )
 
 
 def take_rows(src: np.ndarray, rows_from: np.ndarray) -> np.ndarray:

@@ -35,7 +35,12 @@ MAX_TABLE_BYTES = 4 << 30
 
 @dataclass(frozen=True)
 class SlideConfig:
-    """Everything that defines a network and how it trains (besides data sizes)."""
+    """Everything that defines a network and how it trains (besides data sizes).
+
+    Each field is the :class:`~dslide_dask.estimator.SlideClassifier` parameter of the
+    same name (``seed``: its ``random_state`` as an int), documented there with its range
+    and default; a config is validated as it is made (:meth:`validate`).
+    """
 
     hidden: tuple[int, ...] = (128,)
     #: Learning rate of the dense parameters (hidden biases, dense hidden layers), and
@@ -58,7 +63,7 @@ class SlideConfig:
     #: fall; decaying lets the last epoch be the best one, while a decay already in the
     #: first pass learned less (one pass is where most is learned). ``decay_steps=0`` and
     #: ``stable_steps=None`` mean the fit's length and its first epoch, which the trainer
-    #: fills in (:meth:`for_steps`): one epoch is then constant. With no length known
+    #: fills in (:meth:`for_data`): one epoch is then constant. With no length known
     #: (``partial_fit``) lr stays constant after warm-up.
     lr_schedule: str = "cosine"
     warmup_steps: int = 0

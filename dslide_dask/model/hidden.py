@@ -23,9 +23,13 @@ class HiddenLayers:
     """
 
     def __init__(
-        self, cfg: SlideConfig, n_features: int, seed: int, initialize: bool = True,
+        self,
+        cfg: SlideConfig,
+        n_features: int,
+        seed: int,
+        initialize: bool = True,
         columns: tuple[int, int] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """``initialize=False`` leaves the weights unset, for :meth:`set_state` to fill."""
         self.cfg = cfg
         self.n_features = n_features
@@ -147,11 +151,26 @@ class HiddenLayers:
         m, v = self.moments[0]
         empty = np.zeros(0, np.float32)
         adam.adam_rows(
-            X.indptr[:-1], X.indptr[1:], X.indices, X.values(), np.ascontiguousarray(grad),
-            self.weights[0], m, v, empty, empty, empty, self.row_updates,
-            scheduled_lr(cfg, self.step, cfg.input_lr), cfg.beta1, cfg.beta2, cfg.eps,
-            cfg.optimizer == "dense-adam", np.zeros((0, 0), np.float32), cfg.seed + self.step,
-        )  # fmt: skip
+            X.indptr[:-1],
+            X.indptr[1:],
+            X.indices,
+            X.values(),
+            np.ascontiguousarray(grad),
+            self.weights[0],
+            m,
+            v,
+            empty,
+            empty,
+            empty,
+            self.row_updates,
+            scheduled_lr(cfg, self.step, cfg.input_lr),
+            cfg.beta1,
+            cfg.beta2,
+            cfg.eps,
+            cfg.optimizer == "dense-adam",
+            np.zeros((0, 0), np.float32),
+            cfg.seed + self.step,
+        )
         self._adam(n, grad.sum(axis=0), lr_t)
 
     def _adam(self, i: int, grad: np.ndarray, lr_t: float) -> None:

@@ -109,10 +109,17 @@ class LSHIndex:
         candidates scored per vector)``. Inference only: the tables are read, not changed."""
         n_tables = min(query.tables or self.cfg.L, self.cfg.L)
         return topk.lsh_topk(
-            np.ascontiguousarray(vectors, np.float32), W, bias, self.buckets(vectors),
-            self.ids, self.counts, n_tables, query.candidates, query.k,
+            np.ascontiguousarray(vectors, np.float32),
+            W,
+            bias,
+            self.buckets(vectors),
+            self.ids,
+            self.counts,
+            n_tables,
+            query.candidates,
+            query.k,
             seen_scratch(len(vectors), W.shape[0]),
-        )  # fmt: skip
+        )
 
     def occupancy(self) -> dict[str, float]:
         """Mean and max bucket fill, and the fraction of buckets that overflowed."""
@@ -179,9 +186,17 @@ class MIPSIndex:
         parts, scored = [], np.zeros(n, np.int64)
         for index in self.ranges:
             ids, scores, n_scored = topk.lsh_topk(
-                h, W, bias, index.buckets(keys), index.ids, index.counts, n_tables, cap,
-                query.k, seen_scratch(n, W.shape[0]),
-            )  # fmt: skip
+                h,
+                W,
+                bias,
+                index.buckets(keys),
+                index.ids,
+                index.counts,
+                n_tables,
+                cap,
+                query.k,
+                seen_scratch(n, W.shape[0]),
+            )
             parts.append((ids, scores))
             scored += n_scored
         if len(parts) == 1:
@@ -193,8 +208,9 @@ class MIPSIndex:
 
     def occupancy(self) -> dict[str, float]:
         """:meth:`LSHIndex.occupancy` of each norm range's tables."""
-        return {f"range{r}.{k}": v for r, t in enumerate(self.ranges)
-                for k, v in t.occupancy().items()}  # fmt: skip
+        return {
+            f"range{r}.{k}": v for r, t in enumerate(self.ranges) for k, v in t.occupancy().items()
+        }
 
 
 class RebuildSchedule:

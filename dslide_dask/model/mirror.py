@@ -85,11 +85,13 @@ class RowMirror:
         arrays = shard.state()[0]
         steps = max(1, -(-sum(arrays[n].nbytes for n in shard.kept_arrays()) // BYTES_PER_STEP))
         self.targets = [
-            _Target(k, here, there, max(1, -(-len(here) // steps)),
-                    np.full(shard.n_local, -1, np.int32))
+            _Target(
+                k, here, there, max(1, -(-len(here) // steps)), np.full(shard.n_local, -1, np.int32)
+            )
             for k in range(layout.n_shards)
-            for j, here, there in layout.sources(k, shard.layout) if j == self.source
-        ]  # fmt: skip
+            for j, here, there in layout.sources(k, shard.layout)
+            if j == self.source
+        ]
 
     @property
     def done(self) -> bool:
@@ -119,8 +121,9 @@ class RowMirror:
                 arrays = shard.rows(there)
                 t.to_new[there] = here
                 t.sent += n
-            out.append((t.shard, MirrorMessage(
-                self.source, t.seq, step, counters, update, here, arrays)))  # fmt: skip
+            out.append(
+                (t.shard, MirrorMessage(self.source, t.seq, step, counters, update, here, arrays))
+            )
             t.seq += 1
         return out
 
@@ -182,7 +185,23 @@ def replay(shard: WideShard, u: Update) -> None:
     np.cumsum(offsets, out=offsets)
     cfg = shard.cfg
     adam.adam_grouped(
-        offsets, np.arange(len(u.coef), dtype=np.int64), u.vec, rows,
-        u.coef, u.h, shard.W, shard.W_m, shard.W_v, shard.bias, shard.bias_m, shard.bias_v,
-        shard.W_n, u.lr, cfg.beta1, cfg.beta2, cfg.eps, np.zeros((0, 0), np.float32), u.salt,
-    )  # fmt: skip
+        offsets,
+        np.arange(len(u.coef), dtype=np.int64),
+        u.vec,
+        rows,
+        u.coef,
+        u.h,
+        shard.W,
+        shard.W_m,
+        shard.W_v,
+        shard.bias,
+        shard.bias_m,
+        shard.bias_v,
+        shard.W_n,
+        u.lr,
+        cfg.beta1,
+        cfg.beta2,
+        cfg.eps,
+        np.zeros((0, 0), np.float32),
+        u.salt,
+    )

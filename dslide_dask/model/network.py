@@ -51,7 +51,8 @@ def step_stats(
 
 
 class SlideNetwork:
-    """``n_features -> hidden... -> n_labels`` with an LSH-sampled softmax output layer.
+    """A network ``n_features -> hidden layers -> n_labels`` with an LSH-sampled softmax
+    output layer.
 
     The output layer is held as ``n_shards`` :class:`WideShard` objects; in one process
     they run one after another, exactly the arithmetic the distributed trainer spreads

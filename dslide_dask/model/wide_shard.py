@@ -7,6 +7,8 @@ training step is two calls, because the softmax normaliser spans all shards:
 2. :func:`combine_partials` over all shards -> log-sum-exp per example;
 3. :meth:`backward` -> this shard's share of the gradient w.r.t. the layer input, after
    updating its own weights. Only activations and gradients ever leave a shard.
+
+Its rows in and out (checkpoints, live moves, early stopping): :mod:`.shard_rows`.
 """
 
 from __future__ import annotations
@@ -17,14 +19,15 @@ import numpy as np
 
 from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import active_sets as active_kernels
-from dslide_dask.kernels import adam, rows, topk, wide_layer
-from dslide_dask.kernels.bfloat16 import STORAGE, convert
+from dslide_dask.kernels import adam, topk, wide_layer
+from dslide_dask.kernels.bfloat16 import STORAGE
 from dslide_dask.kernels.tables import mix64
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.init import init_rows
 from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.lsh_index import LSHIndex, LSHQuery, MIPSIndex, RebuildSchedule
-from dslide_dask.model.optimizer import scheduled_lr, with_row_updates
+from dslide_dask.model.optimizer import scheduled_lr
+from dslide_dask.model.shard_rows import ShardRows
 
 _STRATEGY = {
     "union": active_kernels.UNION,
@@ -32,8 +35,6 @@ _STRATEGY = {
     "threshold": active_kernels.THRESHOLD,
 }
 _SCORE_BLOCK = 1 << 14
-#: Per-neuron arrays that stay zero with ``beta1 = 0`` (Adam keeps no first moment).
-FIRST_MOMENTS = ("W.m", "bias.m")
 
 
 @dataclass
@@ -77,7 +78,7 @@ def label_weights(Y: CSR) -> np.ndarray:
     return np.divide(1.0, counts, out=np.zeros_like(counts), where=counts > 0)
 
 
-class WideShard:
+class WideShard(ShardRows):
     """The neurons of shard ``shard_index`` (under ``layout``) of a wide layer
     ``dim_in -> layout.n_neurons``. ``initialize=False`` leaves the weights and tables
     unset, for :meth:`set_state` to fill (a restore)."""
@@ -192,8 +193,13 @@ class WideShard:
         """The second half of :meth:`forward`: the logits of the active neurons' rows,
         kept for :meth:`backward`, and their softmax partials."""
         h, weight, active, n_active, n_label, n_found = (
-            sets.h, sets.weight, sets.active, sets.n_active, sets.n_label, sets.n_found
-        )  # fmt: skip
+            sets.h,
+            sets.weight,
+            sets.active,
+            sets.n_active,
+            sets.n_label,
+            sets.n_found,
+        )
         keep = self._dropout(h.shape)
         if keep is not None:
             h = h * keep
@@ -227,9 +233,21 @@ class WideShard:
         offsets, entry_pos, entry_vec, touched = groups
         bounds = adam.chunk_bounds(offsets, touched, adam.N_CHUNKS)
         out = wide_layer.forward_grouped(
-            h, self.W, self.bias, n_active, n_label, weight, pad_start, pad_shift, width,
-            offsets, entry_pos, entry_vec, touched, bounds,
-        )  # fmt: skip
+            h,
+            self.W,
+            self.bias,
+            n_active,
+            n_label,
+            weight,
+            pad_start,
+            pad_shift,
+            width,
+            offsets,
+            entry_pos,
+            entry_vec,
+            touched,
+            bounds,
+        )
         return groups, out
 
     def backward(self, lse: np.ndarray) -> np.ndarray:
@@ -247,10 +265,26 @@ class WideShard:
         grad_h, coefs = np.zeros_like(h), logits.ravel()
         lr, salt = scheduled_lr(cfg, self.step, cfg.output_lr), self.seed + self.step
         adam.adam_grouped(
-            offsets, entry_pos, entry_vec, todo, coefs, h, self.W, self.W_m,
-            self.W_v, self.bias, self.bias_m, self.bias_v, self.W_n, lr, cfg.beta1, cfg.beta2,
-            cfg.eps, grad_h, salt,
-        )  # fmt: skip
+            offsets,
+            entry_pos,
+            entry_vec,
+            todo,
+            coefs,
+            h,
+            self.W,
+            self.W_m,
+            self.W_v,
+            self.bias,
+            self.bias_m,
+            self.bias_v,
+            self.W_n,
+            lr,
+            cfg.beta1,
+            cfg.beta2,
+            cfg.eps,
+            grad_h,
+            salt,
+        )
         self.last_update = (self.step, groups, coefs, h, lr, salt) if self.keep_updates else None
         if keep is not None:
             grad_h *= keep
@@ -260,97 +294,6 @@ class WideShard:
         if rebuild:
             self.index.rebuild(self.W)
         return grad_h
-
-    # -- state ---------------------------------------------------------------------------
-    #: Per-neuron arrays, in local row order: what a checkpoint keeps of a shard.
-    ROW_ARRAYS = ("W", "bias", "W.m", "W.v", "bias.m", "bias.v", "W.n")
-
-    def state(self) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-        """``(per-neuron arrays named as ROW_ARRAYS, counters)``. The hash tables are
-        not part of it: :meth:`set_state` rebuilds them from the weights."""
-        arrays = dict(
-            zip(self.ROW_ARRAYS, (self.W, self.bias, self.W_m, self.W_v, self.bias_m,
-                                  self.bias_v, self.W_n), strict=True)
-        )  # fmt: skip
-        sched = self.schedule
-        counters = {
-            "step": self.step,
-            "n_rebuilds": sched.n_rebuilds,
-            "next_rebuild": sched.next_rebuild,
-            "next_redraw": sched.next_redraw or 0,
-            "n_draws": self.index.n_draws,
-        }
-        return arrays, counters
-
-    def set_state(self, arrays: dict[str, np.ndarray], counters: dict[str, int]) -> None:
-        """Take per-neuron arrays (this shard's rows, local order) and counters."""
-        arrays = with_row_updates(arrays, "W.n", self.n_local, int(counters["step"]))
-        if missing := [name for name in self.kept_arrays() if name not in arrays]:
-            raise ValueError(f"no {', '.join(missing)}")
-        self.put_rows(slice(None), arrays)
-        self.set_counters(counters)
-
-    def kept_arrays(self) -> tuple[str, ...]:
-        """The per-neuron arrays that hold anything: :attr:`ROW_ARRAYS`, less the first
-        moments with ``beta1 = 0`` (never written; what checkpoints and moves carry)."""
-        unkept = FIRST_MOMENTS if self.cfg.beta1 == 0 else ()
-        return tuple(name for name in self.ROW_ARRAYS if name not in unkept)
-
-    def rows(self, local: np.ndarray) -> dict[str, np.ndarray]:
-        """Copies of some rows' kept arrays, for a live re-balance to move elsewhere."""
-        arrays, _ = self.state()
-        return {name: rows.take_rows(arrays[name], local) for name in self.kept_arrays()}
-
-    def copy_rows(self, local: np.ndarray, other: WideShard, there: np.ndarray) -> None:
-        """Take rows ``there`` of another shard of this model (in this process) as rows
-        ``local``, straight across; rehash after."""
-        mine, theirs = self.state()[0], other.state()[0]
-        for name in self.kept_arrays():
-            rows.copy_rows(mine[name], local, theirs[name], there)
-
-    def put_rows(self, local: np.ndarray | slice, arrays: dict[str, np.ndarray]) -> None:
-        """Take some rows of per-neuron arrays (moments float32 or bfloat16); rehash after."""
-        mine, _ = self.state()
-        n = self.n_local if isinstance(local, slice) else len(local)
-        for name, value in arrays.items():
-            if name not in mine:
-                raise ValueError(f"{name}: not a per-neuron array of a shard")
-            want = (n, *mine[name].shape[1:])
-            if value.shape != want:
-                raise ValueError(f"{name}: shape {value.shape}, shard needs {want}")
-            value = convert(value, mine[name])
-            if isinstance(local, slice):
-                mine[name][local] = value
-            else:  # straight into place, no gathered copy between
-                rows.copy_rows(mine[name], local, np.ascontiguousarray(value), np.arange(n))
-
-    def set_counters(self, counters: dict[str, int], rehash: bool = True) -> None:
-        """Take :meth:`state`'s counters; redraw the hash functions and rebuild the tables
-        (``rehash=False``: keep the tables, built from these rows a few steps ago, unless
-        the hash functions changed since)."""
-        self.step = int(counters["step"])
-        sched = self.schedule
-        sched.n_rebuilds = int(counters["n_rebuilds"])
-        sched.next_rebuild = int(counters["next_rebuild"])
-        sched.next_redraw = int(counters["next_redraw"]) or None
-        n_draws = int(counters["n_draws"])
-        if rehash or n_draws != self.index.n_draws:
-            self.index.draw(self.seed + n_draws - 1)
-            self.index.n_draws = n_draws
-            self.index.rebuild(self.W)
-
-    def remember(self) -> None:
-        """Keep a copy of the weights and biases (early stopping's best model so far)."""
-        self._best = (self.W.copy(), self.bias.copy())
-
-    def recall(self) -> bool:
-        """Put back the weights :meth:`remember` kept and rehash them; False if none.
-        The optimiser's moments are not rewound: they only matter if training goes on."""
-        if getattr(self, "_best", None) is None:
-            return False
-        self.W[...], self.bias[...] = self._best
-        self.index.rebuild(self.W)
-        return True
 
     # -- inference -----------------------------------------------------------------------
     def serving_tables(self) -> LSHIndex | MIPSIndex:

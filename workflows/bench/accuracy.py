@@ -307,8 +307,14 @@ def plot_p1(results: list[dict[str, Any]], title: str = "") -> bytes:
             xs, ys = zip(*((p["seconds"], p["P@1"]) for p in r["curve"]), strict=True)
             ax.plot(xs, ys, marker="o", label=r["contender"])
         else:
-            ax.plot(r["train_seconds"], r["P@1"], marker="*", markersize=14, linestyle="",
-                    label=r["contender"])  # fmt: skip
+            ax.plot(
+                r["train_seconds"],
+                r["P@1"],
+                marker="*",
+                markersize=14,
+                linestyle="",
+                label=r["contender"],
+            )
     ax.set(xlabel="training wall-clock seconds", ylabel="test P@1", title=title)
     ax.set_xlim(left=0)
     ax.grid(alpha=0.3)
@@ -367,8 +373,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {args.plot}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        report = {"data": info, "config": config, "results": results,
-                  "host": engine_bench._host()}  # fmt: skip
+        report = {"data": info, "config": config, "results": results, "host": engine_bench._host()}
         args.json.write_text(json.dumps(report, indent=2, default=str))
         print(f"wrote {args.json}")
     return 0

@@ -28,9 +28,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory-limit", default="5.89GiB", help="each (default: 5.89GiB)")
     parser.add_argument("--out", type=Path, default=None, help="where (default: a temp folder)")
     parser.add_argument(
-        "--engine-opt", type=key_value, action="append", default=[], metavar="K=V",
+        "--engine-opt",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="K=V",
         help="engine parameter (repeatable)",
-    )  # fmt: skip
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,17 +48,22 @@ def run(args: argparse.Namespace) -> int:
     cfg = SlideConfig(**{"hidden": (args.hidden,), **dict(args.engine_opt)})
     shape = (spec.n_features, spec.n_labels)
     parameters = cfg.parameters(*shape)
-    print(f"{args.preset} shape, hidden {args.hidden}: {parameters:,} parameters; "
-          f"{args.workers} workers of {args.memory_limit}", flush=True)  # fmt: skip
+    print(
+        f"{args.preset} shape, hidden {args.hidden}: {parameters:,} parameters; "
+        f"{args.workers} workers of {args.memory_limit}",
+        flush=True,
+    )
     out = args.out or Path(tempfile.mkdtemp(prefix="dslide-bench-checkpoint-"))
     try:
         with (
             LocalCluster(
-                n_workers=args.workers, threads_per_worker=1, memory_limit=args.memory_limit,
+                n_workers=args.workers,
+                threads_per_worker=1,
+                memory_limit=args.memory_limit,
                 dashboard_address=":0",
             ) as cluster,
             Client(cluster) as client,
-        ):  # fmt: skip
+        ):
             t0 = time.perf_counter()
             with DistributedTrainer(client, cfg, *shape) as trainer:
                 t1 = time.perf_counter()
@@ -64,8 +73,10 @@ def run(args: argparse.Namespace) -> int:
             with DistributedTrainer(client, cfg, *shape, restore=url):
                 t4 = time.perf_counter()
         size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
-        print(f"build {t1 - t0:.1f} s, save {t2 - t1:.1f} s, load {t4 - t3:.1f} s; "
-              f"{size / 1e9:.1f} GB in {url}")  # fmt: skip
+        print(
+            f"build {t1 - t0:.1f} s, save {t2 - t1:.1f} s, load {t4 - t3:.1f} s; "
+            f"{size / 1e9:.1f} GB in {url}"
+        )
     finally:
         if args.out is None:
             shutil.rmtree(out, ignore_errors=True)

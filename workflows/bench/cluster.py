@@ -22,35 +22,26 @@ samples, in the runs at the first link rate (learning does not depend on the lin
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import math
 import os
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from dslide_workflows.args import key_value, positive_int
 from dslide_workflows.bench.cluster_report import write_report
-from dslide_workflows.bench.data import bench_data, check_data_args, load_datasets
+from dslide_workflows.bench.cluster_runs import dask_cluster, run_ddp, run_dslide
+from dslide_workflows.bench.data import bench_data, check_data_args
 from dslide_workflows.bench.distributed import DEFAULTS as DSLIDE_DEFAULTS
 from dslide_workflows.bench.host import other_cpu
 from dslide_workflows.cluster.netns import (
     EmulatedCluster,
     NetnsUnavailable,
-    bytes_sent,
     check_available,
     format_rate,
     parse_rate,
-    read_counters,
 )
 
 SUMMARY = "dslide-dask vs PyTorch DDP on emulated nodes with shaped links (needs root)"
 DEFAULT_RATES = "unlimited,10gbit,1gbit,100mbit"
-SCHEDULER_PORT = 8786
 MASTER_PORT = 29500
 
 
@@ -165,131 +156,6 @@ def check_args(args: argparse.Namespace) -> tuple[list[int], list[int | None]]:
     return nodes, rates
 
 
-def child_env() -> dict[str, str]:
-    """Environment of every node process: one compute thread, quiet spinning."""
-    one = {k: "1" for k in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                            "OPENBLAS_NUM_THREADS")}  # fmt: skip
-    return {**os.environ, **one, "OMP_WAIT_POLICY": "PASSIVE", "TORCH_CPP_LOG_LEVEL": "ERROR"}
-
-
-def _wait_all(net: EmulatedCluster, procs: list[subprocess.Popen], what: str, log: Path) -> None:
-    """Wait for every process; if one fails, stop the rest and fail naming the log."""
-    while True:
-        codes = [p.poll() for p in procs]
-        if any(c not in (None, 0) for c in codes):
-            for p in procs:
-                net.stop(p)
-            from dslide_workflows.errors import JobFailed
-
-            raise JobFailed(f"{what} failed (exit codes {codes}); see {log}")
-        if all(c == 0 for c in codes):
-            return
-        time.sleep(0.2)
-
-
-# -- dslide-dask -----------------------------------------------------------------------------
-@contextlib.contextmanager
-def dask_cluster(net: EmulatedCluster, logs: Path) -> Iterator[str]:
-    """A Dask scheduler in the head namespace and a 1-thread worker in each node."""
-    address = f"tcp://{net.head_node.address}:{SCHEDULER_PORT}"
-    py = [sys.executable, "-m"]
-    log = open(logs / "dask.log", "ab")  # noqa: SIM115 - closed below
-    procs = [net.popen(net.head_node, [*py, "distributed.cli.dask_scheduler", "--host",
-                                       net.head_node.address, "--port", str(SCHEDULER_PORT),
-                                       "--no-dashboard"], env=child_env(), stdout=log,
-                       stderr=subprocess.STDOUT)]  # fmt: skip
-    for node in net.nodes:
-        argv = [*py, "distributed.cli.dask_worker", address, "--host", node.address,
-                "--nthreads", "1", "--no-nanny", "--no-dashboard", "--memory-limit", "0",
-                "--name", node.name, "--death-timeout", "60"]  # fmt: skip
-        procs.append(net.popen(node, argv, env=child_env(), stdout=log, stderr=subprocess.STDOUT))
-    try:
-        yield address
-    finally:
-        for proc in reversed(procs):
-            net.stop(proc)
-        log.close()
-
-
-def run_dslide(net: EmulatedCluster, scheduler: str, config: dict, logs: Path) -> dict:
-    """One dslide-dask run, driven from the head namespace; its measurements."""
-    result = logs / f"dslide-{config['tag']}.json"
-    config = {**config, "scheduler": scheduler, "switch": net.switch, "result": str(result)}
-    log_path = logs / f"dslide-{config['tag']}.log"
-    with open(log_path, "wb") as log:
-        argv = [sys.executable, "-m", "dslide_workflows.bench.cluster", "--runner",
-                json.dumps(config)]  # fmt: skip
-        proc = net.popen(net.head_node, argv, env=child_env(), stdout=log, stderr=subprocess.STDOUT)
-        _wait_all(net, [proc], "the dslide-dask run", log_path)
-    return json.loads(result.read_text())
-
-
-def dslide_runner(config: dict[str, Any]) -> None:
-    """In the head namespace: train on the Dask cluster, time the steps after the warm-up
-    (read at a coordinator-call boundary), count their bytes, optionally score P@k."""
-    from distributed import Client
-
-    from dslide_dask import SlideConfig
-    from dslide_dask.data.stream import Stream
-    from dslide_dask.distributed import DistributedTrainer
-    from dslide_dask.distributed.trainer import STEPS_PER_CALL as PER_CALL
-
-    if config["warmup"] % PER_CALL:  # the window opens between two coordinator calls
-        raise ValueError(f"the warm-up must be a multiple of {PER_CALL} steps")
-    train, test = load_datasets(Path(config["data"]))
-    steps, warmup, batch = config["steps"], config["warmup"], config["batch_size"]
-    cfg = SlideConfig(**config["params"])
-    marks: dict[str, Any] = {}
-
-    def mark(stats: dict) -> None:
-        if stats["step"] == warmup:
-            marks["c0"], marks["t0"] = read_counters(config["switch"]), time.perf_counter()
-
-    with Client(config["scheduler"], timeout=60) as client:
-        client.wait_for_workers(config["nodes"], timeout=120)
-        with DistributedTrainer(client, cfg, train.n_features, train.n_labels) as trainer:
-            stream = Stream(batch, seed=config["seed"], shuffle=False)
-            history = trainer.train(train.slice(0, steps * batch), stream, callback=mark)
-            t1, c1 = time.perf_counter(), read_counters(config["switch"])
-            timed = steps - warmup
-            out = {
-                "seconds_per_step": (t1 - marks["t0"]) / timed,
-                "bytes_per_step": bytes_sent(marks["c0"], c1) / timed,
-                "timed_steps": timed,
-                "samples": steps * batch,
-                "step_seconds": [h["seconds"] for h in history],
-                "payload_bytes_per_step": sum(
-                    h["bytes_sent"] + h["bytes_received"] for h in history[warmup:]
-                )
-                / timed,
-                "active": sum(h["active"] for h in history[warmup:]) / timed,
-            }
-            if config["evaluate"]:
-                out.update(trainer.evaluate(test))
-    Path(config["result"]).write_text(json.dumps(out))
-
-
-# -- DDP ------------------------------------------------------------------------------------
-def run_ddp(net: EmulatedCluster, config: dict, logs: Path, port: int) -> dict:
-    """One DDP run, a rank in each node; rank 0's measurements."""
-    result = logs / f"ddp-{config['tag']}.json"
-    log_path = logs / f"ddp-{config['tag']}.log"
-    master = f"{net.nodes[0].address}:{port}"
-    with open(log_path, "wb") as log:
-        procs = []
-        for rank, node in enumerate(net.nodes):
-            argv = [sys.executable, "-m", "dslide_workflows.bench.ddp", "--rank", str(rank),
-                    "--world", str(len(net.nodes)), "--master", master, "--data", config["data"],
-                    "--steps", str(config["steps"]), "--warmup", str(config["warmup"]),
-                    "--batch-size", str(config["batch_size"]), "--lr", str(config["lr"]),
-                    "--hidden", ",".join(map(str, config["hidden"])),
-                    "--seed", str(config["seed"]), "--switch-netns", net.switch,
-                    "--result", str(result)] + ["--evaluate"] * config["evaluate"]  # fmt: skip
-            procs.append(net.popen(node, argv, env=child_env(), stdout=log, stderr=log))
-        _wait_all(net, procs, "the DDP run", log_path)
-    return json.loads(result.read_text())
-
-
 # -- the benchmark ---------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> int:
     """``dslide bench cluster``: every node count x link rate x contender, then a report."""
@@ -305,8 +171,13 @@ def run(args: argparse.Namespace) -> int:
     params = {**DSLIDE_DEFAULTS, "lr": args.lr, **dict(args.engine_opt), "seed": args.seed}
     logs = args.out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    common = {"data": str(path), "batch_size": args.batch_size, "seed": args.seed,
-              "lr": args.lr, "hidden": list(params["hidden"])}  # fmt: skip
+    common = {
+        "data": str(path),
+        "batch_size": args.batch_size,
+        "seed": args.seed,
+        "lr": args.lr,
+        "hidden": list(params["hidden"]),
+    }
     rows = []
     for n in nodes:
         with EmulatedCluster(n, delay_ms=args.delay_ms, pin=not args.no_pin) as net:
@@ -317,9 +188,14 @@ def run(args: argparse.Namespace) -> int:
     steps_per_epoch = math.ceil(spec.n_train / args.batch_size)
     for row in rows:
         row["seconds_per_epoch"] = row["seconds_per_step"] * steps_per_epoch
-    report = {"data": info, "params": params, "args": _jsonable(vars(args)),
-              "steps_per_epoch": steps_per_epoch, "cpus": sorted(os.sched_getaffinity(0)),
-              "rows": rows}  # fmt: skip
+    report = {
+        "data": info,
+        "params": params,
+        "args": _jsonable(vars(args)),
+        "steps_per_epoch": steps_per_epoch,
+        "cpus": sorted(os.sched_getaffinity(0)),
+        "rows": rows,
+    }
     write_report(args.out, report)
     return 0
 
@@ -331,9 +207,15 @@ def _dslide_rates(net, n, rates, common, params, args, logs) -> list[dict]:
             for i, rate in enumerate(rates):
                 net.shape(rate, args.delay_ms)
                 evaluate = i == 0 and rep == 0 and not args.no_eval
-                config = {**common, "params": params, "nodes": n, "steps": args.steps,
-                          "warmup": args.warmup, "evaluate": evaluate,
-                          "tag": f"{_tag(n, rate)}-{rep}"}  # fmt: skip
+                config = {
+                    **common,
+                    "params": params,
+                    "nodes": n,
+                    "steps": args.steps,
+                    "warmup": args.warmup,
+                    "evaluate": evaluate,
+                    "tag": f"{_tag(n, rate)}-{rep}",
+                }
                 with other_cpu(cpu := {}):
                     result = run_dslide(net, scheduler, config, logs)
                 runs[i].append(_row("dslide-dask", n, rate, {**result, **cpu}))
@@ -355,9 +237,13 @@ def _ddp_rates(net, n, rates, common, args, logs) -> list[dict]:
     for i, rate in enumerate(rates):
         net.shape(rate, args.delay_ms)
         evaluate = i == 0 and not args.no_eval
-        config = {**common, "steps": args.steps if evaluate else args.ddp_steps,
-                  "warmup": args.ddp_warmup, "evaluate": evaluate,
-                  "tag": _tag(n, rate)}  # fmt: skip
+        config = {
+            **common,
+            "steps": args.steps if evaluate else args.ddp_steps,
+            "warmup": args.ddp_warmup,
+            "evaluate": evaluate,
+            "tag": _tag(n, rate),
+        }
         with other_cpu(cpu := {}):
             result = run_ddp(net, config, logs, MASTER_PORT + i)
         rows.append(_row("ddp", n, rate, {**result, **cpu}))
@@ -370,31 +256,26 @@ def _tag(n: int, rate: int | None) -> str:
 
 
 def _row(contender: str, n: int, rate: int | None, result: dict) -> dict:
-    row = {"contender": contender, "nodes": n, "rate_bps": rate, "link": format_rate(rate),
-           **result}  # fmt: skip
+    row = {
+        "contender": contender,
+        "nodes": n,
+        "rate_bps": rate,
+        "link": format_rate(rate),
+        **result,
+    }
     p1 = f"  P@1 {row['P@1']:.4f}" if "P@1" in row else ""
-    print(f"{contender:<12}{n:>2} nodes  {row['link']:>11}  {row['seconds_per_step']:8.3f} s/step"
-          f"  {row['bytes_per_step'] / 1e6:10.3f} MB/step  others' CPU "
-          f"{row.get('other_cpu_cores', 0):.1f} cores{p1}", flush=True)  # fmt: skip
+    print(
+        f"{contender:<12}{n:>2} nodes  {row['link']:>11}  {row['seconds_per_step']:8.3f} s/step"
+        f"  {row['bytes_per_step'] / 1e6:10.3f} MB/step  others' CPU "
+        f"{row.get('other_cpu_cores', 0):.1f} cores{p1}",
+        flush=True,
+    )
     return row
 
 
 def _jsonable(d: dict) -> dict:
-    return {k: v if isinstance(v, int | float | str | bool | type(None)) else str(v)
-            for k, v in d.items() if k != "func"}  # fmt: skip
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m dslide_workflows.bench.cluster --runner CONFIG``: the dslide-dask run
-    inside the head namespace. The benchmark itself is ``dslide bench cluster``."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or argv[0] != "--runner":
-        print("usage: python -m dslide_workflows.bench.cluster --runner CONFIG_JSON "
-              "(the benchmark itself: dslide bench cluster)", file=sys.stderr)  # fmt: skip
-        return 2
-    dslide_runner(json.loads(argv[1]))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return {
+        k: v if isinstance(v, int | float | str | bool | type(None)) else str(v)
+        for k, v in d.items()
+        if k != "func"
+    }

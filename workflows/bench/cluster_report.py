@@ -23,8 +23,9 @@ def _pairs(rows: list[dict]) -> list[tuple[int, str, dict | None, dict | None]]:
     """(nodes, link, dslide row, DDP row) in run order."""
     keys = list(dict.fromkeys((r["nodes"], r["link"]) for r in rows))
     by = {(r["nodes"], r["link"], r["contender"]): r for r in rows}
-    return [(n, link, by.get((n, link, "dslide-dask")), by.get((n, link, "ddp")))
-            for n, link in keys]  # fmt: skip
+    return [
+        (n, link, by.get((n, link, "dslide-dask")), by.get((n, link, "ddp"))) for n, link in keys
+    ]
 
 
 def format_table(report: dict) -> str:
@@ -40,14 +41,20 @@ def format_table(report: dict) -> str:
     for n, link, s, d in _pairs(rows):
         first = base.get((n, "dslide-dask"))
         cells = [
-            str(n), link, _get(s, "seconds_per_step", "{:.3f}"),
-            _get(d, "seconds_per_step", "{:.2f}"), _duration(s), _duration(d),
+            str(n),
+            link,
+            _get(s, "seconds_per_step", "{:.3f}"),
+            _get(d, "seconds_per_step", "{:.2f}"),
+            _duration(s),
+            _duration(d),
             f"{d['seconds_per_step'] / s['seconds_per_step']:.0f}x" if s and d else "-",
-            _bytes(s), _bytes(d),
+            _bytes(s),
+            _bytes(d),
             f"{100 * s['bytes_per_step'] / d['bytes_per_step']:.3f}%" if s and d else "-",
             f"{s['seconds_per_step'] / first['seconds_per_step']:.2f}x" if s and first else "-",
-            _get(s, "P@1", "{:.4f}"), _get(d, "P@1", "{:.4f}"),
-        ]  # fmt: skip
+            _get(s, "P@1", "{:.4f}"),
+            _get(d, "P@1", "{:.4f}"),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     samples = next((r["samples"] for r in rows if "P@1" in r), None)
     lines.append("")
@@ -56,9 +63,13 @@ def format_table(report: dict) -> str:
         f"{report['data']['spec']['n_train']:,} rows at batch {report['args']['batch_size']}), "
         "extrapolated from the timed steps. Bytes: all nodes' sent bytes on their links "
         "(switch port counters) per step."
-        + (f" P@1 on {report['data']['test_points']:,} test rows after {samples:,} samples, "
-           "measured at the first link rate." if samples else "")
-    )  # fmt: skip
+        + (
+            f" P@1 on {report['data']['test_points']:,} test rows after {samples:,} samples, "
+            "measured at the first link rate."
+            if samples
+            else ""
+        )
+    )
     busy = [r for r in rows if r.get("other_cpu_cores", 0.0) > BUSY_CORES]
     if busy:
         lines += ["", f"Timings inflated by other work on the machine (> {BUSY_CORES} cores):"]
@@ -108,8 +119,10 @@ def plot(report: dict, path: Path) -> None:
         ):
             ys = [mine[links[i]][key] / scale for i in xs]
             ax.plot(xs, ys, marker="o", label=label, **style)
-    for ax, title in ((axes[0], "time per epoch (h, extrapolated)"),
-                      (axes[1], "bytes on the wire per step (MB)")):  # fmt: skip
+    for ax, title in (
+        (axes[0], "time per epoch (h, extrapolated)"),
+        (axes[1], "bytes on the wire per step (MB)"),
+    ):
         ax.set_yscale("log")
         ax.set_xticks(range(len(links)), links)
         ax.set_xlabel("link rate (each node)")

@@ -80,8 +80,10 @@ def train_rank(args: argparse.Namespace) -> dict[str, Any] | None:
         raise ValueError(f"--warmup must be in [0, --steps), got {args.warmup}")
     train, test = load_datasets(args.data)
     if args.steps * args.batch_size > train.n_points:
-        raise ValueError(f"{args.steps} steps need {args.steps * args.batch_size} rows, "
-                         f"the data has {train.n_points}")  # fmt: skip
+        raise ValueError(
+            f"{args.steps} steps need {args.steps * args.batch_size} rows, "
+            f"the data has {train.n_points}"
+        )
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     model = build_model(
@@ -99,9 +101,12 @@ def train_rank(args: argparse.Namespace) -> dict[str, Any] | None:
             return self.model.loss(X, Y)
 
     dist.init_process_group(
-        "gloo", init_method=f"tcp://{args.master}", rank=args.rank, world_size=args.world,
+        "gloo",
+        init_method=f"tcp://{args.master}",
+        rank=args.rank,
+        world_size=args.world,
         timeout=datetime.timedelta(minutes=30),
-    )  # fmt: skip
+    )
     try:
         ddp = torch.nn.parallel.DistributedDataParallel(
             Loss(), init_sync=False, gradient_as_bucket_view=True
@@ -155,9 +160,10 @@ def train_rank(args: argparse.Namespace) -> dict[str, Any] | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dslide_workflows.bench.ddp", description=__doc__,
+        prog="python -m dslide_workflows.bench.ddp",
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+    )
     add_arguments(parser)
     args = parser.parse_args(argv)
     out = train_rank(args)

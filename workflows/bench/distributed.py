@@ -40,22 +40,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=2, help="in-process threads (default: 2)")
     parser.add_argument("--threads-per-worker", type=int, default=1, help="(default: 1)")
     parser.add_argument(
-        "--engine-opt", type=key_value, action="append", default=[], metavar="K=V",
+        "--engine-opt",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="K=V",
         help=f"engine parameter (repeatable); defaults here: {DEFAULTS}",
-    )  # fmt: skip
-    parser.add_argument("--coordinator-load", type=float, default=None, metavar="F",
-                        help="share of shard 0's worker kept for the hidden layers "
-                        "(default: the trainer's)")  # fmt: skip
-    parser.add_argument("--step-modes", default="actor", metavar="M[,M]",
-                        help="step modes to run on each cluster: actor, graph "
-                        "(default: actor)")  # fmt: skip
-    parser.add_argument("--hidden-shards", type=int, default=None, metavar="S",
-                        help="split the hidden layer's units over the first S workers "
-                        "(default: the trainer's choice, by memory)")  # fmt: skip
-    parser.add_argument("--no-pipeline", dest="pipeline", action="store_false",
-                        help="actor steps one phase at a time, as graph steps are")  # fmt: skip
-    parser.add_argument("--repeat", type=int, default=1, metavar="N",
-                        help="runs of each contender; shows the median by samples/s")  # fmt: skip
+    )
+    parser.add_argument(
+        "--coordinator-load",
+        type=float,
+        default=None,
+        metavar="F",
+        help="share of shard 0's worker kept for the hidden layers (default: the trainer's)",
+    )
+    parser.add_argument(
+        "--step-modes",
+        default="actor",
+        metavar="M[,M]",
+        help="step modes to run on each cluster: actor, graph (default: actor)",
+    )
+    parser.add_argument(
+        "--hidden-shards",
+        type=int,
+        default=None,
+        metavar="S",
+        help="split the hidden layer's units over the first S workers "
+        "(default: the trainer's choice, by memory)",
+    )
+    parser.add_argument(
+        "--no-pipeline",
+        dest="pipeline",
+        action="store_false",
+        help="actor steps one phase at a time, as graph steps are",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="runs of each contender; shows the median by samples/s",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, metavar="OUT")
 
@@ -113,32 +138,49 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     numba.set_num_threads(args.threads)
     rows.append(
-        median_of(args.repeat, lambda: run_one(
-            f"in-process, {args.threads} threads", lambda: LocalTrainer(cfg, *shape),
-            train, test, args.batch_size, args.seed))
-    )  # fmt: skip
+        median_of(
+            args.repeat,
+            lambda: run_one(
+                f"in-process, {args.threads} threads",
+                lambda: LocalTrainer(cfg, *shape),
+                train,
+                test,
+                args.batch_size,
+                args.seed,
+            ),
+        )
+    )
     print(format_row(rows[-1], allreduce), flush=True)
     modes = [m for m in str(args.step_modes).split(",") if m]
     for n in workers:
         with (
             LocalCluster(
-                n_workers=n, threads_per_worker=args.threads_per_worker, processes=True,
+                n_workers=n,
+                threads_per_worker=args.threads_per_worker,
+                processes=True,
                 dashboard_address=":0",
             ) as cluster,
             Client(cluster) as client,
-        ):  # fmt: skip
+        ):
             for mode in modes:
                 before = phase_seconds(client)
                 rows.append(
-                    median_of(args.repeat, lambda client=client, n=n, mode=mode: run_one(
-                        f"LocalCluster {n} x {args.threads_per_worker} thread"
-                        + (", graph" if mode == "graph" else "")
-                        + ("" if args.pipeline or mode == "graph" else ", no pipeline"),
-                        lambda: DistributedTrainer(client, cfg, *shape, step_mode=mode,
-                                                   **options),
-                        train, test, args.batch_size, args.seed,
-                    ))
-                )  # fmt: skip
+                    median_of(
+                        args.repeat,
+                        lambda client=client, n=n, mode=mode: run_one(
+                            f"LocalCluster {n} x {args.threads_per_worker} thread"
+                            + (", graph" if mode == "graph" else "")
+                            + ("" if args.pipeline or mode == "graph" else ", no pipeline"),
+                            lambda: DistributedTrainer(
+                                client, cfg, *shape, step_mode=mode, **options
+                            ),
+                            train,
+                            test,
+                            args.batch_size,
+                            args.seed,
+                        ),
+                    )
+                )
                 print(format_row(rows[-1], allreduce), flush=True)
                 if mode == "graph":
                     after = phase_seconds(client)
@@ -151,9 +193,12 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(rows, allreduce))
     if args.json:
         args.json.write_text(
-            json.dumps({"data": info, "params": params, "allreduce_bytes": allreduce,
-                        "results": rows}, indent=2, default=str)
-        )  # fmt: skip
+            json.dumps(
+                {"data": info, "params": params, "allreduce_bytes": allreduce, "results": rows},
+                indent=2,
+                default=str,
+            )
+        )
     return 0
 
 

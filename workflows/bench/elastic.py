@@ -41,13 +41,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--at-step", type=int, default=200, help="when (default: 200)")
     parser.add_argument("--threads-per-worker", type=int, default=1, help="(default: 1)")
     parser.add_argument(
-        "--through-storage", action="store_true",
+        "--through-storage",
+        action="store_true",
         help="move through a checkpoint, as before live moves, to compare",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--engine-opt", type=key_value, action="append", default=[], metavar="K=V",
+        "--engine-opt",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="K=V",
         help=f"engine parameter (repeatable); defaults here: {DEFAULTS}",
-    )  # fmt: skip
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, metavar="OUT")
 
@@ -70,17 +75,23 @@ def run(args: argparse.Namespace) -> int:
     for joining in (0, args.join):
         with (
             LocalCluster(
-                n_workers=args.workers, threads_per_worker=args.threads_per_worker,
-                processes=True, dashboard_address=":0",
+                n_workers=args.workers,
+                threads_per_worker=args.threads_per_worker,
+                processes=True,
+                dashboard_address=":0",
             ) as cluster,
             Client(cluster) as client,
             tempfile.TemporaryDirectory() as store,
-        ):  # fmt: skip
+        ):
             elastic = ElasticPolicy(live=not args.through_storage)
             trainer = DistributedTrainer(
-                client, cfg, train.n_features, train.n_labels, elastic=elastic,
+                client,
+                cfg,
+                train.n_features,
+                train.n_labels,
+                elastic=elastic,
                 checkpoint=CheckpointPolicy(store),  # written only by a move through storage
-            )  # fmt: skip
+            )
 
             def grow(record, joining=joining, cluster=cluster, client=client):
                 if joining and record["step"] == args.at_step:
@@ -98,25 +109,31 @@ def run(args: argparse.Namespace) -> int:
         before = [h["seconds"] for h in history[5 : args.at_step]] or [float("nan")]
         after = [h["seconds"] for h in history[args.at_step + 5 :]] or [float("nan")]
         steps = [h["step"] for h in history]
-        rows.append({
-            "run": f"{args.workers} workers" + (f", {joining} join at step {args.at_step}"
-                                                  if joining else ""),
-            "seconds": seconds,
-            "samples_per_s": sum(h["samples"] for h in history) / seconds,
-            "steps": len(history),
-            "each_step_once": steps == list(range(1, len(history) + 1)),
-            "step_ms_before": 1e3 * statistics.median(before),
-            "step_ms_after": 1e3 * statistics.median(after),
-            "step_ms_while_preparing": [
-                1e3 * statistics.median([h["seconds"] for h in history[a:b]] or [float("nan")])
-                for a, b in ((m["at_step"] - m["steps_while_preparing"], m["at_step"])
-                             for m in moves)
-            ],  # fmt: skip
-            "first_step_ms_after": [1e3 * history[m["at_step"]]["seconds"] for m in moves
-                                    if m["at_step"] < len(history)],  # fmt: skip
-            "moves": moves,
-            **scores,
-        })  # fmt: skip
+        rows.append(
+            {
+                "run": f"{args.workers} workers"
+                + (f", {joining} join at step {args.at_step}" if joining else ""),
+                "seconds": seconds,
+                "samples_per_s": sum(h["samples"] for h in history) / seconds,
+                "steps": len(history),
+                "each_step_once": steps == list(range(1, len(history) + 1)),
+                "step_ms_before": 1e3 * statistics.median(before),
+                "step_ms_after": 1e3 * statistics.median(after),
+                "step_ms_while_preparing": [
+                    1e3 * statistics.median([h["seconds"] for h in history[a:b]] or [float("nan")])
+                    for a, b in (
+                        (m["at_step"] - m["steps_while_preparing"], m["at_step"]) for m in moves
+                    )
+                ],
+                "first_step_ms_after": [
+                    1e3 * history[m["at_step"]]["seconds"]
+                    for m in moves
+                    if m["at_step"] < len(history)
+                ],
+                "moves": moves,
+                **scores,
+            }
+        )
         print(format_row(rows[-1]), flush=True)
     print()
     print(format_report(rows))
@@ -165,6 +182,8 @@ def format_report(rows: list[dict]) -> str:
     if len(rows) == 2:
         lines.append(f"P@1 difference: {rows[1]['P@1'] - rows[0]['P@1']:+.4f}")
     if rows[-1]["first_step_ms_after"]:
-        lines.append(f"first step after the move: {rows[-1]['first_step_ms_after'][0]:.0f} ms "
-                     f"(the pipeline starts again)")  # fmt: skip
+        lines.append(
+            f"first step after the move: {rows[-1]['first_step_ms_after'][0]:.0f} ms "
+            f"(the pipeline starts again)"
+        )
     return "\n".join(lines)

@@ -135,24 +135,34 @@ def run(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {"preset": args.preset, "workers": args.workers}
     try:
         host, port = server.get_host_and_port()
-        so = {"key": "bench", "secret": "bench",
-              "client_kwargs": {"endpoint_url": f"http://{host}:{port}"}}  # fmt: skip
+        so = {
+            "key": "bench",
+            "secret": "bench",
+            "client_kwargs": {"endpoint_url": f"http://{host}:{port}"},
+        }
         s3 = fsspec.filesystem("s3", **so)
         s3.mkdir(BUCKET)
         t0 = time.perf_counter()
         s3.put(str(text), f"{BUCKET}/train.txt")
         s3.put(str(conv), f"{BUCKET}/converted", recursive=True)
-        print(f"uploaded {(text_bytes + conv_bytes) / 1e6:.0f} MB to the local S3 server "
-              f"in {time.perf_counter() - t0:.1f} s")  # fmt: skip
+        print(
+            f"uploaded {(text_bytes + conv_bytes) / 1e6:.0f} MB to the local S3 server "
+            f"in {time.perf_counter() - t0:.1f} s"
+        )
         text_src = open_source(
             f"s3://{BUCKET}/train.txt", so, partition_bytes=args.partition_mb << 20
         )
         conv_src = open_source(f"s3://{BUCKET}/converted", so)
         with (
-            LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                         dashboard_address=":0", silence_logs=logging.ERROR) as cluster,
+            LocalCluster(
+                n_workers=args.workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=":0",
+                silence_logs=logging.ERROR,
+            ) as cluster,
             Client(cluster) as client,
-        ):  # fmt: skip
+        ):
 
             def read_all(src) -> list:
                 return client.gather(client.map(read_sizes, list(src.partitions), pure=False))
@@ -195,16 +205,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"{'':34}{'seconds':>9}{'MB/s':>9}{'worker CPU s':>14}")
         rows = (
             (f"text, {len(text_src.partitions)} byte ranges", t_text, text_bytes, cpu_text, ""),
-            (f"converted, {len(conv_src.partitions)} chunks", t_conv, conv_bytes, cpu_conv,
-             f"   {t_text / t_conv:.1f}x faster, {cpu_text / cpu_conv:.1f}x less worker CPU"),
-        )  # fmt: skip
+            (
+                f"converted, {len(conv_src.partitions)} chunks",
+                t_conv,
+                conv_bytes,
+                cpu_conv,
+                f"   {t_text / t_conv:.1f}x faster, {cpu_text / cpu_conv:.1f}x less worker CPU",
+            ),
+        )
         for name, t, nbytes, cpu, note in rows:
             print(f"{name:34}{t:9.2f}{nbytes / 1e6 / t:9.1f}{cpu:14.2f}{note}")
         for name, t, nbytes, note in (
             ("text, local disk", t_text_local, text_bytes, ""),
-            ("converted, local disk", t_conv_local, conv_bytes,
-             f"{'':14}   {t_text_local / t_conv_local:.1f}x faster"),
-        ):  # fmt: skip
+            (
+                "converted, local disk",
+                t_conv_local,
+                conv_bytes,
+                f"{'':14}   {t_text_local / t_conv_local:.1f}x faster",
+            ),
+        ):
             print(f"{name:34}{t:9.2f}{nbytes / 1e6 / t:9.1f}{note}")
         if not args.skip_shuffle:
             for name, src in (("text", text_src), ("converted", conv_src)):

@@ -1,20 +1,26 @@
-"""``dslide bench topk``: recall@k and speed of the LSH top-k against the exact top-k.
+"""``dslide bench topk``: recall and speed of the serving top-k paths against the exact one.
 
 Loads a trained model (``--model``: a checkpoint, a saved model or a run folder, e.g.
 ``dslide train --run-dir``'s) in this process, reads ``--rows`` rows of ``--data`` and,
-on ``--threads`` numba threads (default 1: one core):
+on ``--threads`` threads (numba's and faiss's; default 1: one core):
 
 - exact: every label scored (blocked matrix products and a streaming top-k);
 - each ``--setting T:C``: the LSH top-k probing the first T tables (0: all) and scoring
-  at most C candidates per shard (0: all found), those found in the most tables.
+  at most C candidates per shard (0: all found), those found in the most tables;
+- the output index (``docs/serving.md``): the model's stored one (``dslide index``), else
+  one built here (``--index-setting K=V``: its settings; build seconds reported), searched
+  with each ``--probes P`` (default: as built); its candidates are scored exactly.
+  ``--no-index`` leaves it out (it needs faiss: ``pip install "dslide-dask[serve]"``).
 
-For each: recall@k against the exact top-k (the share of the exact k found), rows/s
-scoring the rows in batches of ``--batch`` (throughput), and the latency of answering
-one row at a time (median and p99 over ``--latency-rows`` rows: hidden layers, every
-shard, the merge), and the mean candidates scored per row. ``--index K=V`` gives the
-model new tables for serving first (e.g. ``L=100``, ``K=8``), ``--mips`` SimHash tables
-under the inner-product transform: training's tables are built for sampling. Each
-timing is the best of ``--repeat`` runs; run on a quiet machine.
+For each: recall@1 and recall@k against the exact top-k (the share of the exact best k
+found), rows/s scoring the rows in batches of ``--batch`` (throughput), the latency of
+answering one row at a time (median and p99 over ``--latency-rows`` rows: hidden layers,
+every shard, the merge), the mean candidates scored per row, and for the index its build
+seconds and bytes. ``--table K=V`` gives the model new LSH tables for serving first
+(e.g. ``L=100``, ``K=8``), ``--mips`` SimHash tables under the inner-product transform:
+training's tables are built for sampling. ``--plot PNG`` draws recall@k against the
+one-row latency of every contender. Each timing is the best of ``--repeat`` runs; run on a
+quiet machine.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import numpy as np
 
 from dslide_workflows.args import add_storage_arguments, key_value, positive_int, storage_options
 
-SUMMARY = "recall@k and rows/s of the LSH top-k against the exact top-k, per setting"
+SUMMARY = "recall@k and speed of the LSH top-k and the output index against the exact top-k"
 
 
 def setting(text: str) -> tuple[int, int]:
@@ -47,19 +53,65 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, metavar="URL", help="rows to query (XC text)")
     p.add_argument("--rows", type=positive_int, default=2000, help="rows used (default: 2000)")
     p.add_argument("--k", type=positive_int, default=5, help="(default: 5)")
-    p.add_argument("--setting", type=setting, action="append", default=[], metavar="T:C",
-                   help="LSH tables probed : candidates scored, 0 = all (repeatable; "
-                   "default: 0:0 and a few cuts)")  # fmt: skip
-    p.add_argument("--index", type=key_value, action="append", default=[], metavar="K=V",
-                   help="serving tables: L, K, range_pow, bucket_capacity...")  # fmt: skip
-    p.add_argument("--mips", action="store_true",
-                   help="serving tables: SimHash under the inner-product transform")  # fmt: skip
-    p.add_argument("--threads", type=positive_int, default=1, help="numba threads (default: 1)")
+    p.add_argument(
+        "--setting",
+        type=setting,
+        action="append",
+        default=[],
+        metavar="T:C",
+        help="LSH tables probed : candidates scored, 0 = all (repeatable; "
+        "default: 0:0 and a few cuts)",
+    )
+    p.add_argument(
+        "--table",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="serving LSH tables: L, K, range_pow, bucket_capacity...",
+    )
+    p.add_argument(
+        "--mips",
+        action="store_true",
+        help="serving tables: SimHash under the inner-product transform",
+    )
+    p.add_argument(
+        "--index-setting",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="build the output index here with these settings "
+        "(lists, probes, candidates, codes...; default: the stored index, else "
+        "chosen for the layer)",
+    )
+    p.add_argument(
+        "--probes",
+        type=positive_int,
+        action="append",
+        default=[],
+        metavar="P",
+        help="output index: lists probed a query (repeatable; default: as built)",
+    )
+    p.add_argument("--no-index", action="store_true", help="leave the output index out")
+    p.add_argument("--threads", type=positive_int, default=1, help="threads (default: 1)")
     p.add_argument("--batch", type=positive_int, default=256, help="rows a batch (default: 256)")
-    p.add_argument("--latency-rows", type=int, default=200, metavar="N",
-                   help="rows answered one at a time (default: 200; 0: skip)")  # fmt: skip
+    p.add_argument(
+        "--latency-rows",
+        type=int,
+        default=200,
+        metavar="N",
+        help="rows answered one at a time (default: 200; 0: skip)",
+    )
     p.add_argument("--repeat", type=positive_int, default=3, help="best of N (default: 3)")
     p.add_argument("--json", type=Path, default=None, metavar="OUT", help="write results")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        metavar="PNG",
+        help="recall@k against one-row latency, every contender",
+    )
     add_storage_arguments(p)
 
 
@@ -80,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     so = storage_options(args.storage_option)
     ckpt = resolve(args.model, so)
     net = load_network(ckpt)
-    reindex(net, args.mips, **dict(args.index))
+    reindex(net, args.mips, **dict(args.table))
     data, _ = read_dataset(args.data, so)
     if data.n_features != net.n_features:
         raise ValueError(
@@ -91,10 +143,12 @@ def run(args: argparse.Namespace) -> int:
     X = data.X.slice_rows(0, min(args.rows, data.n_points))
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     index = net.shards[0].serving_tables()
-    print(f"model {ckpt.url}: {net.n_features} features, {net.n_labels} labels, "
-          f"{len(net.shards)} shard(s); tables L={index.cfg.L} K={index.cfg.K} "
-          f"2^{index.range_pow} buckets x {index.cfg.bucket_capacity}; {X.n_rows} rows, "
-          f"{args.threads} thread(s){', MIPS tables' if args.mips else ''}")  # fmt: skip
+    print(
+        f"model {ckpt.url}: {net.n_features} features, {net.n_labels} labels, "
+        f"{len(net.shards)} shard(s); tables L={index.cfg.L} K={index.cfg.K} "
+        f"2^{index.range_pow} buckets x {index.cfg.bucket_capacity}; {X.n_rows} rows, "
+        f"{args.threads} thread(s){', MIPS tables' if args.mips else ''}"
+    )
 
     def measure(spec: PredictSpec) -> dict:
         predict_topk_scores(net, X.slice_rows(0, 1), spec)  # compile
@@ -112,45 +166,133 @@ def run(args: argparse.Namespace) -> int:
                 t0 = time.perf_counter()
                 predict_topk_scores(net, row, spec)
                 lat[i] = time.perf_counter() - t0
-            out.update(latency_ms_p50=float(np.median(lat) * 1e3),
-                       latency_ms_p99=float(np.quantile(lat, 0.99) * 1e3))  # fmt: skip
+            out.update(
+                latency_ms_p50=float(np.median(lat) * 1e3),
+                latency_ms_p99=float(np.quantile(lat, 0.99) * 1e3),
+            )
         return out
 
-    exact = measure(PredictSpec(ckpt.url, k=args.k))
-    rows = [{"setting": "exact", "tables": None, "candidates": None, "recall": 1.0,
-             "scored_per_row": float(net.n_labels), **exact}]  # fmt: skip
     h, _ = net.hidden.forward(X)
-    for tables, candidates in args.setting or DEFAULT_SETTINGS:
-        spec = PredictSpec(ckpt.url, k=args.k, exact=False, tables=tables, candidates=candidates)
+
+    def served(name: str, spec: PredictSpec, **extra) -> dict:
+        """A serving contender's row: its figures, and the candidates scored a row."""
         res = measure(spec)
-        query = LSHQuery(args.k, tables, candidates)
+        query = LSHQuery(args.k, spec.tables, spec.candidates)
         scored = sum(
             float(s.serving_tables().search(h, s.W, s.bias, query)[2].mean()) for s in net.shards
-        )  # fmt: skip
-        rows.append({"setting": f"{tables}:{candidates}", "tables": tables,
-                     "candidates": candidates, "recall": recall_at_k(res["ids"], exact["ids"]),
-                     "scored_per_row": scored, **res})  # fmt: skip
+        )
+        return {"setting": name, "scored_per_row": scored, **extra, **res}
+
+    rows = [
+        {
+            "setting": "exact",
+            "tables": None,
+            "candidates": None,
+            "scored_per_row": float(net.n_labels),
+            **measure(PredictSpec(ckpt.url, k=args.k)),
+        }
+    ]
+    for tables, candidates in args.setting or DEFAULT_SETTINGS:
+        spec = PredictSpec(ckpt.url, k=args.k, exact=False, tables=tables, candidates=candidates)
+        rows.append(served(f"{tables}:{candidates}", spec, tables=tables, candidates=candidates))
+    if not args.no_index:
+        for built, probes in output_indexes(args, ckpt, net):
+            spec = PredictSpec(ckpt.url, k=args.k, exact=False, output_index=True)
+            rows.append(served(f"index p={probes}", spec, probes=probes, **built))
+    exact = rows[0]["ids"]
     for r in rows:
-        r.pop("ids")
+        ids = r.pop("ids")
+        r["recall"] = recall_at_k(ids, exact)
+        r["recall@1"] = recall_at_k(ids[:, :1], exact[:, :1])
         r["speedup"] = r["rows_per_s"] / rows[0]["rows_per_s"]
     print(table(rows, args.k))
     if args.json:
-        meta = {"model": ckpt.url, "data": args.data, "rows": X.n_rows, "k": args.k,
-                "threads": args.threads, "index": dict(args.index), "mips": args.mips,
-                "n_labels": net.n_labels}  # fmt: skip
+        meta = {
+            "model": ckpt.url,
+            "data": args.data,
+            "rows": X.n_rows,
+            "k": args.k,
+            "threads": args.threads,
+            "table": dict(args.table),
+            "mips": args.mips,
+            "n_labels": net.n_labels,
+        }
         args.json.write_text(json.dumps({**meta, "results": rows}, indent=1))
+    if args.plot:
+        plot(rows, args.k, args.plot, f"{net.n_labels:,} labels, {args.threads} thread(s)")
     return 0
 
 
+def output_indexes(args: argparse.Namespace, ckpt, net):
+    """``(figures, probes)`` for each probe count asked, with the output index attached
+    to the network's shards: the stored one, or one built here (timed)."""
+    from dslide_dask.checkpoint.output_index import has_output_index, load_output_index
+    from dslide_dask.model.output_index import IndexSettings, OutputIndex, faiss_module
+
+    try:
+        faiss_module()
+    except ImportError as err:
+        print(f"output index: left out ({err})")
+        return
+    t0 = time.perf_counter()
+    if has_output_index(ckpt) and not args.index_setting:
+        index, how = load_output_index(ckpt), "stored"
+    else:
+        index = OutputIndex.build(net.shards, IndexSettings.of(dict(args.index_setting)))
+        how = "built"
+    seconds = time.perf_counter() - t0
+    layer = sum(s.W.nbytes + s.bias.nbytes for s in net.shards)
+    s = index.settings
+    print(
+        f"output index ({how} in {seconds:.1f} s): {s.lists} lists, {s.candidates} "
+        f"candidates, {s.codes}, {index.nbytes / 1e6:.1f} MB ({index.nbytes / layer:.2f} "
+        f"x the layer's {layer / 1e6:.1f} MB)"
+    )
+    built = {
+        "candidates": s.candidates,
+        "index": how,
+        "bytes": index.nbytes,
+        "bytes_vs_layer": index.nbytes / layer,
+        "build_s" if how == "built" else "load_s": seconds,
+    }
+    for probes in args.probes or [s.probes]:
+        index.with_probes(probes).attach(net.shards)
+        yield built, probes
+
+
 def table(rows: list[dict], k: int) -> str:
-    head = (f"{'setting T:C':<14}{'recall@' + str(k):>10}{'scored/row':>12}{'rows/s':>11}"
-            f"{'x exact':>9}{'p50 ms':>9}{'p99 ms':>9}")  # fmt: skip
+    head = (
+        f"{'setting':<14}{'recall@1':>9}{'recall@' + str(k):>10}{'scored/row':>12}"
+        f"{'rows/s':>11}{'x exact':>9}{'p50 ms':>9}{'p99 ms':>9}{'build s':>9}{'MB':>8}"
+    )
     lines = [head]
+    nan = float("nan")
     for r in rows:
         lines.append(
-            f"{r['setting']:<14}{r['recall']:>10.4f}{r['scored_per_row']:>12.0f}"
-            f"{r['rows_per_s']:>11.0f}{r['speedup']:>9.2f}"
-            f"{r.get('latency_ms_p50', float('nan')):>9.3f}"
-            f"{r.get('latency_ms_p99', float('nan')):>9.3f}"
+            f"{r['setting']:<14}{r['recall@1']:>9.4f}{r['recall']:>10.4f}"
+            f"{r['scored_per_row']:>12.0f}{r['rows_per_s']:>11.0f}{r['speedup']:>9.2f}"
+            f"{r.get('latency_ms_p50', nan):>9.3f}{r.get('latency_ms_p99', nan):>9.3f}"
+            f"{r.get('build_s', nan):>9.1f}{r.get('bytes', nan) / 1e6:>8.1f}"
         )
     return "\n".join(lines)
+
+
+def plot(rows: list[dict], k: int, out: Path, title: str) -> None:
+    """recall@k (y) against one-row p50 latency (x, log) of every contender."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in rows:
+        if "latency_ms_p50" in r:
+            ax.scatter(r["latency_ms_p50"], r["recall"])
+            ax.annotate(r["setting"], (r["latency_ms_p50"], r["recall"]), fontsize=7)
+    ax.set_xscale("log")
+    ax.set_xlabel("one row, p50 ms")
+    ax.set_ylabel(f"recall@{k} against exact")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)

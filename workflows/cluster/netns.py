@@ -107,9 +107,24 @@ def check_available() -> None:
             raise NetnsUnavailable(f"'ip netns add' does not work here: {made.stderr.strip()}")
         steps = (
             ["ip", "-n", probe, "link", "add", "p0", "type", "veth", "peer", "name", "p1"],
-            ["tc", "-n", probe, "qdisc", "add", "dev", "p0", "root", "tbf", "rate", "1mbit",
-             "burst", "32kb", "latency", "50ms"],
-        )  # fmt: skip
+            [
+                "tc",
+                "-n",
+                probe,
+                "qdisc",
+                "add",
+                "dev",
+                "p0",
+                "root",
+                "tbf",
+                "rate",
+                "1mbit",
+                "burst",
+                "32kb",
+                "latency",
+                "50ms",
+            ],
+        )
         for argv in steps:
             proc = _run(argv, check=False)
             if proc.returncode != 0:
@@ -288,8 +303,23 @@ class EmulatedCluster:
     def _add_node(self, name: str, address: str, cpus: tuple[int, ...] | None) -> Node:
         netns = self.prefix + name
         self._add_netns(netns)
-        _run(["ip", "link", "add", name, "netns", self.switch, "type", "veth",
-              "peer", "name", IFNAME, "netns", netns])  # fmt: skip
+        _run(
+            [
+                "ip",
+                "link",
+                "add",
+                name,
+                "netns",
+                self.switch,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                IFNAME,
+                "netns",
+                netns,
+            ]
+        )
         _run(["ip", "-n", self.switch, "link", "set", name, "master", BRIDGE, "up"])
         _run(["ip", "-n", netns, "addr", "add", f"{address}/24", "dev", IFNAME])
         _run(["ip", "-n", netns, "link", "set", IFNAME, "up"])
@@ -384,8 +414,22 @@ def _set_qdisc(netns: str, dev: str, bits: int | None, delay_ms: float) -> None:
         netem = ["netem", "delay", f"{delay_ms}ms", "limit", "100000"]
         _run(["tc", "-n", netns, "qdisc", "add", "dev", dev, "root", "handle", "1:", *netem])
         if tbf:
-            _run(["tc", "-n", netns, "qdisc", "add", "dev", dev, "parent", "1:1",
-                  "handle", "10:", *tbf])  # fmt: skip
+            _run(
+                [
+                    "tc",
+                    "-n",
+                    netns,
+                    "qdisc",
+                    "add",
+                    "dev",
+                    dev,
+                    "parent",
+                    "1:1",
+                    "handle",
+                    "10:",
+                    *tbf,
+                ]
+            )
     elif tbf:
         _run(["tc", "-n", netns, "qdisc", "add", "dev", dev, "root", *tbf])
 

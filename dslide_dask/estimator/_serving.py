@@ -1,0 +1,107 @@
+"""A fitted ``SlideClassifier`` answering through an index over its output layer.
+
+:meth:`ServingMixin.build_index` builds an :class:`~dslide_dask.model.output_index.
+OutputIndex`; from then on ``predict``, ``predict_topk`` and ``evaluate`` take each row's
+best labels from its candidates, scored exactly, instead of scoring every label (the
+network's top candidates that the neighbours' votes are fused with, too). ``save``
+stores it beside the model and ``load`` reads it back, checked, whatever the shard count.
+A model on a cluster answers exactly: its rows live in actors (``dslide predict --index``
+serves a saved model's index there, one part per shard).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Self
+
+import numpy as np
+
+from dslide_dask.checkpoint.output_index import (
+    has_output_index,
+    load_output_index,
+    save_output_index,
+)
+from dslide_dask.checkpoint.store import Checkpoint, open_checkpoint
+from dslide_dask.data.csr import CSR
+from dslide_dask.data.dataset import XCDataset
+from dslide_dask.local_trainer import LocalTrainer
+from dslide_dask.metrics import xc_metrics
+from dslide_dask.model.output_index import IndexSettings, OutputIndex
+
+
+class ServingMixin:
+    """``output_index_`` (an :class:`OutputIndex`, or None) and the top-k through it."""
+
+    def build_index(self, **settings) -> Self:
+        """Index the output layer, so predictions need not score every label.
+
+        Each row's ``candidates`` best rows by the index (faiss IVF-SQ8 over the layer,
+        ``docs/serving.md``) are scored exactly, and the best of them returned: the
+        scores are the exact logits of the labels found, and the labels the exact ones
+        in all but a few rows in a thousand. Training the model further drops the index.
+        Needs faiss (``pip install "dslide-dask[serve]"``).
+
+        Parameters
+        ----------
+        **settings
+            :class:`~dslide_dask.model.output_index.IndexSettings`: ``lists``,
+            ``probes``, ``candidates`` (100), ``codes`` (``"sq8"``, ``"fp16"`` or
+            ``"flat"``), ``train_per_list``, ``iterations``, ``seed``, ``threads``
+            (0: every core; ``lists`` and ``probes`` 0: chosen for the layer's size).
+
+        Returns
+        -------
+        SlideClassifier
+            This estimator, with ``output_index_`` set.
+        """
+        self._check_fitted()
+        parsed = IndexSettings.of(settings)
+        if not isinstance(self.trainer_, LocalTrainer):
+            raise ValueError(
+                "build_index: the model is on a cluster, where it answers exactly; save() "
+                "it and run `dslide index MODEL`, then `dslide predict --index`, or load "
+                "it in this process (SlideClassifier.load(url)) to build one"
+            )
+        self.output_index_ = OutputIndex.build(self.trainer_.network.shards, parsed)
+        self._index_step = self._step
+        return self
+
+    def _serving_index(self) -> OutputIndex | None:
+        """The output index, if built for the weights the model has now (dropped, with
+        a warning, once the model trained on)."""
+        index = getattr(self, "output_index_", None)
+        if index is not None and getattr(self, "_index_step", None) != self._step:
+            warnings.warn(
+                "the model trained on after build_index(): its output index no longer "
+                "matches the weights and is dropped; call build_index() again",
+                UserWarning,
+                stacklevel=3,
+            )
+            self.output_index_ = index = None
+        return index
+
+    def _network_topk(self, X: CSR, k: int, exact: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The network's top-k ids and logits: through the output index when one is
+        built and ``exact`` is asked (``exact=False``: the LSH tables, as without one)."""
+        index = self._serving_index() if exact else None
+        if index is None:
+            return self.trainer_.topk_scores(X, k, exact)
+        return index.topk_scores(self.trainer_.network, X, k)
+
+    def _index_metrics(self, data: XCDataset, ks: tuple[int, ...]) -> dict[str, float]:
+        """``evaluate``'s scores of the top-k through the output index."""
+        top, _ = self._network_topk(data.X, max(ks), True)
+        return xc_metrics(top, data.Y, ks, **self.trainer_.labels.metric_args())
+
+    def _save_output_index(self, url: str, storage_options: dict | None) -> None:
+        """At ``save``: the output index beside the model written at ``url``, if built."""
+        if self._serving_index() is not None:
+            save_output_index(open_checkpoint(url, storage_options), self.output_index_)
+
+    def _load_output_index(self, ckpt: Checkpoint) -> None:
+        """At ``load``: the output index saved beside the model ``ckpt``, if any, checked
+        (split for the shards loaded when first asked); on a cluster it is not read."""
+        self.output_index_ = None
+        if isinstance(self.trainer_, LocalTrainer) and has_output_index(ckpt):
+            self.output_index_ = load_output_index(ckpt)
+            self._index_step = self._step
