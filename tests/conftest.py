@@ -17,9 +17,11 @@ LEFT_OUT = pytest.StashKey[int]()
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--slow", action="store_true", default=False,
+        "--slow",
+        action="store_true",
+        default=False,
         help="also run the tests marked slow: the full suite, as CI runs it",
-    )  # fmt: skip
+    )
 
 
 def _named(config) -> list[str]:
@@ -58,8 +60,9 @@ def pytest_collection_modifyitems(config, items):
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     left_out = config.stash.get(LEFT_OUT, 0)
     if left_out:
+        tests = "test" if left_out == 1 else "tests"
         terminalreporter.write_line(
-            f"{left_out} slow tests left out: `python -m pytest --slow` runs the full suite"
+            f"{left_out} slow {tests} left out: `python -m pytest --slow` runs the full suite"
         )
 
 
@@ -81,11 +84,14 @@ def client():
 
     with (
         LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",
             silence_logs=logging.ERROR,
         ) as cluster,
         Client(cluster) as client,
-    ):  # fmt: skip
+    ):
         client.wait_for_workers(2)
         yield client
 

@@ -22,7 +22,7 @@ def add_index_parser(sub: argparse._SubParsersAction) -> None:
         help="build a saved model's output index (fast top-k for serving)",
         description="Build the output index of the model at MODEL (a checkpoint, a model "
         "saved by SlideClassifier.save, or a run folder) and store it in the model's "
-        "folder (output_index/): faiss IVF-SQ8 over the output layer; predictions score "
+        "folder (output_index/): faiss IVF-fp16 over the output layer; predictions score "
         'its candidates exactly. Needs faiss: pip install "dslide-dask[serve]".',
     )
     p.add_argument("model", metavar="MODEL", help="model URL")
@@ -32,7 +32,7 @@ def add_index_parser(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="K=V",
-        help="index setting: lists, probes, candidates, codes (sq8, fp16, flat), "
+        help="index setting: lists, probes, candidates, head, codes (fp16, sq8, flat), "
         "train_per_list, iterations, seed, threads (repeatable; default: chosen for the "
         "layer's size)",
     )

@@ -35,19 +35,20 @@ class ServingMixin:
     def build_index(self, **settings) -> Self:
         """Index the output layer, so predictions need not score every label.
 
-        Each row's ``candidates`` best rows by the index (faiss IVF-SQ8 over the layer,
-        ``docs/serving.md``) are scored exactly, and the best of them returned: the
-        scores are the exact logits of the labels found, and the labels the exact ones
-        in all but a few rows in a thousand. Training the model further drops the index.
-        Needs faiss (``pip install "dslide-dask[serve]"``).
+        Each row's ``candidates`` best rows by the index (faiss IVF-fp16 over the layer,
+        ``docs/serving.md``) and the ``head`` rows are scored exactly, and the best of
+        them returned: the scores are the exact logits of the labels found, and the
+        labels the exact ones in all but a few rows in ten thousand. Training the model
+        further drops the index. Needs faiss (``pip install "dslide-dask[serve]"``).
 
         Parameters
         ----------
         **settings
             :class:`~dslide_dask.model.output_index.IndexSettings`: ``lists``,
-            ``probes``, ``candidates`` (100), ``codes`` (``"sq8"``, ``"fp16"`` or
-            ``"flat"``), ``train_per_list``, ``iterations``, ``seed``, ``threads``
-            (0: every core; ``lists`` and ``probes`` 0: chosen for the layer's size).
+            ``probes``, ``candidates`` (100), ``head`` (256), ``codes`` (``"fp16"``,
+            ``"sq8"`` or ``"flat"``), ``train_per_list``, ``iterations``, ``seed``,
+            ``threads`` (0: every core; ``lists`` and ``probes`` 0: chosen for the
+            layer's size).
 
         Returns
         -------

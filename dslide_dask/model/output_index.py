@@ -1,11 +1,12 @@
 """An index over a trained output layer: a row's best labels without scoring every label.
 
 Scoring every label costs a pass over the whole layer a query (670K x 128 floats: 17 ms
-on one core). The index answers in a fraction of a millisecond and gives the same
-answer in all but a few rows in a thousand (``docs/serving.md``: how it was chosen and
-measured): faiss's inverted file with 8-bit scalar codes (IVF-SQ8) finds ``candidates``
-rows, and their scores are then computed exactly from the model's own float32 rows, so
-every label returned carries the logit the exact top-k gives it.
+on one core). The index answers in a fraction of a millisecond with the same labels in
+all but a few rows in ten thousand (``docs/serving.md``: how it was chosen, against
+which libraries, and measured): faiss's inverted file with half-precision codes
+(IVF-fp16) finds ``candidates`` rows, the ``head`` rows of the largest norm join them,
+and their scores are then computed exactly from the model's own float32 rows, so every
+label returned carries the logit the exact top-k gives it.
 
 Maximum inner product, ``h @ w + b``, is not a distance. Two steps make it one, with the
 same ranking: the mean row is subtracted (every score of a query moves by the same

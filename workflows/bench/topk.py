@@ -287,12 +287,12 @@ def plot(rows: list[dict], k: int, out: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in rows:
         if "latency_ms_p50" in r:
-            ax.scatter(r["latency_ms_p50"], r["recall"])
-            ax.annotate(r["setting"], (r["latency_ms_p50"], r["recall"]), fontsize=7)
+            ax.scatter(r["latency_ms_p50"], r["recall"], label=r["setting"])
     ax.set_xscale("log")
     ax.set_xlabel("one row, p50 ms")
     ax.set_ylabel(f"recall@{k} against exact")
     ax.set_title(title)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
