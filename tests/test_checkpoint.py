@@ -201,6 +201,7 @@ t.train(train, Stream(64))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_killed_while_writing_a_checkpoint_the_previous_one_loads(tiny, tmp_path):
     root, marker = tmp_path / "ckpt", tmp_path / "writing"

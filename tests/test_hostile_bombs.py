@@ -290,6 +290,7 @@ def test_train_against_a_silent_scheduler(capsys, work, silent_scheduler):
     assert time.monotonic() - t0 < 15
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_plan_against_a_silent_scheduler(capsys, work, silent_scheduler):
     (work / "c.yaml").write_bytes(b"connect_timeout: 1.5\n")
@@ -298,6 +299,7 @@ def test_plan_against_a_silent_scheduler(capsys, work, silent_scheduler):
               silent_scheduler, "within 1.5 s (--connect-timeout)")  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_predict_against_a_silent_scheduler(capsys, work, silent_scheduler):
     assert cli.main(["train", *FAST, "--train", "t.txt", "--run-dir", "run"]) == 0
@@ -310,7 +312,7 @@ def test_predict_against_a_silent_scheduler(capsys, work, silent_scheduler):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("kind", ["silent", "refused"])
+@pytest.mark.parametrize("kind", [pytest.param("silent", marks=pytest.mark.slow), "refused"])
 def test_leave_ends_within_its_timeout(capsys, work, silent_scheduler, kind):
     address = silent_scheduler if kind == "silent" else _refused_address()
     t0 = time.monotonic()

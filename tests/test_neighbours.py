@@ -152,6 +152,7 @@ def small():
     return make_synthetic("tiny", seed=0)
 
 
+@pytest.mark.slow
 def test_the_neighbours_add_what_the_network_misses_and_survive_save_and_load(small, tmp_path):
     train, test = small
     alone = SlideClassifier(epochs=2, neighbours=0, client=False, **PARAMS).fit(train.X, train.Y)

@@ -96,6 +96,7 @@ def test_partial_fit_keeps_lr_constant(tiny):
     assert {h["lr"] for h in clf.history_} == {0.02}
 
 
+@pytest.mark.slow
 def test_early_stopping_restores_the_best_epoch(tiny):
     """A constant, too high lr makes validation P@1 wander; the model fit() leaves must be
     the best epoch's, not the last one's."""

@@ -43,7 +43,7 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
     is_package = path.name == "__init__.py"
     out = set()
     for node in ast.walk(tree):
-        if _type_checking_only(node, parents):
+        if not isinstance(node, ast.Import | ast.ImportFrom) or _type_checking_only(node, parents):
             continue
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
