@@ -91,3 +91,22 @@ def add_storage_arguments(parser: argparse.ArgumentParser) -> None:
         help="fsspec storage option, value parsed as YAML; dotted keys nest, e.g. "
         "client_kwargs.endpoint_url=http://127.0.0.1:9000 (repeatable)",
     )
+
+
+def add_table_arguments(parser: argparse.ArgumentParser, when: str = "") -> None:
+    """``--table K=V`` and ``--mips``: the serving LSH tables a model is given before it
+    answers (shared by ``dslide predict`` and ``dslide bench topk``); ``when`` leads
+    their help (e.g. ``"with --lsh: "``)."""
+    parser.add_argument(
+        "--mips",
+        action="store_true",
+        help=f"{when}serving tables: SimHash under the inner-product transform",
+    )
+    parser.add_argument(
+        "--table",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="K=V",
+        help=f"{when}serving tables' L, K, range_pow, bucket_capacity, ranges",
+    )

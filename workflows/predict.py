@@ -15,8 +15,8 @@ from contextlib import ExitStack
 
 from dslide_workflows.args import (
     add_storage_arguments,
+    add_table_arguments,
     byte_size,
-    key_value,
     positive_int,
     storage_options,
 )
@@ -49,16 +49,7 @@ def add_predict_parser(sub: argparse._SubParsersAction) -> None:
         help="with --lsh or --index: labels scored a row and shard (default: 0: all found, "
         "or as the index was built)",
     )
-    p.add_argument("--mips", action="store_true",
-                   help="with --lsh: serving tables under the inner-product transform")  # fmt: skip
-    p.add_argument(
-        "--table",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="with --lsh: serving tables' L, K, range_pow, bucket_capacity, ranges",
-    )
+    add_table_arguments(p, "with --lsh: ")
     p.add_argument(
         "--index",
         action="store_true",

@@ -19,9 +19,10 @@ from dslide_dask.kernels.topk import _push
 @numba.njit(cache=True, nogil=True)
 def _neighbours_of_row(
     q_idx, q_val, post_ptr, post_pts, post_val, acc, seen, touched, nb_ids, nb_sims
-) -> int:
-    """Fill ``nb_ids``/``nb_sims`` (descending) with the points most similar to one query;
-    ``acc`` and ``seen`` are zeroed scratch over points, zeroed again on return."""
+) -> None:
+    """Fill ``nb_ids``/``nb_sims`` (descending, -1 past the last) with the points most
+    similar to one query; ``acc`` and ``seen`` are zeroed scratch over points, zeroed
+    again on return."""
     n_touched = 0
     for j in range(q_idx.shape[0]):
         f = q_idx[j]
@@ -42,10 +43,6 @@ def _neighbours_of_row(
         seen[pt] = False
         if s > 0.0:
             _push(nb_ids, nb_sims, pt, s)
-    found = 0
-    while found < nb_ids.shape[0] and nb_ids[found] >= 0:
-        found += 1
-    return found
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -80,15 +77,10 @@ def neighbour_votes(
         acc = np.zeros(n_points, np.float32)
         seen = np.zeros(n_points, np.bool_)
         touched = np.empty(n_points, np.int32)
-        votes = np.zeros(n_labels, np.float32)
-        voted = np.empty(n_labels, np.int32)
-        nb_ids = np.empty(k, np.int64)
-        nb_sims = np.empty(k, np.float32)
-        top_ids = np.empty(m, np.int64)
-        top_votes = np.empty(m, np.float32)
+        nb_ids, nb_sims, scratch = _vote_scratch(n_labels, k, m)
         for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
             lo, hi = q_ptr[i], q_ptr[i + 1]
-            found = _neighbours_of_row(
+            _neighbours_of_row(
                 q_idx[lo:hi],
                 q_val[lo:hi],
                 post_ptr,
@@ -100,44 +92,34 @@ def neighbour_votes(
                 nb_ids,
                 nb_sims,
             )
-            _vote(
-                nb_ids,
-                nb_sims,
-                found,
-                power,
-                y_ptr,
-                y_idx,
-                votes,
-                voted,
-                top_ids,
-                top_votes,
-                ids[i],
-                shares[i],
-            )
+            _vote(nb_ids, nb_sims, power, y_ptr, y_idx, scratch, ids[i], shares[i])
     return ids, shares
 
 
 @numba.njit(cache=True, nogil=True)
-def _vote(
-    nb_ids,
-    nb_sims,
-    found,
-    power,
-    y_ptr,
-    y_idx,
-    votes,
-    voted,
-    top_ids,
-    top_votes,
-    out_ids,
-    out_shares,
-):
-    """The labels the ``found`` neighbours vote for most into ``out_ids``/``out_shares``
-    (their share of the summed similarity ** ``power``); ``votes`` is zeroed scratch over
-    labels, zeroed again on return."""
+def _vote_scratch(n_labels: int, k: int, m: int):
+    """A chunk's buffers: the neighbours (ids, similarities) and, for :func:`_vote`, the
+    votes over labels (zeroed), the labels voted for and the running top ``m``."""
+    scratch = (
+        np.zeros(n_labels, np.float32),
+        np.empty(n_labels, np.int32),
+        np.empty(m, np.int64),
+        np.empty(m, np.float32),
+    )
+    return np.empty(k, np.int64), np.empty(k, np.float32), scratch
+
+
+@numba.njit(cache=True, nogil=True)
+def _vote(nb_ids, nb_sims, power, y_ptr, y_idx, scratch, out_ids, out_shares):
+    """The labels the neighbours (``nb_ids``, -1 past the last) vote for most into
+    ``out_ids``/``out_shares`` (their share of the summed similarity ** ``power``);
+    ``scratch`` is :func:`_vote_scratch`'s, its votes zeroed again on return."""
+    votes, voted, top_ids, top_votes = scratch
     total = 0.0
     n_voted = 0
-    for j in range(found):
+    for j in range(nb_ids.shape[0]):
+        if nb_ids[j] < 0:
+            break
         w = nb_sims[j] ** power
         total += w
         pt = nb_ids[j]
@@ -177,12 +159,7 @@ def dense_neighbour_votes(
     shares = np.zeros((n, m), np.float32)
     n_chunks = max(1, min(n, n_chunks))
     for c in numba.prange(n_chunks):
-        votes = np.zeros(n_labels, np.float32)
-        voted = np.empty(n_labels, np.int32)
-        nb_ids = np.empty(k, np.int64)
-        nb_sims = np.empty(k, np.float32)
-        top_ids = np.empty(m, np.int64)
-        top_votes = np.empty(m, np.float32)
+        nb_ids, nb_sims, scratch = _vote_scratch(n_labels, k, m)
         for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
             nb_ids[:] = -1
             nb_sims[:] = -np.inf
@@ -190,23 +167,7 @@ def dense_neighbour_votes(
                 s = sims[i, pt]
                 if s > 0.0 and s > nb_sims[k - 1]:
                     _push(nb_ids, nb_sims, pt, s)
-            found = 0
-            while found < k and nb_ids[found] >= 0:
-                found += 1
-            _vote(
-                nb_ids,
-                nb_sims,
-                found,
-                1.0,
-                y_ptr,
-                y_idx,
-                votes,
-                voted,
-                top_ids,
-                top_votes,
-                ids[i],
-                shares[i],
-            )
+            _vote(nb_ids, nb_sims, 1.0, y_ptr, y_idx, scratch, ids[i], shares[i])
     return ids, shares
 
 

@@ -195,18 +195,10 @@ def fused_topk(
     k: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` best labels of each row by ``(1 - sum(weights)) * p_network + sum of
-    weights[i] * share_i`` over the votes given, and those scores (-inf where fewer than
-    ``k`` labels were found)."""
-    p = softmax_of_top(net_logits)
-    lists = [(net_ids, p), *votes]
-    n, m = net_ids.shape[0], max(ids.shape[1] for ids, _ in lists)
-    ids = np.full((len(lists), n, m), -1, np.int64)
-    scores = np.zeros((len(lists), n, m), np.float32)
-    for s, (i, v) in enumerate(lists):
-        ids[s, :, : i.shape[1]] = i
-        scores[s, :, : v.shape[1]] = v
-    w = np.array([1.0 - sum(weights), *weights[: len(votes)]], np.float32)
-    return kernels.fuse(ids, scores, w, k)
+    weights[i] * share_i`` over the votes given (weights past them ignored), and those
+    scores (-inf where fewer than ``k`` labels were found)."""
+    w = _source_weights(weights[: len(votes)])
+    return kernels.fuse(*_stacked(net_ids, net_logits, votes), w, k)
 
 
 def choose_weights(
@@ -218,15 +210,36 @@ def choose_weights(
     """The weights of :data:`WEIGHTS` (input, hidden; the hidden one 0 when only the
     input's votes are given) whose fused top 5 scores best on rows with true labels
     ``Y`` (mean of P@1, P@3, P@5; the first in :data:`WEIGHTS` on a tie)."""
+    ids, scores = _stacked(net_ids, net_logits, votes)
     best, best_score = (0.0, 0.0), -1.0
     for pair in WEIGHTS:
         if len(votes) < 2 and pair[1] > 0:
             continue
-        top, _ = fused_topk(net_ids, net_logits, votes, pair, 5)
+        top, _ = kernels.fuse(ids, scores, _source_weights(pair[: len(votes)]), 5)
         score = float(np.mean(list(precision_at_k(top, Y, (1, 3, 5)).values())))
         if score > best_score + 1e-12:
             best, best_score = pair, score
     return best
+
+
+def _stacked(
+    net_ids: np.ndarray, net_logits: np.ndarray, votes: list[tuple[np.ndarray, np.ndarray]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The network's softmax and each list of votes as one ``(sources, rows, m)`` array
+    of ids (-1: none) and one of scores, for :func:`~dslide_dask.kernels.neighbours.fuse`."""
+    lists = [(net_ids, softmax_of_top(net_logits)), *votes]
+    n, m = net_ids.shape[0], max(ids.shape[1] for ids, _ in lists)
+    ids = np.full((len(lists), n, m), -1, np.int64)
+    scores = np.zeros((len(lists), n, m), np.float32)
+    for s, (i, v) in enumerate(lists):
+        ids[s, :, : i.shape[1]] = i
+        scores[s, :, : v.shape[1]] = v
+    return ids, scores
+
+
+def _source_weights(weights: tuple[float, ...]) -> np.ndarray:
+    """The network's weight (the rest of 1) before the votes' own."""
+    return np.array([1.0 - sum(weights), *weights], np.float32)
 
 
 def _unit_rows(a: np.ndarray) -> np.ndarray:

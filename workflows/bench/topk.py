@@ -32,7 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-from dslide_workflows.args import add_storage_arguments, key_value, positive_int, storage_options
+from dslide_workflows.args import (
+    add_storage_arguments,
+    add_table_arguments,
+    key_value,
+    positive_int,
+    storage_options,
+)
 
 SUMMARY = "recall@k and speed of the LSH top-k and the output index against the exact top-k"
 
@@ -62,19 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="LSH tables probed : candidates scored, 0 = all (repeatable; "
         "default: 0:0 and a few cuts)",
     )
-    p.add_argument(
-        "--table",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="serving LSH tables: L, K, range_pow, bucket_capacity...",
-    )
-    p.add_argument(
-        "--mips",
-        action="store_true",
-        help="serving tables: SimHash under the inner-product transform",
-    )
+    add_table_arguments(p)
     p.add_argument(
         "--index-setting",
         type=key_value,
