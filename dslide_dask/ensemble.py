@@ -157,8 +157,9 @@ class SlideEnsemble(BaseEstimator):
         data = labelled_data(X, Y)
         base = self.estimator if self.estimator is not None else SlideClassifier()
         rs = base.random_state
+        seeds: np.ndarray
         if isinstance(rs, numbers.Integral):
-            seeds = rs + np.arange(self.n_models)
+            seeds = int(rs) + np.arange(self.n_models)
         else:  # None or a RandomState: members' seeds drawn from it
             seeds = check_random_state(rs).randint(0, 1 << 31, self.n_models)
         self.label_counts_ = label_counts(data.Y)  # PSP@k's propensities, as members have

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 
 from dslide_dask.checkpoint import Checkpoint, CheckpointPolicy, CheckpointStore
 from dslide_dask.checkpoint.model import check_shape, load_network, save_network
-from dslide_dask.data.batches import load, plan
+from dslide_dask.data.batches import Source, load, plan
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.shuffle import ReadStats
@@ -70,7 +71,7 @@ class LocalTrainer:
 
     def train(
         self,
-        data: XCDataset | str,
+        data: Source | str,
         stream: Stream,
         callback: StepCallback | None = None,
         storage_options: dict | None = None,
@@ -88,7 +89,7 @@ class LocalTrainer:
             self.labels.add(batch.Y)
             self.step += 1
             check_finite(stats.loss, self.step, _url(self.last_checkpoint))
-            record = {
+            record: dict[str, Any] = {
                 "step": self.step,
                 "samples": batch.n_points,
                 "loss": stats.loss,
@@ -97,7 +98,11 @@ class LocalTrainer:
                 "seconds": time.perf_counter() - t0,
                 "skipped_lines": reads.n_skipped,
             }
-            if self.policy is not None and self.policy.due(self.step, time.monotonic() - last_save):
+            if (
+                self.policy is not None
+                and self.store is not None
+                and self.policy.due(self.step, time.monotonic() - last_save)
+            ):
                 meta = stream.meta(epoch, index + 1)
                 self.last_checkpoint = save_network(self.store, self.network, meta)
                 record["checkpoint"] = self.last_checkpoint.url

@@ -59,7 +59,7 @@ def model_bytes(hidden: tuple[int, ...], n_features: int, n_labels: int) -> int:
     return 3 * 4 * params
 
 
-def _human(n: int) -> str:
+def _human(n: float) -> str:
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
             return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"

@@ -103,16 +103,23 @@ def s3():
     pytest.importorskip("s3fs")
     server_mod = pytest.importorskip("moto.server")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    dummies = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-               "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}  # fmt: skip
+    dummies = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
     saved = {k: os.environ.get(k) for k in dummies}
     os.environ.update(dummies)
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
         host, port = server.get_host_and_port()
-        so = {"key": "testing", "secret": "testing",
-              "client_kwargs": {"endpoint_url": f"http://{host}:{port}"}}  # fmt: skip
+        so = {
+            "key": "testing",
+            "secret": "testing",
+            "client_kwargs": {"endpoint_url": f"http://{host}:{port}"},
+        }
         fsspec.filesystem("s3", **so).mkdir(BUCKET)
         yield so
     finally:

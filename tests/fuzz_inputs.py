@@ -107,11 +107,24 @@ def check_checkpoint(base: Path, work: Path, rng: random.Random) -> None:
 
 
 #: A run config `dslide train --config` takes; the fuzz damages it.
-CONFIG = (b"train: t.txt\nepochs: 2\nbatch_size: 4\nstorage_options: {anon: true, key: k}\n"
-          b"model: {hidden: [8], lr: 0.01, K: 2, L: 2, min_active: 2}\n")  # fmt: skip
+CONFIG = (
+    b"train: t.txt\nepochs: 2\nbatch_size: 4\nstorage_options: {anon: true, key: k}\n"
+    b"model: {hidden: [8], lr: 0.01, K: 2, L: 2, min_active: 2}\n"
+)
 #: YAML edits a hostile config would make: anchors, aliases, a "billion laughs" head.
-YAML_EDITS = [b"&a ", b"*a", b" &a [1, 2]", b"\nx: &b [*a, *a, *a]\n", b"!!python/object ",
-              b"<<: *a\n", b"{", b"\n  - ", b": :", b"\t", b"9" * 40]  # fmt: skip
+YAML_EDITS = [
+    b"&a ",
+    b"*a",
+    b" &a [1, 2]",
+    b"\nx: &b [*a, *a, *a]\n",
+    b"!!python/object ",
+    b"<<: *a\n",
+    b"{",
+    b"\n  - ",
+    b": :",
+    b"\t",
+    b"9" * 40,
+]
 
 
 def mutate_yaml(data: bytes, rng: random.Random) -> bytes:
@@ -187,8 +200,9 @@ def main(seed: int, n: int, out: str) -> int:
         text.write_bytes(TRAIN)
         convert(str(text), str(tmp / "chunks"), chunk_points=2)
         data = parse_xc(TRAIN)
-        clf = SlideClassifier(hidden=(8,), L=2, K=2, min_active=2, max_active=5, threshold=1,
-                              batch_size=2).fit(data.X, data.Y)  # fmt: skip
+        clf = SlideClassifier(
+            hidden=(8,), L=2, K=2, min_active=2, max_active=5, threshold=1, batch_size=2
+        ).fit(data.X, data.Y)
         clf.save(str(tmp / "model"))
         check_checkpoint(tmp / "model", tmp / "m", rng)  # warm the JIT up before measuring
         base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -217,8 +231,11 @@ def main(seed: int, n: int, out: str) -> int:
                 traceback.print_exc()
                 return 1
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        Path(out).write_text(json.dumps({"base_rss": base_rss, "peak_rss": peak,
-                                         "biggest_file": biggest, "kinds": kinds}))  # fmt: skip
+        Path(out).write_text(
+            json.dumps(
+                {"base_rss": base_rss, "peak_rss": peak, "biggest_file": biggest, "kinds": kinds}
+            )
+        )
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

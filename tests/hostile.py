@@ -11,9 +11,9 @@ from pathlib import Path
 #: A valid XC text file: 6 points, 20 features, 5 labels.
 TRAIN = b"6 20 5\n0 1:1 2:0.5\n1 3:1\n2,3 4:1 5:2\n4 6:1\n0 7:1 19:1\n1 8:1\n"
 #: Flags that make a model train in a blink.
-FAST = ["--in-process", "--no-progress", "--hidden", "8", "--batch-size", "2",
-        "--opt", "L=2", "--opt", "K=2", "--opt", "min_active=2", "--opt", "max_active=5",
-        "--opt", "threshold=1"]  # fmt: skip
+FAST = ["--in-process", "--no-progress", "--hidden", "8", "--batch-size", "2"]
+FAST += ["--opt", "L=2", "--opt", "K=2", "--opt", "min_active=2", "--opt", "max_active=5"]
+FAST += ["--opt", "threshold=1"]
 
 
 def snapshot(root: Path, skip: Path | None = None) -> dict[str, str]:
@@ -42,8 +42,8 @@ def trained_run_folder(root: Path) -> Path:
 
     (root / "t.txt").write_bytes(TRAIN)
     run = root / "run"
-    argv = ["train", *FAST, "--train", str(root / "t.txt"), "--run-dir", str(run),
-            "--checkpoint-every", "1"]  # fmt: skip
+    argv = ["train", *FAST, "--train", str(root / "t.txt"), "--run-dir", str(run)]
+    argv += ["--checkpoint-every", "1"]
     assert cli.main(argv) == 0
     return run
 

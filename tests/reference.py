@@ -37,9 +37,16 @@ class DenseNetwork:
     """sparse input -> ReLU layers -> full softmax; float64, plain numpy."""
 
     def __init__(
-        self, weights, biases, W_out, b_out, lr: float, output_lr: float, b1: float = 0.9,
+        self,
+        weights,
+        biases,
+        W_out,
+        b_out,
+        lr: float,
+        output_lr: float,
+        b1: float = 0.9,
         input_lr: float | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.params = [np.array(p, np.float64) for p in [*weights, *biases, W_out, b_out]]
         self.n_hidden = len(weights)
         rates = [lr] * (len(self.params) - 2) + [output_lr] * 2

@@ -33,15 +33,15 @@ def tiny_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, fl
 def test_bench_accuracy_end_to_end(capsys, tmp_path: Path, tiny_files) -> None:
     train, test, popular = tiny_files
     names = ["engine", "engine-ensemble"] + [
-        name for name, module in (("omikuji", "omikuji"), ("dense", "torch"))
+        name
+        for name, module in (("omikuji", "omikuji"), ("dense", "torch"))
         if importlib.util.find_spec(module)
-    ]  # fmt: skip
+    ]
     out_json, out_png = tmp_path / "acc.json", tmp_path / "acc.png"
-    code, out, _ = run(
-        capsys, "bench", "accuracy", "--train", str(train), "--test", str(test),
-        "--contenders", ",".join(names), "--epochs", "3", "--threads", "1",
-        "--members", "2", "--member-epochs", "3", "--json", str(out_json), "--plot", str(out_png),
-    )  # fmt: skip
+    argv = ["bench", "accuracy", "--train", str(train), "--test", str(test)]
+    argv += ["--contenders", ",".join(names), "--epochs", "3", "--threads", "1"]
+    argv += ["--members", "2", "--member-epochs", "3", "--json", str(out_json)]
+    code, out, _ = run(capsys, *argv, "--plot", str(out_png))
     assert code == 0
     lines = out.splitlines()
     header = next(line for line in lines if line.startswith("contender"))
@@ -75,10 +75,8 @@ def test_missing_library_is_skipped_with_its_pip_command(
 ) -> None:
     monkeypatch.setitem(accuracy.REQUIRES, "napkinxc", ("no_such_module_here", "pip install x"))
     out_json = tmp_path / "acc.json"
-    code, out, _ = run(
-        capsys, "bench", "accuracy", "--preset", "tiny", "--cache-dir", str(tmp_path),
-        "--contenders", "napkinxc", "--json", str(out_json),
-    )  # fmt: skip
+    argv = ["bench", "accuracy", "--preset", "tiny", "--cache-dir", str(tmp_path)]
+    code, out, _ = run(capsys, *argv, "--contenders", "napkinxc", "--json", str(out_json))
     assert code == 0
     assert "napkinxc: skipped, pip install x" in out and "running" not in out
     (result,) = json.loads(out_json.read_text())["results"]
@@ -92,10 +90,9 @@ PECOS_USABLE = importlib.util.find_spec("pecos") is not None and not trees.pecos
 def test_pecos_contender_end_to_end(capsys, tmp_path: Path, tiny_files) -> None:
     popular = tiny_files[2]
     out_json = tmp_path / "acc.json"
-    code, out, _ = run(
-        capsys, "bench", "accuracy", "--preset", "tiny", "--cache-dir", str(tmp_path),
-        "--contenders", "pecos", "--threads", "1", "--json", str(out_json),
-    )  # fmt: skip
+    argv = ["bench", "accuracy", "--preset", "tiny", "--cache-dir", str(tmp_path)]
+    argv += ["--contenders", "pecos", "--threads", "1", "--json", str(out_json)]
+    code, out, _ = run(capsys, *argv)
     assert code == 0
     assert any(line.startswith("pecos ") for line in out.splitlines())
     (result,) = json.loads(out_json.read_text())["results"]
@@ -113,10 +110,8 @@ def test_pecos_is_skipped_where_numpy_or_scipy_is_too_new(
     assert "not numpy 2.4.6: " in why and "[bench-pecos]" in why
     monkeypatch.setitem(accuracy.REQUIRES, "pecos", ("json", "pip install x"))  # "installed"
     monkeypatch.setattr(trees, "pecos_conflict", lambda: "too new")
-    code, out, _ = run(
-        capsys, "bench", "accuracy", "--preset", "tiny", "--cache-dir", str(tmp_path),
-        "--contenders", "pecos",
-    )  # fmt: skip
+    argv = ["bench", "accuracy", "--preset", "tiny", "--cache-dir", str(tmp_path)]
+    code, out, _ = run(capsys, *argv, "--contenders", "pecos")
     assert code == 0 and "pecos: skipped, too new" in out and "running" not in out
 
 
@@ -134,9 +129,14 @@ def test_url_data_are_shuffled_before_the_prefix_is_taken(tmp_path: Path, tiny_f
 
     train, test, _ = tiny_files
     args = argparse.Namespace(
-        preset=None, train=str(train), test=str(test), train_points=100, test_points=50,
-        data_seed=0, storage_option=[],
-    )  # fmt: skip
+        preset=None,
+        train=str(train),
+        test=str(test),
+        train_points=100,
+        test_points=50,
+        data_seed=0,
+        storage_option=[],
+    )
     path, info = accuracy.prepare_data(args, tmp_path)
     got, _ = load_datasets(path)
     first = make_synthetic("tiny", seed=0)[0].slice(0, 100)

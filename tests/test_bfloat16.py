@@ -43,11 +43,10 @@ def _adam_steps(dtype, n_steps: int, zero_from: int):
         scale = 0.1 if step < zero_from else 0.0
         coefs = (rng.standard_normal(batch * per) * scale).astype(np.float32)
         vectors = rng.standard_normal((batch, width)).astype(np.float32)
-        adam.adam_rows(
-            starts, starts + per, rows, coefs, vectors, W, m, v, empty, empty, empty,
-            updates, 1e-3, 0.9, 0.999, 1e-8, True, np.zeros((0, 0), np.float32),
-            step,
-        )  # fmt: skip
+        entries = (starts, starts + per, rows, coefs, vectors)
+        state = (W, m, v, empty, empty, empty, updates)  # no bias
+        no_grads = np.zeros((0, 0), np.float32)
+        adam.adam_rows(*entries, *state, 1e-3, 0.9, 0.999, 1e-8, True, no_grads, step)
     widen = (lambda a: a) if dtype == np.float32 else from_bfloat16
     return W0, W, widen(m), widen(v)
 

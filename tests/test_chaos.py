@@ -82,9 +82,14 @@ def test_chaos_on_the_clock(tmp_path):
             p1_clean = clean.evaluate(test)["P@1"]
         policy = CheckpointPolicy(str(tmp_path / "ckpt"), every_steps=100)
         with DistributedTrainer(
-            client, CFG, train.n_features, train.n_labels, checkpoint=policy, replace_wait=30,
+            client,
+            CFG,
+            train.n_features,
+            train.n_labels,
+            checkpoint=policy,
+            replace_wait=30,
             max_recoveries=100,
-        ) as trainer:  # fmt: skip
+        ) as trainer:
             chaos = Chaos(client, lc, MINUTES * 60, seed=5)
             chaos.pids.update(client.run(os.getpid).values())
             t0 = time.monotonic()
@@ -99,8 +104,10 @@ def test_chaos_on_the_clock(tmp_path):
             moves, recoveries = trainer.moves, trainer.recoveries
     print(f"\nchaos: {len(chaos.events)} events in {MINUTES:g} min: {chaos.events}")
     print(f"moves: {moves}\nrecoveries: {recoveries}")
-    print(f"steps {n_steps}: {seconds:.0f} s (undisturbed {clean_seconds:.0f} s); "
-          f"P@1 {p1:.4f} (undisturbed {p1_clean:.4f})")  # fmt: skip
+    print(
+        f"steps {n_steps}: {seconds:.0f} s (undisturbed {clean_seconds:.0f} s); "
+        f"P@1 {p1:.4f} (undisturbed {p1_clean:.4f})"
+    )
     assert seconds > MINUTES * 60, "the run ended before the chaos did"
     assert len(chaos.events) >= MINUTES * 2
     assert [r["step"] for r in history] == list(range(1, n_steps + 1))  # each step once

@@ -95,8 +95,9 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(
     assert resumed.step == whole.step == 80
     losses = [r["loss"] for r in resumed.history]
     assert losses == [r["loss"] for r in whole.history[stop_at:]]
-    for got, want in zip(resumed.network.hidden.params(), whole.network.hidden.params(),
-                         strict=True):  # fmt: skip
+    for got, want in zip(
+        resumed.network.hidden.params(), whole.network.hidden.params(), strict=True
+    ):
         np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(resumed.network.shards[0].W, whole.network.shards[0].W)
 
@@ -153,8 +154,9 @@ def test_a_checkpoint_of_another_model_is_refused(tiny, tmp_path):
     t.save(str(tmp_path))
     train, _ = tiny
     with pytest.raises(CheckpointError, match=r"has \d+ features and \d+ labels, the data"):
-        LocalTrainer(CFG, train.n_features + 1, train.n_labels, restore=open_checkpoint(
-            str(tmp_path)))  # fmt: skip
+        LocalTrainer(
+            CFG, train.n_features + 1, train.n_labels, restore=open_checkpoint(str(tmp_path))
+        )
     with pytest.raises(CheckpointError, match="no checkpoint here"):
         open_checkpoint(str(tmp_path / "nothing"))
 

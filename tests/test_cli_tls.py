@@ -12,17 +12,19 @@ from dslide_workflows.security import local_cluster_options
 
 from .test_cli import assert_usage_error, run
 
-TINY_RUN = ["--preset", "tiny", "--epochs", "1", "--workers", "2", "--eval-points", "200",
-            "--no-progress"]  # fmt: skip
+TINY_RUN = ["--preset", "tiny", "--epochs", "1", "--workers", "2", "--eval-points", "200"]
+TINY_RUN += ["--no-progress"]
 
 
 def _cert_files(tmp_path: Path, security: Security) -> list[str]:
     """The throwaway certificate of ``security`` as PEM files, as a cluster's admin hands
     them out: ``--tls-ca-file``, ``--tls-cert``, ``--tls-key``."""
     flags = []
-    for flag, pem in (("--tls-ca-file", security.tls_ca_file),
-                      ("--tls-cert", security.tls_client_cert),
-                      ("--tls-key", security.tls_client_key)):  # fmt: skip
+    for flag, pem in (
+        ("--tls-ca-file", security.tls_ca_file),
+        ("--tls-cert", security.tls_client_cert),
+        ("--tls-key", security.tls_client_key),
+    ):
         path = tmp_path / (flag.removeprefix("--tls-") + ".pem")
         path.write_text(pem)
         flags += [flag, str(path)]
@@ -57,21 +59,32 @@ def test_the_local_dashboard_listens_on_loopback_only():
 def test_train_against_a_tls_scheduler_with_certificate_files(capsys, tmp_path):
     security = Security.temporary()
     with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-        security=security, protocol="tls://",
-    ) as lc:  # fmt: skip
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        security=security,
+        protocol="tls://",
+    ) as lc:
         address = lc.scheduler_address
         assert address.startswith("tls://")
         files = _cert_files(tmp_path, security)
-        code, out, err = run(capsys, "train", "--scheduler-address", address, *files,
-                             *TINY_RUN, "--run-dir", str(tmp_path / "r"))  # fmt: skip
+        argv = ["train", "--scheduler-address", address, *files, *TINY_RUN]
+        code, out, err = run(capsys, *argv, "--run-dir", str(tmp_path / "r"))
         assert code == 0, err
         assert f"cluster: {address}" in out and "P@1" in out
         # a tls:// address without certificates, or with some missing, is one line
-        assert_usage_error(capsys, ["train", "--scheduler-address", address, *TINY_RUN],
-                           "needs certificates", "--tls-ca-file")  # fmt: skip
-        assert_usage_error(capsys, ["train", "--scheduler-address", address, *files[:2],
-                                    *TINY_RUN], "--tls-cert, --tls-key missing")  # fmt: skip
+        assert_usage_error(
+            capsys,
+            ["train", "--scheduler-address", address, *TINY_RUN],
+            "needs certificates",
+            "--tls-ca-file",
+        )
+        assert_usage_error(
+            capsys,
+            ["train", "--scheduler-address", address, *files[:2], *TINY_RUN],
+            "--tls-cert, --tls-key missing",
+        )
 
 
 def test_a_missing_or_broken_certificate_file_is_one_line_naming_it(capsys, tmp_path):

@@ -142,8 +142,9 @@ def test_prune_drops_rare_labels_and_emptied_points_until_stable():
     assert [p.name for p in kept] == ["a", "b"]
     assert label_n["shared"] == 2 and label_n["rare"] == 1
     test_point = point("t", {"shared", "x"}, train=False)
-    kept, label_n, _ = prune([*points[:2], test_point, point("u", {"x"}, train=False)],
-                             labels_from_train=True)  # fmt: skip
+    kept, label_n, _ = prune(
+        [*points[:2], test_point, point("u", {"x"}, train=False)], labels_from_train=True
+    )
     assert [p.name for p in kept] == ["a", "b", "t"] and label_n["x"] == 0
 
 
@@ -157,9 +158,14 @@ def test_dependency_labels():
         "Section": "contrib/utils",
     }
     assert debian.package_labels(record) == {
-        "libc6", "python3", "python3-minimal", "doc-pkg",
-        "role::program", "use::editing", "section:utils",
-    }  # fmt: skip
+        "libc6",
+        "python3",
+        "python3-minimal",
+        "doc-pkg",
+        "role::program",
+        "use::editing",
+        "section:utils",
+    }
 
 
 def test_debian_builder_end_to_end(tmp_path):

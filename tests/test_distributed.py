@@ -27,9 +27,14 @@ def test_one_shard_gives_the_same_weights_as_in_process(client, tiny, dropout):
     local = LocalTrainer(cfg, train.n_features, train.n_labels)
     local.train(data, Stream(32, seed=3))
     with DistributedTrainer(
-        client, cfg, train.n_features, train.n_labels, n_shards=1,
-        wire_dtype="float32", pipeline=False,
-    ) as remote:  # fmt: skip
+        client,
+        cfg,
+        train.n_features,
+        train.n_labels,
+        n_shards=1,
+        wire_dtype="float32",
+        pipeline=False,
+    ) as remote:
         history = remote.train(data, Stream(32, seed=3))
         assert len(history) == 100
         ((W, bias),) = remote.shard_weights()
@@ -121,9 +126,14 @@ GRAPH_PARAMS = {k: v for k, v in PARAMS.items() if k != "batch_size"}
 def _train(client, data, step_mode):
     cfg = SlideConfig(**GRAPH_PARAMS)
     with DistributedTrainer(
-        client, cfg, data.n_features, data.n_labels, n_shards=2, pipeline=False,
+        client,
+        cfg,
+        data.n_features,
+        data.n_labels,
+        n_shards=2,
+        pipeline=False,
         step_mode=step_mode,
-    ) as trainer:  # fmt: skip
+    ) as trainer:
         history = trainer.train(data, Stream(32, seed=3))
         return history, trainer.shard_weights(), trainer.hidden_weights()
 
@@ -147,8 +157,9 @@ def test_graph_steps_give_the_actor_steps_weights(client, tiny):
         assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
         # the same activations and gradients cross the network
         assert (got["bytes_sent"], got["bytes_received"]) == (
-            want["bytes_sent"], want["bytes_received"],
-        )  # fmt: skip
+            want["bytes_sent"],
+            want["bytes_received"],
+        )
         assert got["bytes_sent"] > 0
 
 
@@ -187,9 +198,15 @@ def test_an_unknown_step_mode_is_refused(client, tiny):
 def _train_split(client, data, hidden_shards, pipeline, **kwargs):
     params = {k: v for k, v in PARAMS.items() if k != "batch_size"}
     trainer = DistributedTrainer(
-        client, SlideConfig(**params), data.n_features, data.n_labels, n_shards=2,
-        hidden_shards=hidden_shards, pipeline=pipeline, **kwargs,
-    )  # fmt: skip
+        client,
+        SlideConfig(**params),
+        data.n_features,
+        data.n_labels,
+        n_shards=2,
+        hidden_shards=hidden_shards,
+        pipeline=pipeline,
+        **kwargs,
+    )
     history = trainer.train(data, Stream(32, seed=3))
     return trainer, history
 
@@ -245,9 +262,14 @@ def test_a_split_hidden_layer_checkpoints_and_restores_under_any_split(client, t
     params = {k: v for k, v in PARAMS.items() if k != "batch_size"}
     for hidden_shards in (1, 2):
         with DistributedTrainer(
-            client, SlideConfig(**params), data.n_features, data.n_labels, n_shards=2,
-            hidden_shards=hidden_shards, restore=url,
-        ) as restored:  # fmt: skip
+            client,
+            SlideConfig(**params),
+            data.n_features,
+            data.n_labels,
+            n_shards=2,
+            hidden_shards=hidden_shards,
+            restore=url,
+        ) as restored:
             assert len(restored.placement.hidden_units) == (0 if hidden_shards == 1 else 2)
             for got, expected in zip(restored.hidden_weights(), want, strict=True):
                 np.testing.assert_array_equal(got, expected)

@@ -20,11 +20,14 @@ def test_the_docs_build_without_warnings(tmp_path):
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed (pip install -e '.[docs]')")
     out = tmp_path / "html"
+    sphinx = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html"]
     done = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-         "-d", str(tmp_path / "doctrees"), "docs", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [*sphinx, "-d", str(tmp_path / "doctrees"), "docs", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-5000:] or done.stdout[-5000:]
     assert (out / "index.html").is_file()
     api = (out / "generated" / "dslide_dask.estimator.SlideClassifier.html").read_text()

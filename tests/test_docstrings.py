@@ -75,10 +75,12 @@ def fitted_attributes(cls) -> set[str]:
     """Public names ending in ``_``: the class's properties, and every attribute the
     project's classes in its MRO assign (``self.x_ = ...``, ``clf.x_ = ...``)."""
     names = {
-        n for n in dir(cls)
-        if n.endswith("_") and not n.startswith("_")
+        n
+        for n in dir(cls)
+        if n.endswith("_")
+        and not n.startswith("_")
         and isinstance(inspect.getattr_static(cls, n), property)
-    }  # fmt: skip
+    }
     for klass in cls.__mro__:
         if not klass.__module__.startswith("dslide_dask"):
             continue

@@ -19,20 +19,20 @@ from distributed import Client, wait
 from dslide_dask.checkpoint import CheckpointPolicy
 from dslide_dask.data.stream import Stream
 from dslide_dask.distributed import DistributedTrainer
-from dslide_dask.distributed.elastic import (
-    LEAVE_TOPIC,
-    ElasticPolicy,
-    Move,
-    join_pays,
-    retire_requests,
-)
 from dslide_dask.distributed.memory_plan import (
     BUDGET,
     RUNTIME_BYTES,
     fits_while_moving,
     memory_plan,
 )
-from dslide_dask.distributed.rebalance import FollowsTheCluster
+from dslide_dask.distributed.moves.policy import (
+    LEAVE_TOPIC,
+    ElasticPolicy,
+    Move,
+    join_pays,
+    retire_requests,
+)
+from dslide_dask.distributed.moves.rebalance import FollowsTheCluster
 from dslide_dask.model.config import SlideConfig
 
 from .test_resilience import BATCH, CFG, cluster
@@ -105,9 +105,13 @@ def test_a_retired_worker_hands_its_rows_off_and_goes(tiny, tmp_path, who, live)
             clean.train(train, stream)
             p1_clean = clean.evaluate(test)["P@1"]
         with DistributedTrainer(
-            client, CFG, train.n_features, train.n_labels, checkpoint=policy,
+            client,
+            CFG,
+            train.n_features,
+            train.n_labels,
+            checkpoint=policy,
             elastic=ElasticPolicy(join=False, live=live),
-        ) as trainer:  # fmt: skip
+        ) as trainer:
             leaving = trainer.placement.workers[who]
             asked = []
 
@@ -138,9 +142,11 @@ def _dslide_leave(address: str, worker: str, timeout: float) -> subprocess.Popen
     """What a Kubernetes preStop hook runs in a worker's container."""
     argv = ["leave", "--scheduler-address", address, "--worker", worker, "--timeout", str(timeout)]
     return subprocess.Popen(
-        [sys.executable, "-m", "dslide_workflows", *argv], stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "dslide_workflows", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _refused(client, address: str) -> bool:
@@ -158,10 +164,14 @@ def test_dslide_leave_returns_once_the_run_has_moved_the_workers_rows_off(tiny, 
         cluster(3) as lc,
         Client(lc) as client,
         DistributedTrainer(
-            client, CFG, train.n_features, train.n_labels, checkpoint=policy,
+            client,
+            CFG,
+            train.n_features,
+            train.n_labels,
+            checkpoint=policy,
             elastic=ElasticPolicy(join=False),
         ) as trainer,
-    ):  # fmt: skip
+    ):
         leaving = trainer.placement.workers[1]
         name = str(client.scheduler_info(n_workers=-1)["workers"][leaving]["name"])
         hooks = []
@@ -240,10 +250,18 @@ def test_adaptive_scaling_shrinks_the_cluster_through_a_hand_off(tiny, tmp_path)
     one instead, so the cluster shrinks to the scaler's minimum with no step redone."""
     train, _ = tiny
     policy = CheckpointPolicy(str(tmp_path / "ckpt"))
-    with cluster(3) as lc, Client(lc) as client, DistributedTrainer(
-        client, CFG, train.n_features, train.n_labels, checkpoint=policy,
-        elastic=ElasticPolicy(join=False),
-    ) as trainer:  # fmt: skip
+    with (
+        cluster(3) as lc,
+        Client(lc) as client,
+        DistributedTrainer(
+            client,
+            CFG,
+            train.n_features,
+            train.n_labels,
+            checkpoint=policy,
+            elastic=ElasticPolicy(join=False),
+        ) as trainer,
+    ):
         adaptive = []
 
         def shrink_at_step_15(record):
@@ -578,9 +596,17 @@ def test_a_worker_the_rest_cannot_replace_stays_and_the_run_goes_on(tiny, tmp_pa
     from dslide_dask.errors import MemoryPlanError
 
     train, _ = tiny
-    with cluster(3) as lc, Client(lc) as client, DistributedTrainer(
-        client, CFG, train.n_features, train.n_labels, elastic=ElasticPolicy(join=False),
-    ) as trainer:  # fmt: skip
+    with (
+        cluster(3) as lc,
+        Client(lc) as client,
+        DistributedTrainer(
+            client,
+            CFG,
+            train.n_features,
+            train.n_labels,
+            elastic=ElasticPolicy(join=False),
+        ) as trainer,
+    ):
         leaving = trainer.placement.workers[2]
 
         def too_small(*args):

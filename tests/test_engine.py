@@ -99,15 +99,27 @@ def test_network_matches_dense_reference_over_steps(hidden, beta1):
     rng = np.random.default_rng(2)
     n_features, n_labels, B = 30, 24, 12
     cfg = all_active(
-        n_labels, hidden=hidden, optimizer="dense-adam", bin_size=4, init_std=0.3, beta1=beta1,
-        input_lr=2e-2, output_lr=4e-3,
-    )  # fmt: skip
+        n_labels,
+        hidden=hidden,
+        optimizer="dense-adam",
+        bin_size=4,
+        init_std=0.3,
+        beta1=beta1,
+        input_lr=2e-2,
+        output_lr=4e-3,
+    )
     net = SlideNetwork(cfg, n_features, n_labels)
     shard = net.shards[0]
     ref = DenseNetwork(
-        net.hidden.weights, net.hidden.biases, shard.W, shard.bias, cfg.lr, cfg.output_lr,
-        cfg.beta1, cfg.input_lr,
-    )  # fmt: skip
+        net.hidden.weights,
+        net.hidden.biases,
+        shard.W,
+        shard.bias,
+        cfg.lr,
+        cfg.output_lr,
+        cfg.beta1,
+        cfg.input_lr,
+    )
     for _ in range(3):
         X, Y = random_batch(rng, B, n_features, n_labels)
         net.train_step(X, Y)
@@ -151,11 +163,10 @@ def test_a_rows_first_update_is_adams_first_step_however_late(beta1):
     vector = np.array([[1.0, -2.0, 0.5, 3.0]], np.float32)
 
     def step(row: int) -> None:
-        adam.adam_rows(
-            np.array([0]), np.array([1]), np.array([row], np.int32), np.ones(1, np.float32),
-            vector, W, m, v, empty, empty, empty, updates, lr, beta1, 0.999, 1e-8, False,
-            np.zeros((0, 0), np.float32),
-        )  # fmt: skip
+        entries = (np.array([0]), np.array([1]), np.array([row], np.int32), np.ones(1, np.float32))
+        state = (W, m, v, empty, empty, empty, updates)  # no bias
+        no_grads = np.zeros((0, 0), np.float32)
+        adam.adam_rows(*entries, vector, *state, lr, beta1, 0.999, 1e-8, False, no_grads)
 
     for _ in range(1000):
         step(0)

@@ -95,9 +95,11 @@ def test_evaluate_reports_the_xc_metrics_with_training_propensities(tiny):
     clf = SlideClassifier(epochs=2, **PARAMS).fit(train.X, train.Y)
     scores = clf.evaluate(test.X, test.Y)
     expected = xc_metrics(
-        clf.predict_topk(test.X, 5), test.Y, label_counts=label_counts(train.Y),
+        clf.predict_topk(test.X, 5),
+        test.Y,
+        label_counts=label_counts(train.Y),
         n_train=train.n_points,
-    )  # fmt: skip
+    )
     assert scores.keys() == expected.keys() >= {"P@1", "nDCG@3", "PSP@5", "PSnDCG@5"}
     for key, value in expected.items():
         assert scores[key] == pytest.approx(value), key

@@ -25,8 +25,11 @@ def test_fuzz_inputs(tmp_path: Path):
     out = tmp_path / "fuzz.json"
     proc = subprocess.run(
         [sys.executable, "-m", "tests.fuzz_inputs", "20240613", "1200", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]  # a segfault is -11 here
     stats = json.loads(out.read_text())
     assert stats["kinds"] == dict.fromkeys(["text", "chunks", "checkpoint", "config", "links"], 240)

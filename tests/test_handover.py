@@ -5,7 +5,7 @@ bit for bit, and the same hash tables a restore of those rows would build."""
 import numpy as np
 import pytest
 
-from dslide_dask.distributed.handover import rows_for, take_rows
+from dslide_dask.distributed.moves.handover import rows_for, take_rows
 from dslide_dask.distributed.registry import register
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.layout import ShardLayout

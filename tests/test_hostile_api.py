@@ -48,13 +48,13 @@ API_CASES = [
         _scipy([7, 1], (2, 2**34)),
         [0, 1],
         "X has 17,179,869,184 columns, more than the 2,147,483,647 (2**31 - 1) supported",
-    ),  # fmt: skip
+    ),
     (
         "X-repeat",
         sp.csr_matrix((np.ones(3), [1, 3, 3], [0, 1, 3]), shape=(2, 5)),
         [0, 1],
         "X row 1 holds column 3 more than once",
-    ),  # fmt: skip
+    ),
     ("Y-id-wraps", _scipy([0, 1], (2, 5)), _scipy([BIG, 1], (2, 9)), "Y row 0 has column id"),
     ("Y-too-wide", _scipy([0, 1], (2, 5)), _scipy([3, 1], (2, 2**34)), "Y has 17,179,869,184"),
     (
@@ -62,18 +62,17 @@ API_CASES = [
         _scipy([0, 1], (2, 5)),
         sp.csr_matrix((np.ones(3), [2, 2, 1], [0, 2, 3]), shape=(2, 4)),
         "Y row 0 holds column 2 more than once",
-    ),  # fmt: skip
+    ),
     (
         "X-CSR-unsorted-repeat",
         CSR([0, 3, 4], [4, 1, 4, 0], np.ones(4), 5),
         [0, 1],
         "X row 0 holds column 4 more than once",
-    ),  # fmt: skip
+    ),
 ]
 
 
-@pytest.mark.parametrize("X,Y,expected", [c[1:] for c in API_CASES],
-                         ids=[c[0] for c in API_CASES])  # fmt: skip
+@pytest.mark.parametrize("X,Y,expected", [c[1:] for c in API_CASES], ids=[c[0] for c in API_CASES])
 def test_fit_refuses_what_the_text_reader_refuses(X, Y, expected):
     with pytest.raises(ValueError) as err:
         _fit(X, Y)
@@ -168,7 +167,7 @@ FILE_CASES = [
         "t.zip",
         lambda: _zip_of("a.txt", "b.txt"),
         "t.zip: a zip archive of 2 files ('a.txt', 'b.txt')",
-    ),  # fmt: skip
+    ),
     (
         "points-2^63-gz",
         "p.txt.gz",
@@ -180,7 +179,7 @@ FILE_CASES = [
         "p.txt.bz2",
         lambda: bz2.compress(TRAIN.replace(b"6 20 5", b"9223372036854775807 20 5")),
         "exceeds the supported",
-    ),  # fmt: skip
+    ),
     (
         "feature-id-1MB",
         "t.txt",
@@ -192,12 +191,13 @@ FILE_CASES = [
         "t.txt",
         lambda: TRAIN.replace(b"4 6:1", b"-" + b"4" * 10**6 + b" 6:1"),
         "t.txt:5: negative label id -44444",
-    ),  # fmt: skip
+    ),
 ]
 
 
-@pytest.mark.parametrize("name,make,expected", [c[1:] for c in FILE_CASES],
-                         ids=[c[0] for c in FILE_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,make,expected", [c[1:] for c in FILE_CASES], ids=[c[0] for c in FILE_CASES]
+)
 def test_bad_files_are_one_short_line(capsys, work, name, make, expected):
     inputs, run = work
     (inputs / name).write_bytes(make())
@@ -206,10 +206,17 @@ def test_bad_files_are_one_short_line(capsys, work, name, make, expected):
     assert len(line) <= cli.MAX_LINE
 
 
-@pytest.mark.parametrize("change,expected", [
-    (_points_2_63, "manifest.json: n_points must be an integer <= 1099511627776 (the supp"),
-    (lambda m: "[" * 100_000 + "]" * 100_000, "manifest.json: not valid JSON (nested too deeply)"),
-], ids=["points-2^63", "deep"])  # fmt: skip
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        (_points_2_63, "manifest.json: n_points must be an integer <= 1099511627776 (the supp"),
+        (
+            lambda m: "[" * 100_000 + "]" * 100_000,
+            "manifest.json: not valid JSON (nested too deeply)",
+        ),
+    ],
+    ids=["points-2^63", "deep"],
+)
 def test_damaged_converted_manifests(capsys, work, change, expected):
     inputs, run = work
     folder = _converted(inputs, change)
@@ -243,7 +250,7 @@ FLAG_CASES = [
     (
         ["--scheduler-address", "tcp://127.0.0.1:8786", "--tls-key", "k.pem"],
         "--tls-key is for a tls:// scheduler, but --scheduler-address",
-    ),  # fmt: skip
+    ),
     (["--scheduler-address", "tcp://127.0.0.1:70000"], "port 70000 is not in [1, 65535]"),
 ]
 
@@ -252,8 +259,8 @@ FLAG_CASES = [
 def test_cluster_flags_are_checked_before_a_cluster_starts(capsys, work, flags, expected):
     inputs, run = work
     fast = [f for f in FAST if f != "--in-process"]
-    argv = ["train", *fast, "--workers", "1", "--run-dir", str(run),
-            "--train", str(inputs / "t.txt"), *flags]  # fmt: skip
+    argv = ["train", *fast, "--workers", "1", "--run-dir", str(run)]
+    argv += ["--train", str(inputs / "t.txt"), *flags]
     fails_cleanly(capsys, argv, expected, inputs.parent, run)
 
 
@@ -276,10 +283,10 @@ def test_an_endpoint_that_is_not_a_scheduler(capsys, work):
     threading.Thread(target=serve, daemon=True).start()
     try:
         fast = [f for f in FAST if f != "--in-process"]
-        argv = ["train", *fast, "--run-dir", str(run), "--train", str(inputs / "t.txt"),
-                "--scheduler-address", f"tcp://127.0.0.1:{port}"]  # fmt: skip
-        fails_cleanly(capsys, argv, f"tcp://127.0.0.1:{port}: the other end does not speak "
-                      "Dask's protocol", inputs.parent, run)  # fmt: skip
+        argv = ["train", *fast, "--run-dir", str(run), "--train", str(inputs / "t.txt")]
+        argv += ["--scheduler-address", f"tcp://127.0.0.1:{port}"]
+        expected = f"tcp://127.0.0.1:{port}: the other end does not speak Dask's protocol"
+        fails_cleanly(capsys, argv, expected, inputs.parent, run)
     finally:
         server.close()
 
@@ -311,30 +318,31 @@ RUN_CASES = [
         "metrics-deep",
         _metrics("[" * 100_000 + "]" * 100_000),
         "metrics.jsonl:1: not a metrics record (nested too deeply)",
-    ),  # fmt: skip
+    ),
     ("metrics-number", _metrics("5"), "metrics.jsonl:1: expected a JSON object, got int"),
     (
         "metrics-step-text",
         _metrics('{"kind": "step", "step": "x", "loss": 1}'),
         "metrics.jsonl:1: step must be a non-negative integer, got 'x'",
-    ),  # fmt: skip
+    ),
     (
         "metrics-no-loss",
         _metrics('{"kind": "step", "step": 1}'),
         "metrics.jsonl:1: loss must be a number, got None",
-    ),  # fmt: skip
+    ),
     (
         "metrics-score-text",
         _metrics('{"kind": "eval", "step": 1, "P@1": "x"}'),
         "metrics.jsonl:1: P@1 must be a number, got 'x'",
-    ),  # fmt: skip
+    ),
     ("metrics-kind", _metrics('{"kind": 7, "step": 1}'), "metrics.jsonl:1: kind must be one of"),
     ("bias-0d", _zero_d_bias, "array 'shard-0000/bias' has shape [], expected [5]"),
 ]
 
 
-@pytest.mark.parametrize("damage,expected", [c[1:] for c in RUN_CASES],
-                         ids=[c[0] for c in RUN_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    "damage,expected", [c[1:] for c in RUN_CASES], ids=[c[0] for c in RUN_CASES]
+)
 @pytest.mark.parametrize("command", ["resume", "report"])
 def test_damaged_run_folders(capsys, work, finished, damage, expected, command):
     inputs, run = work
@@ -363,8 +371,8 @@ def test_predict_into_an_existing_file_starts_no_task(capfd, work, finished):
     traceback, then the error)."""
     inputs, _ = work
     (inputs / "out").write_text("keep\n")
-    argv = ["predict", str(finished), str(inputs / "t.txt"), str(inputs / "out"),
-            "--workers", "1", "--no-progress"]  # fmt: skip
+    argv = ["predict", str(finished), str(inputs / "t.txt"), str(inputs / "out")]
+    argv += ["--workers", "1", "--no-progress"]
     assert cli.main(argv) == 2
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Compute Failed" not in err, err

@@ -54,27 +54,36 @@ def _alias_bomb(depth: int) -> bytes:
 def test_yaml_alias_bomb_is_refused(capsys, work):
     (work / "c.yaml").write_bytes(_alias_bomb(9))
     t0 = time.monotonic()
-    one_error(capsys, ["train", *FAST, "--train", "t.txt", "--config", "c.yaml"],
-              "c.yaml:2: not valid YAML (anchors and aliases")  # fmt: skip
+    one_error(
+        capsys,
+        ["train", *FAST, "--train", "t.txt", "--config", "c.yaml"],
+        "c.yaml:2: not valid YAML (anchors and aliases",
+    )
     assert time.monotonic() - t0 < 20
     assert not (work / "runs").exists()
 
 
-@pytest.mark.parametrize("text,expected", [
-    (b"epochs: &n 2\nbatch_size: *n\n", "c.yaml:1: not valid YAML (anchors and aliases"),
-    (b"epochs: !!python/object:os.system x\n", "c.yaml:1: not valid YAML (could not determine"),
-    (b"epochs: !foo 2\n", "c.yaml:1: not valid YAML (could not determine a constructor"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        (b"epochs: &n 2\nbatch_size: *n\n", "c.yaml:1: not valid YAML (anchors and aliases"),
+        (b"epochs: !!python/object:os.system x\n", "c.yaml:1: not valid YAML (could not determine"),
+        (b"epochs: !foo 2\n", "c.yaml:1: not valid YAML (could not determine a constructor"),
+    ],
+)
 def test_yaml_aliases_and_tags_in_config(capsys, work, text, expected):
     (work / "c.yaml").write_bytes(text)
     one_error(capsys, ["train", *FAST, "--train", "t.txt", "--config", "c.yaml"], expected)
 
 
-@pytest.mark.parametrize("flag,value,expected", [
-    ("--opt", "lr=!!python/object:os.system x", "argument --opt: cannot parse the value of"),
-    ("--opt", "hidden=[&w 8, *w]", "anchors and aliases"),
-    ("--storage-option", "a=[&x [1, 1], [*x, *x]]", "argument --storage-option:"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "flag,value,expected",
+    [
+        ("--opt", "lr=!!python/object:os.system x", "argument --opt: cannot parse the value of"),
+        ("--opt", "hidden=[&w 8, *w]", "anchors and aliases"),
+        ("--storage-option", "a=[&x [1, 1], [*x, *x]]", "argument --storage-option:"),
+    ],
+)
 def test_yaml_aliases_and_tags_in_flags(capsys, work, flag, value, expected):
     one_error(capsys, ["train", *FAST, "--train", "t.txt", flag, value], expected)
 
@@ -83,10 +92,13 @@ def test_resumed_config_with_aliases(capsys, work):
     assert cli.main(["train", *FAST, "--train", "t.txt", "--run-dir", "run"]) == 0
     capsys.readouterr()
     config = work / "run" / "config.yaml"
-    config.write_bytes(config.read_bytes() + _alias_bomb(9).replace(b"storage_options:",
-                                                                    b"bomb:"))  # fmt: skip
-    one_error(capsys, ["train", "--resume", "run", "--in-process", "--epochs", "2"],
-              "config.yaml:", "anchors and aliases")  # fmt: skip
+    config.write_bytes(config.read_bytes() + _alias_bomb(9).replace(b"storage_options:", b"bomb:"))
+    one_error(
+        capsys,
+        ["train", "--resume", "run", "--in-process", "--epochs", "2"],
+        "config.yaml:",
+        "anchors and aliases",
+    )
 
 
 # -- 4. gzip bombs -----------------------------------------------------------------------------
@@ -105,30 +117,41 @@ def _gzip_flood(head: bytes, blank_bytes: int, tail: bytes = b"") -> bytes:
 def test_gzip_bomb_is_refused_at_max_decompressed(capsys, work):
     (work / "bomb.txt.gz").write_bytes(_gzip_flood(TRAIN, 8 << 20))
     line, _ = one_error(
-        capsys, ["train", *FAST, "--train", "bomb.txt.gz", "--max-decompressed", "1MB"],
-        "bomb.txt.gz: decompresses to more than 1,000,000 bytes", "--max-decompressed",
-    )  # fmt: skip
+        capsys,
+        ["train", *FAST, "--train", "bomb.txt.gz", "--max-decompressed", "1MB"],
+        "bomb.txt.gz: decompresses to more than 1,000,000 bytes",
+        "--max-decompressed",
+    )
 
 
 def test_gzip_bomb_limit_from_the_config_file(capsys, work):
     (work / "bomb.txt.gz").write_bytes(_gzip_flood(TRAIN, 4 << 20))
     (work / "c.yaml").write_bytes(b"max_decompressed: 2MiB\n")
-    one_error(capsys, ["train", *FAST, "--train", "bomb.txt.gz", "--config", "c.yaml"],
-              "bomb.txt.gz: decompresses to more than 2,097,152 bytes")  # fmt: skip
+    one_error(
+        capsys,
+        ["train", *FAST, "--train", "bomb.txt.gz", "--config", "c.yaml"],
+        "bomb.txt.gz: decompresses to more than 2,097,152 bytes",
+    )
 
 
-@pytest.mark.parametrize("argv,expected", [
-    (["--max-decompressed", "lots"], "argument --max-decompressed: expected a size"),
-    (["--max-decompressed", "0"], "argument --max-decompressed: expected a size"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["--max-decompressed", "lots"], "argument --max-decompressed: expected a size"),
+        (["--max-decompressed", "0"], "argument --max-decompressed: expected a size"),
+    ],
+)
 def test_bad_max_decompressed(capsys, work, argv, expected):
     one_error(capsys, ["train", *FAST, "--train", "t.txt", *argv], expected)
 
 
 def test_bad_max_decompressed_in_config(capsys, work):
     (work / "c.yaml").write_bytes(b"max_decompressed: lots\n")
-    one_error(capsys, ["train", *FAST, "--train", "t.txt", "--config", "c.yaml"],
-              "c.yaml: max_decompressed must be a number of bytes")  # fmt: skip
+    one_error(
+        capsys,
+        ["train", *FAST, "--train", "t.txt", "--config", "c.yaml"],
+        "c.yaml: max_decompressed must be a number of bytes",
+    )
 
 
 def test_blank_flood_costs_no_memory(work):
@@ -180,21 +203,36 @@ def test_decompress_is_bounded_for_every_reader():
 
 
 # -- 5. secrets by their shape -----------------------------------------------------------------
-@pytest.mark.parametrize("text,secrets", [
-    ("https://b.s3.amazonaws.com/t.txt?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential="
-     "AKIAEXAMPLE%2F20240101&X-Amz-Expires=3600&X-Amz-Security-Token=FwoTOKEN&"
-     "X-Amz-Signature=0123abcdSIG", ["AKIAEXAMPLE", "FwoTOKEN", "0123abcdSIG"]),
-    ("https://acct.blob.core.windows.net/c/t.txt?sv=2022-11-02&sp=r&se=2030-01-01&"
-     "sig=AbC%2BdEfSIG%3D", ["AbC%2BdEfSIG"]),
-    ("https://storage.googleapis.com/b/t.txt?X-Goog-Signature=ffeeGOOGSIG&x=1", ["ffeeGOOG"]),
-    ("DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=c2VjcmV0S2V5PT0=;"
-     "EndpointSuffix=core.windows.net", ["c2VjcmV0S2V5PT0"]),
-    ("BlobEndpoint=https://a.blob.core.windows.net/;SharedAccessSignature=sv=2022&ss=b&"
-     "sig=XYZsasSIG", ["XYZsasSIG", "sv=2022"]),
-    ("Server=tcp:db;User ID=u;Password=p@ss/w0rdX;Encrypt=true", ["p@ss/w0rdX", "w0rdX"]),
-    ("cannot open 'http://user:pa/ss/w0rd@127.0.0.1:1/t.txt'", ["pa/ss", "w0rd"]),
-    ("s3://AKIAUSER:sec/ret+KEY@bucket/t.txt", ["sec/ret", "ret+KEY"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text,secrets",
+    [
+        (
+            "https://b.s3.amazonaws.com/t.txt?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential="
+            "AKIAEXAMPLE%2F20240101&X-Amz-Expires=3600&X-Amz-Security-Token=FwoTOKEN&"
+            "X-Amz-Signature=0123abcdSIG",
+            ["AKIAEXAMPLE", "FwoTOKEN", "0123abcdSIG"],
+        ),
+        (
+            "https://acct.blob.core.windows.net/c/t.txt?sv=2022-11-02&sp=r&se=2030-01-01&"
+            "sig=AbC%2BdEfSIG%3D",
+            ["AbC%2BdEfSIG"],
+        ),
+        ("https://storage.googleapis.com/b/t.txt?X-Goog-Signature=ffeeGOOGSIG&x=1", ["ffeeGOOG"]),
+        (
+            "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=c2VjcmV0S2V5PT0=;"
+            "EndpointSuffix=core.windows.net",
+            ["c2VjcmV0S2V5PT0"],
+        ),
+        (
+            "BlobEndpoint=https://a.blob.core.windows.net/;SharedAccessSignature=sv=2022&ss=b&"
+            "sig=XYZsasSIG",
+            ["XYZsasSIG", "sv=2022"],
+        ),
+        ("Server=tcp:db;User ID=u;Password=p@ss/w0rdX;Encrypt=true", ["p@ss/w0rdX", "w0rdX"]),
+        ("cannot open 'http://user:pa/ss/w0rd@127.0.0.1:1/t.txt'", ["pa/ss", "w0rd"]),
+        ("s3://AKIAUSER:sec/ret+KEY@bucket/t.txt", ["sec/ret", "ret+KEY"]),
+    ],
+)
 def test_secrets_masked_by_their_shape(text, secrets):
     masked = mask_text(text)
     for secret in secrets:
@@ -203,17 +241,26 @@ def test_secrets_masked_by_their_shape(text, secrets):
     assert mask({"nested": [text]}) == {"nested": [masked]}
 
 
-@pytest.mark.parametrize("text", [
-    "expected key=value, got 'lr'", "http://127.0.0.1:8787/status", "s3://b/k=v/t.txt",
-    "https://h/t.txt?sv=2022&se=2030&sp=r", "tcp://127.0.0.1:8786",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text",
+    [
+        "expected key=value, got 'lr'",
+        "http://127.0.0.1:8787/status",
+        "s3://b/k=v/t.txt",
+        "https://h/t.txt?sv=2022&se=2030&sp=r",
+        "tcp://127.0.0.1:8786",
+    ],
+)
 def test_plain_texts_stay_readable(text):
     assert mask_text(text) == text
 
 
 def test_unset_secrets_show_as_unset():
     assert mask({"tls_key": None, "key": "", "token": "abc"}) == {
-        "tls_key": None, "key": "", "token": "***"}  # fmt: skip
+        "tls_key": None,
+        "key": "",
+        "token": "***",
+    }
 
 
 def test_secrets_in_values_never_printed_nor_written(capsys, work):
@@ -222,15 +269,17 @@ def test_secrets_in_values_never_printed_nor_written(capsys, work):
     secrets = ["SIGSECRET1", "AKIACRED1", "ACCKEYSECRET", "SASSECRET99"]
     name = "t.txt?X-Amz-Credential=AKIACRED1&X-Amz-Signature=SIGSECRET1"
     (work / name).write_bytes(TRAIN)
-    argv = ["train", *FAST, "--verbose", "--train", name, "--run-dir", "run",
-            "--storage-option", "connection_string=DefaultEndpointsProtocol=https;"
-            "AccountName=a;AccountKey=ACCKEYSECRET==;EndpointSuffix=x",
-            "--storage-option", "sas=SASSECRET99"]  # fmt: skip
+    connection = "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=ACCKEYSECRET==;"
+    connection += "EndpointSuffix=x"
+    argv = ["train", *FAST, "--verbose", "--train", name, "--run-dir", "run"]
+    argv += ["--storage-option", f"connection_string={connection}"]
+    argv += ["--storage-option", "sas=SASSECRET99"]
     assert cli.main(argv) == 0
     out, err = capsys.readouterr()
     assert "tls_key: null" in out  # unset, not '***'
-    texts = [out, err] + [p.read_bytes().decode("latin-1")
-                          for p in (work / "run").rglob("*") if p.is_file()]  # fmt: skip
+    texts = [out, err] + [
+        p.read_bytes().decode("latin-1") for p in (work / "run").rglob("*") if p.is_file()
+    ]
     for secret in secrets:
         for text in texts:
             assert secret not in text
@@ -238,12 +287,13 @@ def test_secrets_in_values_never_printed_nor_written(capsys, work):
 
 
 def test_presigned_url_and_slash_password_in_errors(capsys, work):
-    line, _ = one_error(capsys, ["train", *FAST, "--train",
-                        "missing.txt?X-Amz-Signature=SIGSECRET2&sig=AZSIG3"])  # fmt: skip
+    line, _ = one_error(
+        capsys, ["train", *FAST, "--train", "missing.txt?X-Amz-Signature=SIGSECRET2&sig=AZSIG3"]
+    )
     assert "SIGSECRET2" not in line and "AZSIG3" not in line
     pytest.importorskip("aiohttp")
-    line, _ = one_error(capsys, ["train", *FAST, "--train", "http://u:pa/ss9@127.0.0.1:1/t.txt",
-                                 "--storage-option", "key=AKIAKEY1"], "127.0.0.1:1")  # fmt: skip
+    argv = ["train", *FAST, "--train", "http://u:pa/ss9@127.0.0.1:1/t.txt"]
+    line, _ = one_error(capsys, [*argv, "--storage-option", "key=AKIAKEY1"], "127.0.0.1:1")
     assert "pa/ss9" not in line and "AKIAKEY1" not in line
 
 
@@ -283,10 +333,13 @@ def _refused_address() -> str:
 @pytest.mark.timeout(60)
 def test_train_against_a_silent_scheduler(capsys, work, silent_scheduler):
     t0 = time.monotonic()
-    one_error(capsys, ["train", *ON_CLUSTER, "--train", "t.txt", "--run-dir", "run",
-                       "--scheduler-address", silent_scheduler, "--connect-timeout", "1"],
-              f"--scheduler-address {silent_scheduler}: no answer within 1 s "
-              "(--connect-timeout)")  # fmt: skip
+    argv = ["train", *ON_CLUSTER, "--train", "t.txt", "--run-dir", "run"]
+    argv += ["--scheduler-address", silent_scheduler, "--connect-timeout", "1"]
+    one_error(
+        capsys,
+        argv,
+        f"--scheduler-address {silent_scheduler}: no answer within 1 s (--connect-timeout)",
+    )
     assert time.monotonic() - t0 < 15
 
 
@@ -294,9 +347,12 @@ def test_train_against_a_silent_scheduler(capsys, work, silent_scheduler):
 @pytest.mark.timeout(60)
 def test_plan_against_a_silent_scheduler(capsys, work, silent_scheduler):
     (work / "c.yaml").write_bytes(b"connect_timeout: 1.5\n")
-    one_error(capsys, ["plan", "--train", "t.txt", "--config", "c.yaml",
-                       "--scheduler-address", silent_scheduler],
-              silent_scheduler, "within 1.5 s (--connect-timeout)")  # fmt: skip
+    one_error(
+        capsys,
+        ["plan", "--train", "t.txt", "--config", "c.yaml", "--scheduler-address", silent_scheduler],
+        silent_scheduler,
+        "within 1.5 s (--connect-timeout)",
+    )
 
 
 @pytest.mark.slow
@@ -305,9 +361,9 @@ def test_predict_against_a_silent_scheduler(capsys, work, silent_scheduler):
     assert cli.main(["train", *FAST, "--train", "t.txt", "--run-dir", "run"]) == 0
     capsys.readouterr()
     t0 = time.monotonic()
-    one_error(capsys, ["predict", "run", "t.txt", "out", "--no-progress",
-                       "--scheduler-address", silent_scheduler, "--connect-timeout", "1"],
-              silent_scheduler, "within 1 s (--connect-timeout)")  # fmt: skip
+    argv = ["predict", "run", "t.txt", "out", "--no-progress"]
+    argv += ["--scheduler-address", silent_scheduler, "--connect-timeout", "1"]
+    one_error(capsys, argv, silent_scheduler, "within 1 s (--connect-timeout)")
     assert time.monotonic() - t0 < 15
 
 
@@ -316,8 +372,12 @@ def test_predict_against_a_silent_scheduler(capsys, work, silent_scheduler):
 def test_leave_ends_within_its_timeout(capsys, work, silent_scheduler, kind):
     address = silent_scheduler if kind == "silent" else _refused_address()
     t0 = time.monotonic()
-    one_error(capsys, ["leave", "--scheduler-address", address, "--worker", "w",
-                       "--timeout", "2"], address, "within 2 s (--timeout)")  # fmt: skip
+    one_error(
+        capsys,
+        ["leave", "--scheduler-address", address, "--worker", "w", "--timeout", "2"],
+        address,
+        "within 2 s (--timeout)",
+    )
     assert time.monotonic() - t0 < 2 + 3
 
 
@@ -326,12 +386,12 @@ def test_connect_timeout_default_and_range(capsys, work):
 
     assert CONNECT_TIMEOUT <= 20  # train, predict and leave end within 30 s by default
     (work / "c.yaml").write_bytes(b"connect_timeout: -1\n")
-    one_error(capsys, ["train", *ON_CLUSTER, "--train", "t.txt", "--config", "c.yaml",
-                       "--scheduler-address", "tcp://127.0.0.1:1"],
-              "c.yaml: connect_timeout must be a number in")  # fmt: skip
-    one_error(capsys, ["leave", "--scheduler-address", "tcp://127.0.0.1:1", "--worker", "w",
-                       "--connect-timeout", "0"],
-              "--connect-timeout must be in (0, 86400]")  # fmt: skip
+    argv = ["train", *ON_CLUSTER, "--train", "t.txt", "--config", "c.yaml"]
+    argv += ["--scheduler-address", "tcp://127.0.0.1:1"]
+    one_error(capsys, argv, "c.yaml: connect_timeout must be a number in")
+    argv = ["leave", "--scheduler-address", "tcp://127.0.0.1:1", "--worker", "w"]
+    argv += ["--connect-timeout", "0"]
+    one_error(capsys, argv, "--connect-timeout must be in (0, 86400]")
 
 
 def test_resume_takes_a_masked_url_again(capsys, work):
@@ -340,8 +400,8 @@ def test_resume_takes_a_masked_url_again(capsys, work):
     name = "t.txt?X-Amz-Signature=SIGSECRET4"
     (work / name).write_bytes(TRAIN)
     base = ["train", "--resume", "run", "--in-process", "--no-progress", "--epochs", "2"]
-    assert cli.main(["train", *FAST, "--train", name, "--run-dir", "run",
-                     "--checkpoint-every", "1"]) == 0  # fmt: skip
+    argv = ["train", *FAST, "--train", name, "--run-dir", "run", "--checkpoint-every", "1"]
+    assert cli.main(argv) == 0
     capsys.readouterr()
     one_error(capsys, base, "train was saved with its secrets masked", "--train")
     one_error(capsys, [*base, "--train", "t.txt"], "masked")

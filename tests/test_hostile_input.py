@@ -330,8 +330,9 @@ def fails_cleanly(capsys, argv: list[str], expected: str, root: Path, run: Path)
     return line
 
 
-@pytest.mark.parametrize("files,flags,expected", [c[1:] for c in DATA_CASES],
-                         ids=[c[0] for c in DATA_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    "files,flags,expected", [c[1:] for c in DATA_CASES], ids=[c[0] for c in DATA_CASES]
+)
 def test_bad_data_files(capsys, work, files, flags, expected):
     inputs, run = work
     for name, data in files.items():
@@ -341,8 +342,9 @@ def test_bad_data_files(capsys, work, files, flags, expected):
     fails_cleanly(capsys, argv, expected, inputs.parent, run)
 
 
-@pytest.mark.parametrize("flags,expected", [c[1:] for c in FLAG_CASES],
-                         ids=[c[0] for c in FLAG_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    "flags,expected", [c[1:] for c in FLAG_CASES], ids=[c[0] for c in FLAG_CASES]
+)
 def test_bad_flags(capsys, work, flags, expected):
     inputs, run = work
     (inputs / "t.txt").write_bytes(TRAIN)
@@ -350,8 +352,9 @@ def test_bad_flags(capsys, work, flags, expected):
     fails_cleanly(capsys, argv, expected, inputs.parent, run)
 
 
-@pytest.mark.parametrize("text,expected", [c[1:] for c in CONFIG_CASES],
-                         ids=[c[0] for c in CONFIG_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    "text,expected", [c[1:] for c in CONFIG_CASES], ids=[c[0] for c in CONFIG_CASES]
+)
 def test_bad_configs(capsys, work, text, expected):
     inputs, run = work
     (inputs / "t.txt").write_bytes(TRAIN)
@@ -365,10 +368,16 @@ def test_bad_configs(capsys, work, text, expected):
 def test_config_folder_and_missing(capsys, work):
     inputs, run = work
     base = ["train", *FAST, "--run-dir", str(run), "--train", str(inputs / "t.txt")]
-    fails_cleanly(capsys, [*base, "--config", str(inputs)], "in: is a directory",
-                  inputs.parent, run)  # fmt: skip
-    fails_cleanly(capsys, [*base, "--config", str(inputs / "no.yaml")],
-                  "no.yaml: no such file or directory", inputs.parent, run)  # fmt: skip
+    fails_cleanly(
+        capsys, [*base, "--config", str(inputs)], "in: is a directory", inputs.parent, run
+    )
+    fails_cleanly(
+        capsys,
+        [*base, "--config", str(inputs / "no.yaml")],
+        "no.yaml: no such file or directory",
+        inputs.parent,
+        run,
+    )
 
 
 # -- run folders and checkpoints ---------------------------------------------------------------
@@ -545,8 +554,9 @@ RESUME_CASES = [
 ]
 
 
-@pytest.mark.parametrize("damage,expected", [c[1:] for c in RESUME_CASES],
-                         ids=[c[0] for c in RESUME_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    "damage,expected", [c[1:] for c in RESUME_CASES], ids=[c[0] for c in RESUME_CASES]
+)
 def test_hostile_run_folders(capsys, work, finished_run, damage, expected):
     """--resume of a damaged or hostile folder: one line, and nothing anywhere changed
     (its checkpoints are neither lost nor rewritten)."""
@@ -565,13 +575,20 @@ def test_resume_on_plain_file_and_missing(capsys, work):
     inputs, run = work
     (inputs / "file").write_bytes(b"x")
     base = ["train", "--in-process", "--resume"]
-    fails_cleanly(capsys, [*base, str(inputs / "file")], "not a run folder (no config.yaml)",
-                  inputs.parent, run)  # fmt: skip
+    fails_cleanly(
+        capsys,
+        [*base, str(inputs / "file")],
+        "not a run folder (no config.yaml)",
+        inputs.parent,
+        run,
+    )
     fails_cleanly(capsys, [*base, str(inputs / "nope")], "not a run folder", inputs.parent, run)
 
 
-@pytest.mark.parametrize("code,words", [(errno.EROFS, "read-only file system"),
-                                        (errno.ENOSPC, "no space left on device")])  # fmt: skip
+@pytest.mark.parametrize(
+    "code,words",
+    [(errno.EROFS, "read-only file system"), (errno.ENOSPC, "no space left on device")],
+)
 def test_unwritable_run_folder(capsys, work, monkeypatch, code, words):
     """A read-only or full disk under the run folder: one line naming the file."""
     from dslide_workflows import run_folder

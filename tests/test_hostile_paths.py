@@ -147,8 +147,9 @@ RESUME_CASES = [
 ]
 
 
-@pytest.mark.parametrize("damage,expected", [c[1:] for c in RESUME_CASES],
-                         ids=[c[0] for c in RESUME_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    "damage,expected", [c[1:] for c in RESUME_CASES], ids=[c[0] for c in RESUME_CASES]
+)
 def test_resume_follows_no_link(capsys, box, finished, damage, expected):
     run = trained_run(box / "run", finished)
     damage(run, box)
@@ -163,8 +164,9 @@ REPORT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("damage,expected", [c[1:] for c in REPORT_CASES],
-                         ids=[c[0] for c in REPORT_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    "damage,expected", [c[1:] for c in REPORT_CASES], ids=[c[0] for c in REPORT_CASES]
+)
 def test_report_follows_no_link(capsys, box, finished, damage, expected):
     run = trained_run(box / "run", finished)
     damage(run, box)
@@ -198,9 +200,14 @@ def _predictions(folder: Path) -> None:
     write_manifest(str(folder), parts, {"k": 3}, {})
 
 
-@pytest.mark.parametrize("ref,expected", [("../outside.npz", "points outside"),
-                                          ("/etc/passwd", "is not a relative name"),
-                                          ("link.npz", "a symbolic link out")])  # fmt: skip
+@pytest.mark.parametrize(
+    "ref,expected",
+    [
+        ("../outside.npz", "points outside"),
+        ("/etc/passwd", "is not a relative name"),
+        ("link.npz", "a symbolic link out"),
+    ],
+)
 def test_read_predictions_reads_only_its_folder(box, ref, expected):
     out = box / "preds"
     _predictions(out)
@@ -220,8 +227,13 @@ def test_read_predictions_reads_only_its_folder(box, ref, expected):
 def _foreign(box: Path) -> Path:
     """Someone's folder that looks a little like a run folder."""
     folder = box / "mine"
-    for name in ("summary.txt", "metrics.jsonl", "checkpoints/step-00000001-x/a.npy",
-                 "model/step-00000001-y/b.npy", "run.json"):  # fmt: skip
+    for name in (
+        "summary.txt",
+        "metrics.jsonl",
+        "checkpoints/step-00000001-x/a.npy",
+        "model/step-00000001-y/b.npy",
+        "run.json",
+    ):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(b'{"format": "not-dslide"}' if name == "run.json" else b"x")
     return folder
@@ -270,9 +282,9 @@ def test_sigterm_ends_a_run_as_ctrl_c_does(capsys, box):
     """SIGTERM to a LocalCluster run: its metrics are kept, the cluster closes (no
     leaked semaphore), exit 143; while it ran, a second run on its folder was refused."""
     run = box / "run"
-    argv = [sys.executable, "-m", "dslide_workflows", "train", "--preset", "tiny",
-            "--epochs", "500", "--workers", "1", "--no-progress", "--log-every", "1",
-            "--opt", "hidden=[8]", "--run-dir", str(run)]  # fmt: skip
+    argv = [sys.executable, "-m", "dslide_workflows", "train", "--preset", "tiny"]
+    argv += ["--epochs", "500", "--workers", "1", "--no-progress", "--log-every", "1"]
+    argv += ["--opt", "hidden=[8]", "--run-dir", str(run)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for line in proc.stdout:
@@ -281,8 +293,8 @@ def test_sigterm_ends_a_run_as_ctrl_c_does(capsys, box):
         else:
             pytest.fail(proc.stderr.read())
         holder = f"in use by another dslide run (pid {proc.pid}"
-        refused(capsys, ["train", "--resume", run, "--in-process", "--epochs", "600"],
-                holder, box / "D")  # fmt: skip
+        resume = ["train", "--resume", run, "--in-process", "--epochs", "600"]
+        refused(capsys, resume, holder, box / "D")
         assert cli.main(["train", "--preset", "tiny", "--run-dir", str(run)]) == 2
         assert holder in capsys.readouterr().err
         time.sleep(0.3)

@@ -106,8 +106,12 @@ def test_mips_ranges_hold_every_row_once_and_return_true_logits(net, tiny):
     shard = net.shards[0]
     cfg = dataclasses.replace(CFG, bucket_capacity=1024)
     index = MIPSIndex(shard.W, shard.bias, cfg, seed=1, ranges=3)
-    held = np.concatenate([np.unique(t.ids[0][:, :1024][np.arange(1024) < t.counts[0][:, None]])
-                           for t in index.ranges])  # fmt: skip
+    held = np.concatenate(
+        [
+            np.unique(t.ids[0][:, :1024][np.arange(1024) < t.counts[0][:, None]])
+            for t in index.ranges
+        ]
+    )
     assert sorted(held.tolist()) == list(range(shard.n_local))  # table 0 of each range
     h, _ = net.hidden.forward(test.X.slice_rows(0, 50))
     ids, scores, scored = index.search(h, shard.W, shard.bias, LSHQuery(5, candidates=30))
@@ -157,9 +161,14 @@ def on_s3(s3, net, tiny):
 
 
 def s3_flags(so):
-    return ["--storage-option", f"key={so['key']}", "--storage-option",
-            f"secret={so['secret']}", "--storage-option",
-            f"client_kwargs.endpoint_url={so['client_kwargs']['endpoint_url']}"]  # fmt: skip
+    return [
+        "--storage-option",
+        f"key={so['key']}",
+        "--storage-option",
+        f"secret={so['secret']}",
+        "--storage-option",
+        f"client_kwargs.endpoint_url={so['client_kwargs']['endpoint_url']}",
+    ]
 
 
 @contextlib.contextmanager
@@ -172,12 +181,15 @@ def stream(client):
 
 WAYS = {
     "exact": ([], {}),
-    "lsh": (["--lsh", "--tables", "6", "--candidates", "40"],
-            {"exact": False, "tables": 6, "candidates": 40}),
-    "mips": (["--lsh", "--mips", "--table", "L=16", "--table", "ranges=3", "--candidates", "30"],
-             {"exact": False, "candidates": 30, "mips": True,
-              "index": (("L", 16), ("ranges", 3))}),
-}  # fmt: skip
+    "lsh": (
+        ["--lsh", "--tables", "6", "--candidates", "40"],
+        {"exact": False, "tables": 6, "candidates": 40},
+    ),
+    "mips": (
+        ["--lsh", "--mips", "--table", "L=16", "--table", "ranges=3", "--candidates", "30"],
+        {"exact": False, "candidates": 30, "mips": True, "index": (("L", 16), ("ranges", 3))},
+    ),
+}
 
 
 @pytest.mark.slow
@@ -187,10 +199,10 @@ def test_predict_cli_on_s3_equals_one_process(client, s3, on_s3, tiny, way, caps
     _, test = tiny
     out = f"{root}/out-{way}"
     flags, settings = WAYS[way]
+    argv = ["predict", f"{root}/model", f"{root}/test", out, "--k", "5", *flags]
+    argv += ["--scheduler-address", client.scheduler.address, "--no-progress", *s3_flags(s3)]
     with stream(client) as ts:
-        code = main(["predict", f"{root}/model", f"{root}/test", out, "--k", "5", *flags,
-                     "--scheduler-address", client.scheduler.address, "--no-progress",
-                     *s3_flags(s3)])  # fmt: skip
+        code = main(argv)
     assert code == 0, capsys.readouterr().err
     ids, scores = read_predictions(out, s3)
     spec = PredictSpec(model, k=5, **settings)
@@ -242,9 +254,13 @@ def test_bad_input_is_one_line(tmp_path, net, tiny, args, says, capsys):
     few = test.slice(0, 10)
     wide = XCDataset(dataclasses.replace(few.X, n_cols=few.n_features + 5), few.Y)
     write_xc(str(tmp_path / "other.txt"), wide)
-    names = {"MODEL": model, "TEST": str(tmp_path / "test.txt"),
-             "OTHER": str(tmp_path / "other.txt"), "OUT": str(tmp_path / "out"),
-             "missing-model": str(tmp_path / "nothing")}  # fmt: skip
+    names = {
+        "MODEL": model,
+        "TEST": str(tmp_path / "test.txt"),
+        "OTHER": str(tmp_path / "other.txt"),
+        "OUT": str(tmp_path / "out"),
+        "missing-model": str(tmp_path / "nothing"),
+    }
     try:
         code = main(["predict", *[names.get(a, a) for a in args], "--workers", "1"])
     except SystemExit as exit_:  # argparse's errors
@@ -265,9 +281,10 @@ def test_bench_topk_reports_recall_and_speed_per_setting(tmp_path, net, tiny, ca
     model = save_network(CheckpointStore(str(tmp_path / "model")), net).url
     write_xc(str(tmp_path / "test.txt"), test.slice(0, 120))
     out = tmp_path / "bench.json"
-    code = main(["bench", "topk", "--model", model, "--data", str(tmp_path / "test.txt"),
-                 "--setting", "0:0", "--setting", "4:20", "--mips", "--table", "L=16", "--no-index",
-                 "--latency-rows", "5", "--repeat", "1", "--json", str(out)])  # fmt: skip
+    argv = ["bench", "topk", "--model", model, "--data", str(tmp_path / "test.txt")]
+    argv += ["--setting", "0:0", "--setting", "4:20", "--mips", "--table", "L=16", "--no-index"]
+    argv += ["--latency-rows", "5", "--repeat", "1", "--json", str(out)]
+    code = main(argv)
     assert code == 0
     result = json.loads(out.read_text())
     assert [r["setting"] for r in result["results"]] == ["exact", "0:0", "4:20"]

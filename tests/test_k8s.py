@@ -111,8 +111,11 @@ def _generated_config_maps(kustomization: dict) -> list[dict]:
     maps = []
     for gen in kustomization["configMapGenerator"]:
         data = {f: (K8S / f).read_text() for f in gen["files"]}
-        meta = {"name": gen["name"], "namespace": kustomization["namespace"],
-                "labels": gen.get("options", {}).get("labels", {})}  # fmt: skip
+        meta = {
+            "name": gen["name"],
+            "namespace": kustomization["namespace"],
+            "labels": gen.get("options", {}).get("labels", {}),
+        }
         maps.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
     return maps
 
@@ -128,9 +131,10 @@ POD_OWNER_IDS = [where for where, _ in POD_OWNERS]
 def _one(kind: str, name: str) -> dict:
     """The object of that kind and name (of the files as they are: not a patched variant)."""
     (obj,) = [
-        o for w, o in MANIFESTS
+        o
+        for w, o in MANIFESTS
         if o["kind"] == kind and o["metadata"]["name"] == name and not w.startswith("tls-")
-    ]  # fmt: skip
+    ]
     return obj
 
 
@@ -750,26 +754,37 @@ def test_creator_never_overlaps_runs(creator, monkeypatch, capsys):
 def test_a_run_whose_runner_is_never_scheduled_is_deleted(creator, monkeypatch, capsys):
     monkeypatch.setenv("JOB_NAME", f"dslide-nightly-{MINUTES}")
     api = creator["api"] = FakeAPI([_run("dslide-nightly-x", "Running", "2025-01-01T01:00:00Z")])
-    unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                     "message": "0/4 nodes are available: 4 Insufficient cpu."}  # fmt: skip
-    api.pods = {"dslide-nightly-x-runner": {
-        "metadata": {"creationTimestamp": "2025-01-01T01:00:00Z"},
-        "status": {"phase": "Pending", "conditions": [unschedulable]},
-    }}  # fmt: skip
+    unschedulable = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "0/4 nodes are available: 4 Insufficient cpu.",
+    }
+    api.pods = {
+        "dslide-nightly-x-runner": {
+            "metadata": {"creationTimestamp": "2025-01-01T01:00:00Z"},
+            "status": {"phase": "Pending", "conditions": [unschedulable]},
+        }
+    }
     assert creator["main"]() == 0
     assert [(m, p.split("?")[0].rsplit("/", 1)[-1]) for m, p, _ in api.calls] == [
-        ("GET", "daskjobs"), ("GET", "dslide-nightly-x-runner"),
-        ("DELETE", "dslide-nightly-x"), ("POST", "daskjobs"),
-    ]  # fmt: skip
+        ("GET", "daskjobs"),
+        ("GET", "dslide-nightly-x-runner"),
+        ("DELETE", "dslide-nightly-x"),
+        ("POST", "daskjobs"),
+    ]
     assert "Insufficient cpu" in capsys.readouterr().err
     job = api.calls[-1][2]
     assert job["spec"]["job"]["spec"]["activeDeadlineSeconds"] == 82800  # the nightly deadline
     # a young pending runner (nodes being added) is waited for
     api = creator["api"] = FakeAPI([_run("dslide-nightly-x", "Running", "2025-01-01T01:00:00Z")])
     fresh = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    api.pods = {"dslide-nightly-x-runner": {"metadata": {"creationTimestamp": fresh},
-                                            "status": {"phase": "Pending",
-                                                       "conditions": [unschedulable]}}}  # fmt: skip
+    api.pods = {
+        "dslide-nightly-x-runner": {
+            "metadata": {"creationTimestamp": fresh},
+            "status": {"phase": "Pending", "conditions": [unschedulable]},
+        }
+    }
     assert creator["main"]() == 1
 
 

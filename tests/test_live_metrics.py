@@ -25,10 +25,18 @@ from dslide_dask.distributed.live_metrics import (
 )
 
 STEP = {
-    "step": np.int64(7), "samples": 128, "loss": np.float32(2.5), "active": 600.0,
-    "seconds": 0.25, "bytes_sent": 1000, "bytes_received": 3000, "coordinator_seconds": 0.05,
-    "shard_wait_seconds": 0.15, "round_trips": 1, "shard_busy": np.array([0.5, 1.5]),
-}  # fmt: skip
+    "step": np.int64(7),
+    "samples": 128,
+    "loss": np.float32(2.5),
+    "active": 600.0,
+    "seconds": 0.25,
+    "bytes_sent": 1000,
+    "bytes_received": 3000,
+    "coordinator_seconds": 0.05,
+    "shard_wait_seconds": 0.15,
+    "round_trips": 1,
+    "shard_busy": np.array([0.5, 1.5]),
+}
 EVALUATION = {"step": 7, "P@1": 0.25, "P@3": 0.125, "P@5": 0.1}
 
 

@@ -98,11 +98,12 @@ def test_a_slow_worker_with_a_stale_cache_is_not_lost(monkeypatch):
 
     cfg = SlideConfig(hidden=(16,), K=2, L=4, range_pow=6)
     with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                     dashboard_address=":0") as lc,
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as lc,
         Client(lc) as client,
         DistributedTrainer(client, cfg, train.n_features, train.n_labels) as trainer,
-    ):  # fmt: skip
+    ):
         monkeypatch.setattr(Coordinator, "run", slow_run)
         monkeypatch.setattr(liveness, "listed_workers", flaky)
         monkeypatch.setattr("dslide_dask.distributed.recovery.listed_workers", flaky)

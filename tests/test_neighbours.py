@@ -137,14 +137,65 @@ def test_the_weight_chosen_is_the_one_that_scores_best():
     logits = np.array([[0.0, 0.0], [6.0, 0.0]], np.float32)
     nb = (np.array([[7, -1], [3, -1]]), np.array([[1.0, 0.0], [1.0, 0.0]], np.float32))
     # the network alone gets row 1, the votes alone row 0; only w in (1/3, 0.4987) both
-    w = choose_weights(net_ids, logits, [nb], truth)
-    assert w == pytest.approx((0.4, 0.0))
+    w, tail = choose_weights(net_ids, logits, [nb], truth)
+    assert w == pytest.approx((0.4, 0.0)) and tail == 0.0  # no propensities: no boost
     top, _ = fused_topk(net_ids, logits, [nb], w, 1)
     assert list(top[:, 0]) == [7, 8]
     # a second list of votes that alone gets both rows is given weight
     both = (np.array([[7, -1], [8, -1]]), np.array([[1.0, 0.0], [1.0, 0.0]], np.float32))
-    w = choose_weights(net_ids, logits, [nb, both], truth)
+    w, _ = choose_weights(net_ids, logits, [nb, both], truth)
     assert w[1] > 0 and list(fused_topk(net_ids, logits, [nb, both], w, 1)[0][:, 0]) == [7, 8]
+
+
+def test_the_tail_boost_multiplies_each_fused_score_by_its_inverse_propensity():
+    rng = np.random.default_rng(3)
+    net_ids = np.array([[3, 1, 4], [0, 2, -1]])
+    logits = np.array([[2.0, 1.0, 0.0], [1.0, 0.5, -np.inf]], np.float32)
+    votes = [(np.array([[4, 9, -1], [5, 0, 2]]), rng.random((2, 3)).astype(np.float32))]
+    inverse = (1.0 + 9.0 * rng.random(10)).astype(np.float32)
+    top, scores = fused_topk(net_ids, logits, votes, (0.3,), 5, 0.3, inverse)
+    plain_top, plain = fused_topk(net_ids, logits, votes, (0.3,), 10)
+    for i in range(2):
+        found = plain_top[i] >= 0
+        want = {
+            lab: v * inverse[lab] ** 0.3
+            for lab, v in zip(plain_top[i][found], plain[i][found], strict=True)
+        }
+        best = sorted(want.items(), key=lambda kv: -kv[1])[:5]
+        assert list(top[i][: len(best)]) == [b[0] for b in best]
+        np.testing.assert_allclose(scores[i][: len(best)], [b[1] for b in best], rtol=1e-5)
+    with pytest.raises(ValueError, match="inverse propensities"):
+        fused_topk(net_ids, logits, votes, (0.3,), 5, 0.3)
+
+
+def test_a_tail_exponent_is_chosen_where_rare_labels_are_the_right_ones():
+    # label 0 is common, 1 rare; the network slightly prefers 0 but the rows are 1's
+    truth = CSR(np.array([0, 1, 2]), np.array([1, 1]), None, 2)
+    net_ids = np.array([[0, 1], [0, 1]])
+    logits = np.array([[0.2, 0.0], [0.2, 0.0]], np.float32)
+    nb = (np.full((2, 1), -1), np.zeros((2, 1), np.float32))
+    inverse = np.array([1.0, 4.0], np.float32)
+    (w, tail) = choose_weights(net_ids, logits, [nb], truth, inverse)
+    assert tail > 0 and list(fused_topk(net_ids, logits, [nb], w, 1, tail, inverse)[0][:, 0]) == [
+        1,
+        1,
+    ]
+    # given settings are kept
+    assert choose_weights(net_ids, logits, [nb], truth, inverse, (0.1, 0.0), 0.0) == (
+        (0.1, 0.0),
+        0.0,
+    )
+
+
+def test_the_index_inverse_propensities_are_those_of_its_label_counts():
+    from dslide_dask.metrics import propensity
+
+    rng = np.random.default_rng(2)
+    X, Y = _random_csr(rng, 40, 20, 4), _random_csr(rng, 40, 12, 3)
+    index = NeighbourIndex.build(X, Y)
+    counts = np.bincount(Y.indices, minlength=12)
+    np.testing.assert_allclose(index.inverse_propensity, 1 / propensity(counts, 40), rtol=1e-6)
+    assert index.inverse_propensity[np.argmax(counts)] == index.inverse_propensity.min()
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +221,7 @@ def test_the_neighbours_add_what_the_network_misses_and_survive_save_and_load(sm
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1], b[1])
     assert loaded.neighbour_weight_ == fused.neighbour_weight_
+    assert loaded.tail_exponent_ == fused.tail_exponent_
 
 
 def test_a_damaged_neighbour_index_is_named_on_load(small, tmp_path):
@@ -190,3 +242,53 @@ def test_a_damaged_neighbour_index_is_named_on_load(small, tmp_path):
     manifest.write_text(json.dumps({**entries, "n_labels": -1}))
     with pytest.raises(CheckpointError, match="index.json: n_labels"):
         SlideClassifier.load(url)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("tail_exponent_", 5.0, r"tail_exponent_ must be in \[0, 0.4\]"),
+        ("tail_exponent_", "0.2", r"tail_exponent_ must be in \[0, 0.4\]"),
+        ("neighbour_weight_", [0.9, 0.9], "neighbour_weight_ must be two weights"),
+    ],
+)
+def test_damaged_fusion_settings_are_named_on_load(small, tmp_path, key, value, message):
+    train, _ = small
+    model = SlideClassifier(epochs=1, client=False, **PARAMS).fit(train.X, train.Y)
+    url = model.save(str(tmp_path / "model"))
+    meta = next((tmp_path / "model").rglob("meta.json"))
+    saved = json.loads(meta.read_text())
+    assert saved["estimator"]["tail_exponent_"] == model.tail_exponent_
+    saved["estimator"][key] = value
+    meta.write_text(json.dumps(saved))
+    with pytest.raises(CheckpointError, match=message):
+        SlideClassifier.load(url)
+
+
+def test_the_weights_are_scored_as_the_fused_top_5_scores():
+    """choose_weights scores every setting on one union of the candidates: the same
+    P@k as fusing each setting from the lists."""
+    from dslide_dask.metrics import precision_at_k
+    from dslide_dask.model import neighbours as fusion
+
+    rng = np.random.default_rng(5)
+    n, labels = 300, 60
+    net_ids = np.stack([rng.choice(labels, 20, replace=False) for _ in range(n)])
+    logits = rng.normal(size=(n, 20)).astype(np.float32)
+    votes = []
+    for _ in range(2):
+        ids = np.stack([rng.choice(labels, 20, replace=False) for _ in range(n)])
+        ids[rng.random(ids.shape) < 0.2] = -1
+        votes.append((ids, rng.random((n, 20)).astype(np.float32)))
+    Y = _random_csr(rng, n, labels, 3)
+    inverse = (1 + 5 * rng.random(labels)).astype(np.float32)
+    union, values = fusion._union(*fusion._stacked(net_ids, logits, votes))
+    found = union >= 0
+    hits = np.where(found, fusion._hits(union, Y), -1).astype(np.int8)
+    for pair, tail in [((0.0, 0.0), 0.0), ((0.3, 0.2), 0.0), ((0.1, 0.7), 0.3), ((1.0, 0.0), 0.4)]:
+        top, _ = fused_topk(net_ids, logits, votes, pair, 5, tail, inverse)
+        want = np.mean(list(precision_at_k(top, Y, (1, 3, 5)).values()))
+        boosted = values * inverse[np.where(found, union, 0)] ** np.float32(tail)
+        ranks = kernels.hits_by_rank(boosted, hits, fusion._source_weights(pair), 5)
+        got = fusion._mean_precision(ranks, n)
+        assert got == pytest.approx(want, abs=1e-9), (pair, tail)

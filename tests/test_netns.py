@@ -75,9 +75,15 @@ def gone(prefix: str) -> bool:
 # -- no root needed --------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("text", "bits"),
-    [("10gbit", 10**10), ("1Gbit/s", 10**9), ("100mbit", 10**8), ("2.5G", 25 * 10**8),
-     ("unlimited", None), (None, None)],
-)  # fmt: skip
+    [
+        ("10gbit", 10**10),
+        ("1Gbit/s", 10**9),
+        ("100mbit", 10**8),
+        ("2.5G", 25 * 10**8),
+        ("unlimited", None),
+        (None, None),
+    ],
+)
 def test_parse_rate(text, bits):
     assert netns.parse_rate(text) == bits
 
@@ -133,8 +139,11 @@ def test_links_are_shaped():
         assert got == 2_000_000
         # a rate limit is a lower bound on the time, which a loaded machine only lengthens
         assert slow >= 1.4, f"2 MB at 10 Mbit/s took {slow:.2f} s"
-        qdisc = subprocess.run(["tc", "-n", net.nodes[0].netns, "qdisc", "show", "dev", "eth0"],
-                               capture_output=True, text=True).stdout  # fmt: skip
+        qdisc = subprocess.run(
+            ["tc", "-n", net.nodes[0].netns, "qdisc", "show", "dev", "eth0"],
+            capture_output=True,
+            text=True,
+        ).stdout
         assert "tbf" in qdisc and "10Mbit" in qdisc
         net.shape(None)
         assert (
@@ -154,8 +163,12 @@ def test_nodes_are_pinned_round_robin():
         assert net.head_node.cpus is None
         assert [n.cpus for n in net.nodes] == [(cpus[i % len(cpus)],) for i in range(3)]
         code = "import os; print(sorted(os.sched_getaffinity(0)))"
-        out = subprocess.run(net.nodes[1].command([sys.executable, "-c", code]),
-                             capture_output=True, text=True, check=True)  # fmt: skip
+        out = subprocess.run(
+            net.nodes[1].command([sys.executable, "-c", code]),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert out.stdout.strip() == str([cpus[1 % len(cpus)]])
 
 
@@ -221,8 +234,11 @@ def test_delay_needs_netem_or_says_so():
     with EmulatedCluster(1, head=False) as net:
         if netns.netem_available():
             net.shape("1gbit", delay_ms=5)
-            out = subprocess.run(["tc", "-n", net.switch, "qdisc", "show", "dev", "n0"],
-                                 capture_output=True, text=True).stdout  # fmt: skip
+            out = subprocess.run(
+                ["tc", "-n", net.switch, "qdisc", "show", "dev", "n0"],
+                capture_output=True,
+                text=True,
+            ).stdout
             assert "netem" in out and "tbf" in out
         else:
             with pytest.raises(NetnsUnavailable, match="netem"):
@@ -255,8 +271,13 @@ def test_slide_classifier_fits_across_namespaces(tmp_path):
     with EmulatedCluster(2, rate="1gbit") as net, dask_cluster(net, tmp_path) as scheduler:
         before = net.counters()
         argv = [sys.executable, "-c", FIT, scheduler]
-        out = subprocess.run(net.head_node.command(argv), capture_output=True, text=True,
-                             env=child_env(), timeout=150)  # fmt: skip
+        out = subprocess.run(
+            net.head_node.command(argv),
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            timeout=150,
+        )
         assert out.returncode == 0, out.stderr[-3000:] + (tmp_path / "dask.log").read_text()[-3000:]
         lines = dict(line.split(" ", 1) for line in out.stdout.splitlines())
         assert lines["workers"].split() == ["10.231.0.10", "10.231.0.11"]

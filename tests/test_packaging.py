@@ -19,8 +19,9 @@ def _tracked(*folders: str) -> set[str]:
     """Files git tracks under ``folders`` (a clone's view; skipped outside a checkout)."""
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout (e.g. an unpacked sdist)")
-    out = subprocess.run(["git", "ls-files", *folders], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        ["git", "ls-files", *folders], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     return set(out.split())
 
 
@@ -29,8 +30,11 @@ def sdist(tmp_path_factory) -> Path:
     """The sdist built from this tree (PEP 517, in an isolated build environment)."""
     pytest.importorskip("build")
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(ROOT)],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
     (path,) = out.glob("dslide_dask-*.tar.gz")
     return path
 
@@ -49,8 +53,10 @@ def test_every_package_is_listed_in_pyproject():
     found = {
         ".".join(p.parent.relative_to(ROOT).parts) for p in ROOT.glob("dslide_dask/**/__init__.py")
     }
-    found |= {"dslide_workflows" + ".".join(("",) + p.parent.relative_to(ROOT / "workflows").parts)
-              for p in (ROOT / "workflows").glob("**/__init__.py")}  # fmt: skip
+    found |= {
+        "dslide_workflows" + ".".join(("",) + p.parent.relative_to(ROOT / "workflows").parts)
+        for p in (ROOT / "workflows").glob("**/__init__.py")
+    }
     assert found == listed, found ^ listed
 
 
@@ -63,14 +69,20 @@ def test_sdist_tests_run_from_the_unpacked_tree(sdist, tmp_path):
     (tree,) = tmp_path.glob("dslide_dask-*")
     env = {**os.environ, "PYTHONPATH": str(tree)}
     probe = "import dslide_dask, sys; print(dslide_dask.__file__)"
-    where = subprocess.run([sys.executable, "-c", probe], cwd=tree, env=env,
-                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    where = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tree, env=env, capture_output=True, text=True, check=True
+    ).stdout
     assert where.startswith(str(tree)), where
+    pytest_argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
+    license_test = "tests/test_packaging.py::test_license_is_bsd_3_clause"
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/test_config.py",
-         "tests/test_layout.py", "tests/test_packaging.py::test_license_is_bsd_3_clause"],
-        cwd=tree, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [*pytest_argv, "tests/test_config.py", "tests/test_layout.py", license_test],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert re.search(r"\d+ passed", run.stdout)
 
@@ -82,8 +94,9 @@ def test_license_is_bsd_3_clause():
 
 def _names(requirements) -> set[str]:
     """Distribution names, normalised (``moto[server]>=5`` -> ``moto``)."""
-    return {re.split(r"[\[<>=!~; ]", r, maxsplit=1)[0].lower().replace("_", "-")
-            for r in requirements}  # fmt: skip
+    return {
+        re.split(r"[\[<>=!~; ]", r, maxsplit=1)[0].lower().replace("_", "-") for r in requirements
+    }
 
 
 def test_environment_yml_has_what_pyproject_installs():

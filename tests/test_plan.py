@@ -14,20 +14,19 @@ def test_the_billion_parameter_preset_fits_four_workers_but_not_one(capsys):
     """amazon-3m at hidden 256 (0.81 billion parameters): split over this machine's
     LocalCluster of four it fits; one worker of 6 GiB cannot hold it, which the plan says
     with the numbers, and exits 1, before anything is allocated."""
-    code, out, _ = run(capsys, "plan", "--preset", "amazon-3m", "--hidden", "256",
-                       "--workers", "4", "--memory-limit", "6GiB")  # fmt: skip
+    plan = ["plan", "--preset", "amazon-3m", "--hidden", "256"]
+    code, out, _ = run(capsys, *plan, "--workers", "4", "--memory-limit", "6GiB")
     assert code == 0, out
     assert "809,045,625 parameters" in out and "fits" in out
     assert out.count("local-worker-") == 4 and "hidden layers, shard 0" in out
-    code, out, _ = run(capsys, "plan", "--preset", "amazon-3m", "--hidden", "256",
-                       "--workers", "1", "--memory-limit", "6GiB")  # fmt: skip
+    code, out, _ = run(capsys, *plan, "--workers", "1", "--memory-limit", "6GiB")
     assert code == 1
     assert "does not fit 1 worker(s)" in out and "over 80% of its limit" in out
     assert "2 or more workers like these (6.00 GiB)" in out
     assert 'moment_dtype="bfloat16" (half-size Adam state): 5.58 GiB in all, not enough' in out
     # half-size Adam state: two such workers are enough
-    code, out, _ = run(capsys, "plan", "--preset", "amazon-3m", "--hidden", "256", "--workers",
-                       "2", "--memory-limit", "6GiB", "--opt", "moment_dtype=bfloat16")  # fmt: skip
+    half = ["--opt", "moment_dtype=bfloat16"]
+    code, out, _ = run(capsys, *plan, "--workers", "2", "--memory-limit", "6GiB", *half)
     assert code == 0 and "fits" in out, out
 
 

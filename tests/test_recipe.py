@@ -102,9 +102,17 @@ def test_early_stopping_restores_the_best_epoch(tiny):
     the best epoch's, not the last one's."""
     train, _ = tiny
     clf = SlideClassifier(
-        lr=0.2, input_lr=0.2, output_lr=0.2, lr_schedule="constant", epochs=6, early_stopping=True,
-        n_iter_no_change=6, validation_fraction=0.2, neighbours=0, **PARAMS,  # the network's
-    ).fit(train.X, train.Y)  # fmt: skip
+        lr=0.2,
+        input_lr=0.2,
+        output_lr=0.2,
+        lr_schedule="constant",
+        epochs=6,
+        early_stopping=True,
+        n_iter_no_change=6,
+        validation_fraction=0.2,
+        neighbours=0,
+        **PARAMS,  # the network's
+    ).fit(train.X, train.Y)
     scores = clf.validation_scores_
     assert len(scores) == clf.n_iter_ == 6
     assert int(np.argmax(scores)) < 5, f"the last epoch was the best, nothing to test: {scores}"
@@ -117,9 +125,14 @@ def test_early_stopping_restores_the_best_epoch(tiny):
 def test_early_stopping_stops_after_n_iter_no_change(tiny):
     train, _ = tiny
     clf = SlideClassifier(
-        lr=0.2, lr_schedule="constant", epochs=30, early_stopping=True, n_iter_no_change=1,
-        tol=0.5, **PARAMS,
-    ).fit(train.X, train.Y)  # fmt: skip
+        lr=0.2,
+        lr_schedule="constant",
+        epochs=30,
+        early_stopping=True,
+        n_iter_no_change=1,
+        tol=0.5,
+        **PARAMS,
+    ).fit(train.X, train.Y)
     assert clf.n_iter_ == 2  # the first epoch improves on nothing; the second not by 0.5
     assert clf.epochs_done_ == 2
 

@@ -22,12 +22,19 @@ SECRETS = {
 
 
 def test_mask_walks_any_depth():
-    opts = {"anon": False, "key": "k1", "client_kwargs": {"endpoint_url": "http://u:pw9@h/x",
-            "creds": [{"password": "p2"}]}, "a": {"b": {"my_token": "t3"}}}  # fmt: skip
+    opts = {
+        "anon": False,
+        "key": "k1",
+        "client_kwargs": {"endpoint_url": "http://u:pw9@h/x", "creds": [{"password": "p2"}]},
+        "a": {"b": {"my_token": "t3"}},
+    }
     masked = mask(opts)
-    assert masked == {"anon": False, "key": "***", "client_kwargs": {
-        "endpoint_url": "http://u:***@h/x", "creds": [{"password": "***"}]},
-        "a": {"b": {"my_token": "***"}}}  # fmt: skip
+    assert masked == {
+        "anon": False,
+        "key": "***",
+        "client_kwargs": {"endpoint_url": "http://u:***@h/x", "creds": [{"password": "***"}]},
+        "a": {"b": {"my_token": "***"}},
+    }
     assert scrub("failed: k1 t3 p2 pw9", opts) == "failed: k1 t3 p2 pw9"  # too short to scrub
     long = {"key": "kkk1", "a": {"b_token": "ttt3"}}
     assert scrub("failed with kkk1 and ttt3", long) == "failed with *** and ***"
@@ -42,17 +49,18 @@ def test_secrets_never_leak(tmp_path: Path, capsys, monkeypatch, in_process):
     (tmp_path / "t.txt").write_bytes(TRAIN)
     flags = [a for opt in SECRETS.items() for a in ("--storage-option", "=".join(opt))]
     fast = FAST if in_process else [f for f in FAST if f != "--in-process"] + ["--workers", "1"]
-    argv = ["train", *fast, "--train", "t.txt", "--test", "t.txt", "--run-dir", "run",
-            "--checkpoint-every", "1", *flags]  # fmt: skip
+    argv = ["train", *fast, "--train", "t.txt", "--test", "t.txt", "--run-dir", "run"]
+    argv += ["--checkpoint-every", "1", *flags]
     assert cli.main(argv) == 0
     out, err = capsys.readouterr()
     # a failing run prints its error line: scrubbed as well
-    assert cli.main([*argv[:-2], "--storage-option", "key=" + SECRETS["key"],
-                     "--train", "nope-" + SECRETS["key"]]) == 2  # fmt: skip
+    failing = [*argv[:-2], "--storage-option", "key=" + SECRETS["key"]]
+    assert cli.main([*failing, "--train", "nope-" + SECRETS["key"]]) == 2
     out2, err2 = capsys.readouterr()
     texts = [out, err, out2, err2]
-    texts += [p.read_bytes().decode("latin-1") for p in (tmp_path / "run").rglob("*")
-              if p.is_file()]  # fmt: skip
+    texts += [
+        p.read_bytes().decode("latin-1") for p in (tmp_path / "run").rglob("*") if p.is_file()
+    ]
     for secret in SECRETS.values():
         for text in texts:
             assert secret not in text
@@ -73,17 +81,20 @@ def test_secrets_never_reach_the_dashboard(tmp_path: Path, capsys, monkeypatch):
     flags = [a for opt in SECRETS.items() for a in ("--storage-option", "=".join(opt))]
     fast = [f for f in FAST if f != "--in-process"]
     with (
-        LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                     dashboard_address="127.0.0.1:0") as cluster,
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
+        ) as cluster,
         Client(cluster) as client,
-    ):  # fmt: skip
-        argv = ["train", *fast, "--train", "t.txt", "--test", "t.txt", "--run-dir", "run",
-                "--scheduler-address", cluster.scheduler_address, *flags]  # fmt: skip
+    ):
+        argv = ["train", *fast, "--train", "t.txt", "--test", "t.txt", "--run-dir", "run"]
+        argv += ["--scheduler-address", cluster.scheduler_address, *flags]
         assert cli.main(argv) == 0
         capsys.readouterr()
         base = "{0.scheme}://{0.netloc}".format(urlsplit(client.dashboard_link))
-        pages = [urlopen(f"{base}{path}", timeout=30).read().decode()
-                 for path in ("/dslide/metrics.json", "/dslide/metrics", "/metrics")]  # fmt: skip
+        pages = [
+            urlopen(f"{base}{path}", timeout=30).read().decode()
+            for path in ("/dslide/metrics.json", "/dslide/metrics", "/metrics")
+        ]
     assert "dslide_step" in pages[1]  # the run is there
     for secret in SECRETS.values():
         for page in pages:

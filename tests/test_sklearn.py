@@ -23,8 +23,20 @@ from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.estimator import EXPECTED_FAILED_CHECKS, p_at_k_scorer
 
 #: Small enough for the checks' toy data sets (a few dozen rows, 2-10 features).
-SMALL = dict(hidden=(16,), K=2, L=4, range_pow=4, bin_size=4, min_active=8, max_active=64,
-             threshold=1, epochs=10, batch_size=32, n_threads=1, lr=0.05)  # fmt: skip
+SMALL = dict(
+    hidden=(16,),
+    K=2,
+    L=4,
+    range_pow=4,
+    bin_size=4,
+    min_active=8,
+    max_active=64,
+    threshold=1,
+    epochs=10,
+    batch_size=32,
+    n_threads=1,
+    lr=0.05,
+)
 NEW_TAGS = tuple(int(v) for v in sklearn.__version__.split(".")[:2]) >= (1, 6)
 #: On 1.5 the expected failures travel as the ``_xfail_checks`` tag instead.
 CHECK_KWARGS = {"expected_failed_checks": lambda _: EXPECTED_FAILED_CHECKS} if NEW_TAGS else {}
@@ -66,8 +78,13 @@ def test_unfitted_use_is_not_fitted_error():
 
 
 def test_numpy_parameters_random_state_and_repr():
-    clf = SlideClassifier(epochs=np.int64(2), hidden=np.array([8, 4]), lr=np.float32(0.01),
-                          bin_size=np.int64(4), random_state=np.random.RandomState(0))  # fmt: skip
+    clf = SlideClassifier(
+        epochs=np.int64(2),
+        hidden=np.array([8, 4]),
+        lr=np.float32(0.01),
+        bin_size=np.int64(4),
+        random_state=np.random.RandomState(0),
+    )
     assert "hidden=array([8, 4])" in repr(clf)
     assert clf.config().hidden == (8, 4)
     X = scipy.sparse.random(60, 20, density=0.2, format="csr", random_state=0)
@@ -130,9 +147,12 @@ def test_grid_search_in_process_with_a_p_at_3_scorer(tiny):
     assert grid.best_params_["hidden"] in ((16,), (32,))
     assert 0 < grid.best_score_ <= 1
     scores = cross_val_score(
-        make_pipeline(MaxAbsScaler(), SlideClassifier(**FAST)), X, Y.to_lists(), cv=2,
+        make_pipeline(MaxAbsScaler(), SlideClassifier(**FAST)),
+        X,
+        Y.to_lists(),
+        cv=2,
         scoring=p_at_k_scorer(1),
-    )  # fmt: skip
+    )
     assert scores.shape == (2,)
 
 
@@ -180,8 +200,10 @@ def test_dask_arrays_of_sparse_chunks(tiny, client):
 
 def test_dask_bag_of_rows(tiny):
     X, Y, _ = tiny
-    rows = [({int(j): float(v) for j, v in zip(X[i].indices, X[i].data, strict=True)},
-             list(Y.row(i))) for i in range(400)]  # fmt: skip
+    rows = [
+        ({int(j): float(v) for j, v in zip(X[i].indices, X[i].data, strict=True)}, list(Y.row(i)))
+        for i in range(400)
+    ]
     clf = SlideClassifier(**FAST).fit(db.from_sequence(rows, npartitions=4))
     assert clf.n_features_in_ <= X.shape[1] and clf.n_steps_ == 2
     with pytest.raises(ValueError, match=r"\(x, labels\) pairs"):
@@ -234,8 +256,10 @@ def test_dask_collections_on_a_cluster_stay_on_the_workers(tiny, client):
 @pytest.mark.slow
 def test_dask_bag_of_rows_on_a_cluster(tiny, client):
     X, Y, _ = tiny
-    rows = [({int(j): float(v) for j, v in zip(X[i].indices, X[i].data, strict=True)},
-             list(Y.row(i))) for i in range(400)]  # fmt: skip
+    rows = [
+        ({int(j): float(v) for j, v in zip(X[i].indices, X[i].data, strict=True)}, list(Y.row(i)))
+        for i in range(400)
+    ]
     clf = SlideClassifier(**FAST).fit(db.from_sequence(rows, npartitions=4))
     assert type(clf.trainer_).__name__ == "DistributedTrainer" and clf.n_steps_ == 2
     assert clf.n_features_in_ <= X.shape[1] and len(clf.classes_) <= Y.n_cols

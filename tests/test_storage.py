@@ -35,10 +35,16 @@ def numbered(n: int, seed: int = 0, n_features: int = 300, n_labels: int = 50) -
     nl = rng.integers(0, 4, n)
     rows_x = [np.sort(rng.choice(np.arange(1, n_features), k, replace=False)) for k in nnz]
     x_idx = [np.concatenate([[0], r]) for r in rows_x]
-    x_val = [np.concatenate([[i + 1.0], np.round(rng.random(len(r)), 3) + 0.001])
-             for i, r in enumerate(rows_x)]  # fmt: skip
-    X = CSR(np.concatenate([[0], np.cumsum([len(r) for r in x_idx])]), np.concatenate(x_idx),
-            np.concatenate(x_val), n_features)  # fmt: skip
+    x_val = [
+        np.concatenate([[i + 1.0], np.round(rng.random(len(r)), 3) + 0.001])
+        for i, r in enumerate(rows_x)
+    ]
+    X = CSR(
+        np.concatenate([[0], np.cumsum([len(r) for r in x_idx])]),
+        np.concatenate(x_idx),
+        np.concatenate(x_val),
+        n_features,
+    )
     Y = CSR.from_lists([np.sort(rng.choice(n_labels, k, replace=False)) for k in nl], n_labels)
     return XCDataset(X, Y)
 
@@ -95,7 +101,7 @@ def cluster(processes: bool):
             processes=processes,
             dashboard_address=":0",
             silence_logs=logging.ERROR,
-        ) as c,  # fmt: skip
+        ) as c,
         Client(c) as client,
     ):
         client.wait_for_workers(len(c.workers))
@@ -117,8 +123,10 @@ def test_s3_byte_ranges_read_by_worker_processes(s3, data: XCDataset) -> None:
     assert len(src.partitions) > 4 and src.partitions[0].storage_options == s3
     with cluster(processes=True) as client:
         workers = sorted(client.scheduler_info()["workers"])
-        futures = [client.submit(pid_and_read, p, workers=[workers[i % 2]], pure=False)
-                   for i, p in enumerate(src.partitions)]  # fmt: skip
+        futures = [
+            client.submit(pid_and_read, p, workers=[workers[i % 2]], pure=False)
+            for i, p in enumerate(src.partitions)
+        ]
         pids, parts, skipped = zip(*client.gather(futures), strict=True)
         assert os.getpid() not in pids and len(set(pids)) == 2  # two real worker processes
         assert sum(skipped) == 0
@@ -257,8 +265,9 @@ def test_skip_bad_lines(data: XCDataset, caplog) -> None:
         assert skipped == 3 and "bad value 'x'" in caplog.text
         assert_same(got, data.take(keep))
         stats = ReadStats()
-        n = sum(len(b) for b in iter_batches(src.partitions, 50, 0, 0, skip_bad_lines=True,
-                                             stats=stats))  # fmt: skip
+        n = sum(
+            len(b) for b in iter_batches(src.partitions, 50, 0, 0, skip_bad_lines=True, stats=stats)
+        )
         assert n == stats.n_points == 597 and stats.n_skipped == 3
         assert "3 bad line(s) skipped" in stats.summary()
     # a header count that disagrees is still an error
@@ -332,13 +341,17 @@ def test_chunk_codes_are_exact() -> None:
     rows += [np.array([199_999, 0, 65_535, 65_534 + 65_535]), np.arange(70_000)]
     indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
     ids = np.concatenate(rows).astype(np.int32)
-    values = np.concatenate([
-        np.float32([0.0, -0.0, 1.0, 0.1, 0.0438553, 1e-30, 3e38, -2.5, 1234567.0, 0.123456789]),
-        rng.random(len(ids) - 10, dtype=np.float32),
-    ])  # fmt: skip
+    values = np.concatenate(
+        [
+            np.float32([0.0, -0.0, 1.0, 0.1, 0.0438553, 1e-30, 3e38, -2.5, 1234567.0, 0.123456789]),
+            rng.random(len(ids) - 10, dtype=np.float32),
+        ]
+    )
     values[10:1000] = np.round(values[10:1000], 4)  # short decimals, as XC text has
-    d = XCDataset(CSR(indptr, ids, values, 200_000), CSR(np.arange(len(rows) + 1),
-                  np.arange(len(rows)) % 7, None, 7))  # fmt: skip
+    d = XCDataset(
+        CSR(indptr, ids, values, 200_000),
+        CSR(np.arange(len(rows) + 1), np.arange(len(rows)) % 7, None, 7),
+    )
     a = _encode(d)
     assert a["x_counts"].dtype == np.uint32 and a["y_counts"].dtype == np.uint16
     assert 0 < len(a["x_id_escapes"]) < len(ids) // 10
@@ -372,29 +385,50 @@ CHUNK = "memory://badbin/chunk-000000.npz"
 U16, I32 = np.uint16, np.int32
 BAD_CHUNKS = {
     "counts-short": (dict(x_counts=np.ones(4, U16)), "x_counts has 4 entries for 5 points"),
-    "counts-sum": (dict(y_counts=np.array([1, 1, 1, 1, 2], U16)),
-                   "y_counts adds up to 6 label ids but there are 5"),
-    "feature-out-of-range": (dict(x_deltas=np.array([0, 1, 2, 3, 4, 296], U16)),
-                             "feature id 300 out of range [0, 300)"),
-    "escape-missing": (dict(x_deltas=np.array([0, 1, 2, 3, 4, 0xFFFF], U16)),
-                       "x_deltas[5] is an escape but x_id_escapes is used up"),
-    "escape-unused": (dict(x_id_escapes=np.array([7], I32)),
-                      "x_id_escapes has 1 entries that no code refers to"),
-    "value-escape-missing": (dict(x_scale=np.array([0, 0, 15, 0, 0, 0], np.uint8)),
-                             "x_scale[2] is an escape but x_raw_values is used up"),
-    "values-short": (dict(x_digits=np.ones(5, U16)),
-                     "x_digits has 5 entries and x_scale 6 for 6 feature ids"),
-    "label-negative": (dict(y_indices=np.array([-1, 0, 1, 2, 3], I32)),
-                       "label id -1 out of range [0, 50)"),
-    "nan": (dict(x_scale=np.array([0, 0, 15, 0, 0, 0], np.uint8),
-                 x_raw_values=np.float32([np.nan])), "x_raw_values holds non-finite values"),
-    "wrong-dtype": (dict(x_deltas=np.arange(6, dtype=np.int64)),
-                    "x_deltas is int64[6], expected a 1-D uint16 array"),
-    "missing-array": (dict(y_indices=None), "chunk holds arrays ['x_counts', 'x_deltas', "
-                      "'x_digits', 'x_id_escapes', 'x_raw_values', 'x_scale', 'y_counts'], "
-                      "expected ['x_counts', 'x_deltas', 'x_digits', 'x_id_escapes', "
-                      "'x_raw_values', 'x_scale', 'y_counts', 'y_indices']"),
-}  # fmt: skip
+    "counts-sum": (
+        dict(y_counts=np.array([1, 1, 1, 1, 2], U16)),
+        "y_counts adds up to 6 label ids but there are 5",
+    ),
+    "feature-out-of-range": (
+        dict(x_deltas=np.array([0, 1, 2, 3, 4, 296], U16)),
+        "feature id 300 out of range [0, 300)",
+    ),
+    "escape-missing": (
+        dict(x_deltas=np.array([0, 1, 2, 3, 4, 0xFFFF], U16)),
+        "x_deltas[5] is an escape but x_id_escapes is used up",
+    ),
+    "escape-unused": (
+        dict(x_id_escapes=np.array([7], I32)),
+        "x_id_escapes has 1 entries that no code refers to",
+    ),
+    "value-escape-missing": (
+        dict(x_scale=np.array([0, 0, 15, 0, 0, 0], np.uint8)),
+        "x_scale[2] is an escape but x_raw_values is used up",
+    ),
+    "values-short": (
+        dict(x_digits=np.ones(5, U16)),
+        "x_digits has 5 entries and x_scale 6 for 6 feature ids",
+    ),
+    "label-negative": (
+        dict(y_indices=np.array([-1, 0, 1, 2, 3], I32)),
+        "label id -1 out of range [0, 50)",
+    ),
+    "nan": (
+        dict(x_scale=np.array([0, 0, 15, 0, 0, 0], np.uint8), x_raw_values=np.float32([np.nan])),
+        "x_raw_values holds non-finite values",
+    ),
+    "wrong-dtype": (
+        dict(x_deltas=np.arange(6, dtype=np.int64)),
+        "x_deltas is int64[6], expected a 1-D uint16 array",
+    ),
+    "missing-array": (
+        dict(y_indices=None),
+        "chunk holds arrays ['x_counts', 'x_deltas', "
+        "'x_digits', 'x_id_escapes', 'x_raw_values', 'x_scale', 'y_counts'], "
+        "expected ['x_counts', 'x_deltas', 'x_digits', 'x_id_escapes', "
+        "'x_raw_values', 'x_scale', 'y_counts', 'y_indices']",
+    ),
+}
 
 
 @pytest.mark.parametrize("name", [*BAD_CHUNKS, "truncated", "not-zip"])
@@ -435,17 +469,24 @@ def convert_from(d: XCDataset):
 @pytest.mark.parametrize(
     "edit, problem",
     [
-        (lambda m: "{", "not valid JSON (Expecting property name enclosed in double quotes: "
-                        "line 1 column 2 (char 1))"),
-        (lambda m: {**m, "version": 1}, "format version 1, this reader knows 2 (convert the "
-                                        "text again with `dslide convert`)"),
+        (
+            lambda m: "{",
+            "not valid JSON (Expecting property name enclosed in double quotes: "
+            "line 1 column 2 (char 1))",
+        ),
+        (
+            lambda m: {**m, "version": 1},
+            "format version 1, this reader knows 2 (convert the text again with `dslide convert`)",
+        ),
         (lambda m: {**m, "format": "x"}, "not a dslide-xc-chunks manifest"),
         (lambda m: {**m, "n_points": 7}, "chunks hold 5 points but n_points is 7"),
         (lambda m: {**m, "n_labels": 0}, "n_labels must be an integer >= 1, got 0"),
-        (lambda m: {**m, "chunks": [{**m["chunks"][0], "file": "../x.npz"}]},
-         "chunks[0].file must be a file name in the folder, got '../x.npz'"),
+        (
+            lambda m: {**m, "chunks": [{**m["chunks"][0], "file": "../x.npz"}]},
+            "chunks[0].file must be a file name in the folder, got '../x.npz'",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_manifest(edit, problem: str) -> None:
     d = numbered(5)
     s = convert_from(d)
@@ -570,12 +611,11 @@ def test_convert_command(s3, data: XCDataset, capsys) -> None:
     parser = argparse.ArgumentParser()
     add_convert_parser(parser.add_subparsers())
     endpoint = s3["client_kwargs"]["endpoint_url"]
-    args = parser.parse_args(
-        ["convert", f"s3://{BUCKET}/cli/train.txt", f"s3://{BUCKET}/cli/bin",
-         "--chunk-points", "100", "--skip-bad-lines", "--storage-option", "key=testing",
-         "--storage-option", "secret=testing",
-         "--storage-option", f"client_kwargs.endpoint_url={endpoint}"]
-    )  # fmt: skip
+    argv = ["convert", f"s3://{BUCKET}/cli/train.txt", f"s3://{BUCKET}/cli/bin"]
+    argv += ["--chunk-points", "100", "--skip-bad-lines"]
+    argv += ["--storage-option", "key=testing", "--storage-option", "secret=testing"]
+    argv += ["--storage-option", f"client_kwargs.endpoint_url={endpoint}"]
+    args = parser.parse_args(argv)
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert f"-> s3://{BUCKET}/cli/bin/manifest.json: 599 points in 6 chunks" in out
@@ -591,8 +631,8 @@ def test_storage_benchmark_smoke(tmp_path, capsys) -> None:
     from dslide_workflows.cli import main
 
     out = tmp_path / "result.json"
-    argv = ["bench", "storage", "--preset", "tiny", "--workers", "1", "--repeat", "1",
-            "--partition-mb", "1", "--cache-dir", str(tmp_path), "--json", str(out)]  # fmt: skip
+    argv = ["bench", "storage", "--preset", "tiny", "--workers", "1", "--repeat", "1"]
+    argv += ["--partition-mb", "1", "--cache-dir", str(tmp_path), "--json", str(out)]
     assert main(argv) == 0
     result = json.loads(out.read_text())
     assert result["n_points"] == 5000 and result["speedup"] > 0

@@ -18,9 +18,14 @@ from dslide_dask.data import (
 from dslide_dask.metrics import precision_at_k
 
 MID = SyntheticSpec(
-    n_features=20_000, n_labels=10_000, n_train=20_000, n_test=2_000, avg_labels=4.0,
-    avg_nnz=50.0, label_offset=10.0,
-)  # fmt: skip
+    n_features=20_000,
+    n_labels=10_000,
+    n_train=20_000,
+    n_test=2_000,
+    avg_labels=4.0,
+    avg_nnz=50.0,
+    label_offset=10.0,
+)
 
 
 @pytest.fixture(scope="module")

@@ -34,11 +34,14 @@ def _train(tiny, **cluster_kw) -> tuple[float, set, set, set]:
     before = _listeners(_family())  # e.g. the S3 test server of another test module
     with (
         LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
             **cluster_kw,
         ) as cluster,
         Client(cluster, security=security) as client,
-    ):  # fmt: skip
+    ):
         info = client.scheduler_info()
         comms = {info["address"], *info["workers"]}
         comms |= {w["nanny"] for w in info["workers"].values()}

@@ -36,8 +36,8 @@ def test_train_on_a_local_cluster_from_urls(tiny_files, tmp_path, capsys):
         f"train: file://{train}\ntest: {test}\nepochs: 4\nworkers: 2\nmodel:\n  hidden: [64]\n"
     )
     report = tmp_path / "report.html"
-    status = main(["train", "--config", str(config), "--eval-every", "40", "--no-progress",
-                   "--performance-report", str(report)])  # fmt: skip
+    argv = ["train", "--config", str(config), "--eval-every", "40", "--no-progress"]
+    status = main([*argv, "--performance-report", str(report)])
     out = capsys.readouterr().out
     assert status == 0
     assert "LocalCluster of 2 worker processes" in out
@@ -49,17 +49,22 @@ def test_train_on_a_local_cluster_from_urls(tiny_files, tmp_path, capsys):
     (run,) = (tmp_path / "runs").iterdir()  # the default run folder: runs/DATE-TIME-train
     assert run.name.endswith("-train")
     assert {p.name for p in run.iterdir()} == {
-        "config.yaml", "metrics.jsonl", "curves.png", "model", "summary.json", "summary.txt",
+        "config.yaml",
+        "metrics.jsonl",
+        "curves.png",
+        "model",
+        "summary.json",
+        "summary.txt",
         "run.json",
-    }  # fmt: skip
+    }
     summary = json.loads((run / "summary.json").read_text())
     assert summary["shards"] == 2 and summary["test"]["P@1"] == p1
     assert (run / "curves.png").read_bytes().startswith(PNG)
 
 
 def test_train_in_process_on_a_preset(capsys):
-    status = main(["train", "--preset", "tiny", "--in-process", "--epochs", "2",
-                   "--opt", "hidden=[32]", "--opt", "lr=2e-2", "--no-progress"])  # fmt: skip
+    argv = ["train", "--preset", "tiny", "--in-process", "--epochs", "2"]
+    status = main([*argv, "--opt", "hidden=[32]", "--opt", "lr=2e-2", "--no-progress"])
     out = capsys.readouterr().out
     assert status == 0
     assert "model: 2,000 -> 32 -> 1,000 (97,032 parameters)" in out  # 2000*32+32 + 32*1000+1000
@@ -99,8 +104,8 @@ def test_skip_bad_lines_counts_instead_of_stopping(tmp_path, capsys):
     lines[20] = "1 3:nan"
     path = tmp_path / "train.txt"
     path.write_text("40 10 5\n" + "\n".join(lines) + "\n")
-    argv = ["train", "--in-process", "--train", str(path), "--batch-size", "8", "--no-progress",
-            "--opt", "hidden=[8]", "--opt", "bin_size=4"]  # fmt: skip
+    argv = ["train", "--in-process", "--train", str(path), "--batch-size", "8", "--no-progress"]
+    argv += ["--opt", "hidden=[8]", "--opt", "bin_size=4"]
     assert main(argv) == 2
     assert f"{path}:9: label id 9 >= n_labels 5" in capsys.readouterr().err
     assert main([*argv, "--skip-bad-lines"]) == 0
@@ -114,9 +119,9 @@ def steps_of(run) -> list[dict]:
 
 def test_a_run_folder_holds_config_metrics_plot_model_and_summary(tmp_path, capsys):
     run = tmp_path / "run"
-    argv = ["train", "--preset", "tiny", "--in-process", "--epochs", "2", "--no-progress",
-            "--opt", "hidden=[32]", "--eval-every", "20", "--run-dir", str(run),
-            "--storage-option", "secret=hunter2"]  # fmt: skip
+    argv = ["train", "--preset", "tiny", "--in-process", "--epochs", "2", "--no-progress"]
+    argv += ["--opt", "hidden=[32]", "--eval-every", "20", "--run-dir", str(run)]
+    argv += ["--storage-option", "secret=hunter2"]
     assert main(argv) == 0
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["model"]["hidden"] == [32] and config["epochs"] == 2
@@ -213,9 +218,8 @@ def one_epoch_run(tmp_path_factory):
     """A finished in-process run of one epoch (20 steps, a checkpoint at step 20): each
     test takes a copy."""
     run = tmp_path_factory.mktemp("one-epoch") / "run"
-    assert main(["train", "--preset", "tiny", "--in-process", "--no-progress",
-                 "--opt", "hidden=[16]", "--run-dir", str(run),
-                 "--checkpoint-every", "20"]) == 0  # fmt: skip
+    argv = ["train", "--preset", "tiny", "--in-process", "--no-progress", "--opt", "hidden=[16]"]
+    assert main([*argv, "--run-dir", str(run), "--checkpoint-every", "20"]) == 0
     return run
 
 
@@ -237,8 +241,8 @@ def test_resume_refuses_what_it_cannot_do(one_epoch_run, tmp_path, capsys, extra
 @pytest.mark.slow
 def test_a_finished_run_resumes_from_its_final_model(tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["train", "--preset", "tiny", "--in-process", "--no-progress",
-                 "--opt", "hidden=[16]", "--run-dir", str(run)]) == 0  # fmt: skip
+    argv = ["train", "--preset", "tiny", "--in-process", "--no-progress", "--opt", "hidden=[16]"]
+    assert main([*argv, "--run-dir", str(run)]) == 0
     assert main(["train", "--resume", str(run), "--epochs", "2", "--no-progress"]) == 0
     assert "resuming at step 20" in capsys.readouterr().out
     steps = [r["step"] for r in steps_of(run) if r["kind"] == "step"]
@@ -256,8 +260,8 @@ def test_resume_without_a_checkpoint_says_so(tmp_path, capsys):
 @pytest.mark.slow
 def test_report_prints_a_run_and_draws_its_curves(tmp_path, capsys):
     run = tmp_path / "run"
-    argv = ["train", "--preset", "tiny", "--in-process", "--no-progress", "--epochs", "2",
-            "--opt", "hidden=[16]", "--run-dir", str(run), "--eval-every", "10"]  # fmt: skip
+    argv = ["train", "--preset", "tiny", "--in-process", "--no-progress", "--epochs", "2"]
+    argv += ["--opt", "hidden=[16]", "--run-dir", str(run), "--eval-every", "10"]
     assert main(argv) == 0
     capsys.readouterr()
     assert main(["report", str(run), "--plot", str(tmp_path / "c.png")]) == 0
@@ -273,16 +277,16 @@ def test_an_existing_scheduler_is_used_and_its_workers_awaited(tmp_path, capsys)
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster:
-        argv = ["train", "--preset", "tiny", "--scheduler-address", cluster.scheduler_address,
-                "--workers", "2", "--no-progress", "--opt", "hidden=[16]",
-                "--run-dir", str(tmp_path / "run")]  # fmt: skip
+        argv = ["train", "--preset", "tiny", "--scheduler-address", cluster.scheduler_address]
+        argv += ["--workers", "2", "--no-progress", "--opt", "hidden=[16]"]
+        argv += ["--run-dir", str(tmp_path / "run")]
         assert main(argv) == 0
     out = capsys.readouterr().out
     assert "waiting for 2 workers" in out and "shards          2:" in out
 
 
 def test_the_run_summary_says_how_the_model_moved():
-    from dslide_dask.distributed.elastic import Move
+    from dslide_dask.distributed.moves.policy import Move
     from dslide_dask.model.config import SlideConfig
     from dslide_workflows.summary import summary
 
@@ -299,7 +303,7 @@ def test_the_run_summary_says_how_the_model_moved():
             359_169_804,
             prepare_seconds=6.78,
             steps_while_preparing=30,
-        ),  # fmt: skip
+        ),
         Move(300, ("tcp://a",), (), 3, 10.9, False, 120_000, 124_000_000),
     ]
     text, numbers = summary(

@@ -59,10 +59,11 @@ def test_actors_raise_the_thresholds_of_their_workers():
     churn_faults = namespace["churn_faults"]
     cfg = SlideConfig(hidden=(16,), K=2, L=4, range_pow=6, seed=0)
     with (
-        LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0")
-        as cluster,
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
         Client(cluster) as client,
-    ):  # fmt: skip
+    ):
         (before,) = client.run(churn_faults).values()
         with DistributedTrainer(client, cfg, n_features=50, n_labels=100):
             (after,) = client.run(churn_faults).values()

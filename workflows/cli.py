@@ -117,10 +117,15 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmarks", description="Benchmarks.")
     bench = p.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
     for name, module in (
-        ("engine", engine), ("distributed", distributed), ("storage", storage),
-        ("cluster", cluster), ("accuracy", accuracy), ("topk", topk), ("elastic", elastic),
+        ("engine", engine),
+        ("distributed", distributed),
+        ("storage", storage),
+        ("cluster", cluster),
+        ("accuracy", accuracy),
+        ("topk", topk),
+        ("elastic", elastic),
         ("checkpoint", checkpoint),
-    ):  # fmt: skip
+    ):
         q = bench.add_parser(
             name,
             help=module.SUMMARY,
@@ -165,8 +170,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"points, {train.n_features:,} features, {train.n_labels:,} labels "
         f"({time.perf_counter() - t0:.1f} s)"
     )
-    clf = make_classifier({"epochs": args.epochs, "lr": args.lr, "n_threads": args.threads,
-                           "seed": args.seed, "client": False})  # fmt: skip
+    clf = make_classifier(
+        {
+            "epochs": args.epochs,
+            "lr": args.lr,
+            "n_threads": args.threads,
+            "seed": args.seed,
+            "client": False,
+        }
+    )
     seen, active = [0], []
 
     def count(step: dict) -> None:

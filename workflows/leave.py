@@ -55,7 +55,7 @@ def add_leave_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_leave(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout  # the whole of it, reaching the scheduler too
-    from dslide_dask.distributed.elastic import leave
+    from dslide_dask.distributed.moves.policy import leave
     from dslide_workflows.security import CONNECT_TIMEOUT, client_security, connect_client
 
     if not args.scheduler_address:

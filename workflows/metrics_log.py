@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import numbers
+from typing import TypeGuard
 
 #: The kinds of record ``RunFolder.add`` writes.
 KINDS = ("step", "eval")
@@ -51,7 +52,7 @@ def _record(line: str, where: str) -> dict:
     return record
 
 
-def _is_int(v) -> bool:
+def _is_int(v: object) -> TypeGuard[numbers.Integral]:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 

@@ -62,6 +62,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except MemoryPlanError as err:
         print(err)
         return 1
+    assert placement.plan is not None  # place_shards always returns its plan
     print(placement.plan.table())
     print("fits: every worker stays under 80% of its memory limit")
     return 0

@@ -39,8 +39,13 @@ def add_predict_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("output", metavar="OUTPUT_URL", help="folder for the predictions")
     p.add_argument("--k", type=positive_int, default=5, help="labels per row (default: 5)")
     p.add_argument("--lsh", action="store_true", help="LSH top-k instead of exact")
-    p.add_argument("--tables", type=int, default=0, metavar="T",
-                   help="with --lsh: hash tables probed (default: 0, all)")  # fmt: skip
+    p.add_argument(
+        "--tables",
+        type=int,
+        default=0,
+        metavar="T",
+        help="with --lsh: hash tables probed (default: 0, all)",
+    )
     p.add_argument(
         "--candidates",
         type=int,
@@ -56,16 +61,29 @@ def add_predict_parser(sub: argparse._SubParsersAction) -> None:
         help="answer through the model's output index (built by `dslide index MODEL`): its "
         "candidates (--candidates C, default: as built), scored exactly",
     )
-    p.add_argument("--partition-mb", type=positive_int, default=64, metavar="MB",
-                   help="split text input into byte ranges of MB (default: 64)")  # fmt: skip
-    p.add_argument("--max-decompressed", type=byte_size, metavar="BYTES",
-                   help="refuse a compressed input file that decompresses to more, e.g. "
-                   "2GiB (default: a quarter of the reader's free memory)")  # fmt: skip
-    p.add_argument("--scheduler-address", metavar="ADDR",
-                   help="connect to this scheduler (default: $DASK_SCHEDULER_ADDRESS, "
-                   "else a new LocalCluster)")  # fmt: skip
-    p.add_argument("--workers", type=positive_int, metavar="N",
-                   help="LocalCluster workers (default: cores)")  # fmt: skip
+    p.add_argument(
+        "--partition-mb",
+        type=positive_int,
+        default=64,
+        metavar="MB",
+        help="split text input into byte ranges of MB (default: 64)",
+    )
+    p.add_argument(
+        "--max-decompressed",
+        type=byte_size,
+        metavar="BYTES",
+        help="refuse a compressed input file that decompresses to more, e.g. "
+        "2GiB (default: a quarter of the reader's free memory)",
+    )
+    p.add_argument(
+        "--scheduler-address",
+        metavar="ADDR",
+        help="connect to this scheduler (default: $DASK_SCHEDULER_ADDRESS, "
+        "else a new LocalCluster)",
+    )
+    p.add_argument(
+        "--workers", type=positive_int, metavar="N", help="LocalCluster workers (default: cores)"
+    )
     p.add_argument("--threads-per-worker", type=positive_int, default=1, metavar="T")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_security_arguments(p.add_argument_group("TLS and dashboard"))
@@ -89,10 +107,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
         )
     so = storage_options(args.storage_option)
     spec = PredictSpec(
-        resolve(args.model, so).url, k=args.k, exact=not (args.lsh or args.index),
-        tables=args.tables, candidates=args.candidates, storage_options=so, mips=args.mips,
-        index=tuple(args.table), output_index=args.index,
-    )  # fmt: skip
+        resolve(args.model, so).url,
+        k=args.k,
+        exact=not (args.lsh or args.index),
+        tables=args.tables,
+        candidates=args.candidates,
+        storage_options=so,
+        mips=args.mips,
+        index=tuple(args.table),
+        output_index=args.index,
+    )
     source = open_source(args.input, so, args.partition_mb << 20, args.max_decompressed)
     check_input(spec, source)  # bad input fails here, before a cluster starts
     check_output(args.output, len(source.partitions), so)  # as a link in the output folder
@@ -108,13 +132,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
                     threads_per_worker=args.threads_per_worker,
                     silence_logs=logging.ERROR,
                     **local_cluster_options(args),
-                )  # fmt: skip
+                )
             )
             client = stack.enter_context(Client(cluster))
         print(f"dashboard: {client.dashboard_link}")
         t0 = time.perf_counter()
-        meta = predict_to_storage(client, spec, source, args.output,
-                                  show_progress=not args.no_progress)  # fmt: skip
+        meta = predict_to_storage(
+            client, spec, source, args.output, show_progress=not args.no_progress
+        )
         seconds = time.perf_counter() - t0
     n = meta["n_points"]
     way = "index" if spec.output_index else "exact" if spec.exact else "lsh"

@@ -4,6 +4,7 @@ evaluation on the test set every so many steps."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from dslide_workflows.run_settings import RunSettings
 from dslide_workflows.summary import format_scores
@@ -30,21 +31,24 @@ class Progress:
         self.trainer = trainer
         self.test = test
         self.evaluations: list[dict] = []
-        self.bar = None
+        self.bar: Any = None  # a tqdm bar once the first step is taken
         self.samples = 0
         self.t0 = time.perf_counter()
 
     def __call__(self, stats: dict) -> None:
-        if self.bar is None:  # made at the first step: an early error leaves no bar behind
+        bar = self.bar
+        if bar is None:  # made at the first step: an early error leaves no bar behind
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=self.total, unit="step", disable=self.quiet, dynamic_ncols=True)
+            bar = self.bar = tqdm(
+                total=self.total, unit="step", disable=self.quiet, dynamic_ncols=True
+            )
         if self.folder is not None:
             self.folder.add("step", stats)
         self.samples += stats["samples"]
         rate = self.samples / (time.perf_counter() - self.t0)
-        self.bar.update(1)
-        self.bar.set_postfix(loss=f"{stats['loss']:.3f}", samples_s=f"{rate:.0f}", refresh=False)
+        bar.update(1)
+        bar.set_postfix(loss=f"{stats['loss']:.3f}", samples_s=f"{rate:.0f}", refresh=False)
         if self.log_every and stats["step"] % self.log_every == 0:
             print(
                 f"  step {stats['step']:>6}  samples {self.samples:>9}  "
@@ -60,7 +64,7 @@ class Progress:
                 storage_options=self.run.storage_options,
             )
             self.record_eval(scores)
-            self.bar.write(f"step {stats['step']}: " + format_scores(scores))
+            bar.write(f"step {stats['step']}: " + format_scores(scores))
 
     def record_eval(self, scores: dict) -> None:
         """Keep P@k at the current step (once a step)."""

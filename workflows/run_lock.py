@@ -23,7 +23,7 @@ from dslide_dask.paths import OutsideError, guard_write
 try:
     import fcntl
 except ImportError:  # no flock (Windows): the O_EXCL file and the holder's pid alone
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # mypy cannot model an optional module
 
 LOCK = "run.lock"
 _FLAGS = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)

@@ -122,7 +122,7 @@ def client_security(settings, address: str | None):
         )
     elif address and address.startswith("tls://"):
         security = Security()  # the Dask configuration's certificates, if any
-        if not security.tls_ca_file:
+        if not security.tls_ca_file:  # type: ignore[attr-defined]  # set from its config
             raise ValueError(
                 f"--scheduler-address {address} needs certificates: --tls-ca-file, "
                 "--tls-cert and --tls-key, or the Dask configuration's distributed.comm.tls.*"

@@ -14,11 +14,15 @@ import dataclasses
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from dslide_workflows.run_flags import add_run_arguments
 from dslide_workflows.run_settings import RunSettings
+
+if TYPE_CHECKING:
+    from dslide_dask.data.dataset import XCDataset
 
 #: How long --scheduler-address --workers N waits for the workers to join.
 WAIT_WORKERS_SECONDS = 1800
@@ -235,12 +239,12 @@ def _data(run: RunSettings):
     from dslide_workflows.settings import byte_count
 
     if run.preset:
-        train, test = synthetic.make_synthetic(run.preset, seed=run.seed)
-        return train, test.sample(run.eval_points), shape(train)
+        data, held = synthetic.make_synthetic(run.preset, seed=run.seed)
+        return data, held.sample(run.eval_points), shape(data)
     # headers only: the training data itself is read by the workers
     limit = byte_count(run.max_decompressed)  # None: a share of each reader's free memory
     train = open_source(run.train, run.storage_options, max_decompressed=limit)
-    test = None
+    test: XCDataset | None = None
     if run.test:
         so = run.storage_options
         check_fits(open_source(run.test, so), *shape(train), what=run.test)

@@ -7,7 +7,7 @@ picks its rows out of the old shards by global neuron id: re-sharding on load.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -194,6 +194,7 @@ def restore_shard(ckpt: Checkpoint, shard: WideShard) -> None:
         )
     counters = ckpt.meta["shards"][0]
     names, got = shard.kept_arrays(), set()
+    sources: Sequence[tuple[int, np.ndarray | slice, np.ndarray | slice]]
     if old == shard.layout:  # the shard's own file of each array
         sources = [(shard.shard_index, slice(None), slice(None))]
     else:  # its rows, picked out of every old shard that holds some of them

@@ -75,7 +75,7 @@ def save_output_index(ckpt: Checkpoint, index: OutputIndex) -> str:
     for name, array in (("faiss", index.to_bytes()), ("head", index.head)):
         array = np.ascontiguousarray(array)
         entries[name] = write_array(fs, guard_write(fs, root, _path(ckpt, name + ".npy")), array)
-        entries[name]["sha256"] = hashlib.sha256(memoryview(array)).hexdigest()
+        entries[name]["sha256"] = hashlib.sha256(array.data).hexdigest()
     meta = {
         "format": FORMAT,
         "version": VERSION,
@@ -119,7 +119,10 @@ def check_output_index(ckpt: Checkpoint) -> tuple[IndexSettings, dict[str, np.nd
     if meta.get("n_labels") != n_labels or meta.get("dim") != dim:
         raise CheckpointError(f"{where}: n_labels and dim must be the model's")
     try:
-        settings = IndexSettings.of(meta.get("settings"))
+        raw_settings = meta.get("settings")
+        if not isinstance(raw_settings, dict):
+            raise TypeError(f"not a mapping: {raw_settings!r:.60}")
+        settings = IndexSettings.of(raw_settings)
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{where}: settings: {err}") from None
     entries = meta.get("arrays")
@@ -133,7 +136,7 @@ def check_output_index(ckpt: Checkpoint) -> tuple[IndexSettings, dict[str, np.nd
             raise CheckpointError(f"{where}: {name} must be 1-D {dtype}")
         path = guard_read(fs, root, _path(ckpt, name + ".npy"))
         arrays[name] = read_array(fs, path, entry)
-        if hashlib.sha256(memoryview(arrays[name])).hexdigest() != entry.get("sha256"):
+        if hashlib.sha256(arrays[name].data).hexdigest() != entry.get("sha256"):
             raise CheckpointError(f"{fs.unstrip_protocol(path)}: sha256 mismatch (corrupted)")
     return settings, arrays
 

@@ -191,6 +191,7 @@ def _int(v, what: str, low: int, high: int) -> int:
     return int(v)
 
 
-def _require(ok: bool, where: str, problem: str) -> None:
+def _require(ok: object, where: str, problem: str) -> None:
+    """Raise unless ``ok`` is truthy (a check's bool, or the value checked itself)."""
     if not ok:
         raise CheckpointError(f"{where}: {problem}")

@@ -166,7 +166,7 @@ def _encode(data: XCDataset) -> dict[str, np.ndarray]:
     """The arrays of a chunk holding ``data`` (see the module docstring)."""
     X, Y = data.X, data.Y
     x_deltas, x_id_escapes = codec.encode_ids(X.indptr, X.indices)
-    x_digits, x_scale, x_raw_values = codec.encode_values(X.data.astype(np.float32, copy=False))
+    x_digits, x_scale, x_raw_values = codec.encode_values(X.values().astype(np.float32, copy=False))
 
     def counts(indptr: np.ndarray) -> np.ndarray:
         c = np.diff(indptr)
@@ -186,7 +186,7 @@ def _encode(data: XCDataset) -> dict[str, np.ndarray]:
 
 def npz_bytes(data: XCDataset) -> bytes:
     out = io.BytesIO()
-    np.savez(out, **_encode(data))
+    np.savez(out, **_encode(data))  # type: ignore[arg-type]  # array names, no allow_pickle
     return out.getvalue()
 
 

@@ -106,7 +106,7 @@ class CSR:
         return np.split(self.indices, self.indptr[1:-1])
 
     @classmethod
-    def from_lists(cls, rows: Sequence[Sequence[int]], n_cols: int) -> CSR:
+    def from_lists(cls, rows: Sequence[Sequence[int] | np.ndarray], n_cols: int) -> CSR:
         """A pattern-only matrix from a list of id arrays (e.g. label sets)."""
         lengths = np.fromiter((len(r) for r in rows), dtype=INDPTR_DTYPE, count=len(rows))
         indptr = np.zeros(len(rows) + 1, INDPTR_DTYPE)

@@ -157,7 +157,8 @@ def index_partitions(
     totals: dict[str, int] = {}
     for p in todo:
         totals[p.url] = totals.get(p.url, 0) + counts[p]
-    out, line = [], {}
+    out: list[Partition] = []
+    line: dict[str, int] = {}
     for p in partitions:
         if p in counts:
             first = line.get(p.url, 1)
@@ -221,7 +222,7 @@ def _plan_text(
 ) -> DataSource:
     comps = [compression_of(f[0]) for f in files]
     with ThreadPoolExecutor(min(16, len(files))) as pool:
-        heads = list(pool.map(lambda f, c: _read_head(fs, *f, c), files, comps))
+        heads = list(pool.map(lambda f, c: _read_head(fs, f[0], f[1], f[2], c), files, comps))
     parts: list[Partition] = []
     first = None
     for (file_url, _, size), comp, (n_points, n_features, n_labels) in zip(

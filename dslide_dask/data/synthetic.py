@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -176,7 +177,7 @@ PRESETS: dict[str, SyntheticSpec] = {
 }
 
 
-def resolve_spec(preset_or_spec: str | SyntheticSpec, **overrides: object) -> SyntheticSpec:
+def resolve_spec(preset_or_spec: str | SyntheticSpec, **overrides: Any) -> SyntheticSpec:
     """A preset name or a spec, with fields replaced by ``overrides`` (validated)."""
     if isinstance(preset_or_spec, SyntheticSpec):
         spec = preset_or_spec

@@ -16,6 +16,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numba
 from distributed import get_worker
@@ -28,10 +29,15 @@ from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.data.stream import Stream
 from dslide_dask.distributed.graph_step import TakesGraphSteps
-from dslide_dask.distributed.handover import CoordinatorState, RowsPiece, UnitsPiece, take_units
 from dslide_dask.distributed.hidden_stack import LocalHidden, SplitHidden
 from dslide_dask.distributed.live_metrics.events import publish
-from dslide_dask.distributed.mirroring import MirrorsRows
+from dslide_dask.distributed.moves.handover import (
+    CoordinatorState,
+    RowsPiece,
+    UnitsPiece,
+    take_units,
+)
+from dslide_dask.distributed.moves.mirroring import MirrorsRows
 from dslide_dask.distributed.queries import AnswersQueries
 from dslide_dask.distributed.shard_actor import InProcess, ShardActor
 from dslide_dask.distributed.shard_calls import CallsShards
@@ -102,7 +108,8 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
         self.stream = Stream(batch_size=1)  # how batches are drawn
         self.position = (0, 0)  # (epoch, batch) of the next batch to train
         self.reads = ReadStats()
-        self.pending = None  # pipelined: the step whose forward pass the shards have done
+        #: pipelined: the step whose forward pass the shards have done
+        self.pending: tuple[list[int], XCDataset, Any, list] | None = None
         self.compute_seconds = 0.0  # this worker's hidden-layer arithmetic
         self.wait_seconds = 0.0  # waiting for the shards (overlapping waits once)
         self._waiting = (0, 0.0)  # waits under way, and since when
@@ -169,8 +176,10 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
             stats = await (self._graph_step() if self.step_mode == "graph" else step())
             if stats is None:
                 break
-            if self.policy is not None and self.policy.due(
-                self.step, time.monotonic() - self.last_save
+            if (
+                self.policy is not None
+                and self.store is not None  # the policy's
+                and self.policy.due(self.step, time.monotonic() - self.last_save)
             ):
                 stats["checkpoint"] = await self.save_checkpoint(self.store)
             out.append(stats)

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from distributed import Client, Future, get_client
@@ -31,6 +33,9 @@ from dslide_dask.distributed.registry import COORDINATOR, KERNEL_LOCK, lookup, r
 from dslide_dask.distributed.specs import CoordinatorSpec
 from dslide_dask.model.wide_shard import combine_partials
 from dslide_dask.model.wire import pack, payload_bytes, sum_unpacked
+
+if TYPE_CHECKING:
+    from dslide_dask.model.hidden import HiddenLayers
 
 #: The phases of a step, as its tasks' key prefixes (the task stream's colours).
 PHASES = ("hidden-forward", "hash", "gather", "softmax", "scatter", "hidden-update")
@@ -66,7 +71,7 @@ def _hidden_update(model_id: str, step: int, *grads) -> None:
         lookup(model_id, COORDINATOR).graph_update(step, list(grads))
 
 
-def submit_step(client: Client, model_id: str, step: int, workers: tuple[str, ...]) -> list:
+def submit_step(client: Client, model_id: str, step: int, workers: Sequence[str]) -> list:
     """Submit training step ``step`` of a model whose shard s lives on ``workers[s]``
     (shard 0 and the coordinator on ``workers[0]``); its futures, the last one the step's
     end. Keys are ``(phase-model_id, step[, shard])``."""
@@ -104,7 +109,23 @@ class _GraphStep:
 class TakesGraphSteps:
     """The coordinator's side of graph mode: submit a step's tasks and answer the three
     that run on its worker. Mixed into :class:`~.coordinator.Coordinator`, whose hidden
-    layers, counters and statistics it uses."""
+    layers, counters and statistics it uses, as declared below."""
+
+    # set by the host, the coordinator
+    batches: Iterator[tuple[int, int, XCDataset]]
+    step: int
+    shard_workers: list[str]
+    hidden: HiddenLayers | None  #: whole here in graph mode
+    wire_dtype: str
+    n_remote: int  #: shards on other workers
+    wait_seconds: float
+
+    if TYPE_CHECKING:
+
+        def _stats(self, batch, where, parts, *, lse, label_term, sent, received, t0) -> dict: ...
+        def _timed(self, fn: Any, *args: Any) -> Any: ...
+        def _remote_bytes(self, replies: list) -> int: ...
+        async def _check_alive(self, what: str) -> None: ...
 
     def take_graph_steps(self, spec: CoordinatorSpec) -> None:
         """Set up from the coordinator's spec: the step mode, and this process's registry
@@ -146,7 +167,7 @@ class TakesGraphSteps:
         """Task ``hidden-forward``: the hidden stack's output for the step's batch, packed
         for the wire, with the batch's labels (what every shard's ``hash`` needs)."""
         graph = self._graph_at(step)
-        h, graph.acts = self._timed(self.hidden.forward, graph.batch.X)
+        h, graph.acts = self._timed(self._whole_stack().forward, graph.batch.X)
         h_wire = pack(h, self.wire_dtype)
         graph.sent += self.n_remote * payload_bytes((h_wire, graph.batch.Y))
         return h_wire, graph.batch.Y
@@ -164,7 +185,13 @@ class TakesGraphSteps:
         """Task ``hidden-update``: the hidden layers' update from the shards' gradients."""
         graph = self._graph_at(step)
         graph.received += self._remote_bytes(grads)
-        self._timed(self.hidden.backward, graph.batch.X, graph.acts, sum_unpacked(grads))
+        self._timed(self._whole_stack().backward, graph.batch.X, graph.acts, sum_unpacked(grads))
+
+    def _whole_stack(self) -> HiddenLayers:
+        """The hidden layers, whole on this worker (graph mode never splits them)."""
+        if self.hidden is None:
+            raise RuntimeError("graph steps need the whole hidden stack on the coordinator")
+        return self.hidden
 
     def _graph_at(self, step: int) -> _GraphStep:
         if self.graph is None or step != self.step + 1:

@@ -4,21 +4,28 @@ submitted (fresh, restored from a checkpoint, or taking over a live model's part
 then trained with.
 
 Apart from the trainer's training and query calls because a model is built at the start,
-after a lost worker (:mod:`.recovery`) and for every move (:mod:`.rebalance`), each time
-the same way.
+after a lost worker (:mod:`.recovery`) and for every move
+(:mod:`~dslide_dask.distributed.moves`), each time the same way.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from dslide_dask.distributed.coordinator import Coordinator
-from dslide_dask.distributed.handover import Handover, HandoverPieces
 from dslide_dask.distributed.liveness import workers_now
+from dslide_dask.distributed.moves.handover import Handover, HandoverPieces
 from dslide_dask.distributed.placement import Placement, place_shards
 from dslide_dask.distributed.shard_actor import ShardActor
 from dslide_dask.distributed.specs import CoordinatorSpec, ShardSpec
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from dslide_dask.checkpoint import CheckpointPolicy
+    from dslide_dask.model.config import SlideConfig
 
 
 @dataclass(frozen=True)
@@ -32,9 +39,39 @@ class Launch:
 
 
 class LaunchesModels:
-    """The models of :class:`~.trainer.DistributedTrainer`, placed and launched (the
-    attributes it uses: ``client``, ``cfg``, ``n_features``, ``n_labels``, the settings
-    given to the trainer, ``_left``, ``_unfit`` and ``_wait``)."""
+    """The models of :class:`~.trainer.DistributedTrainer`, placed and launched.
+
+    :meth:`_adopt` sets the model in use (``placement``, ``coordinator``, ``_futures``,
+    ``_model_id``, ``_unused``); what it uses of the trainer and its other parts is
+    declared below."""
+
+    # set by the host, the trainer: its settings
+    client: Client
+    cfg: SlideConfig
+    n_features: int
+    n_labels: int
+    n_shards_asked: int | None
+    hidden_shards: int | None
+    wire_dtype: str
+    pipeline: bool
+    step_mode: str
+    coordinator_load: float
+    policy: CheckpointPolicy | None
+    storage_options: dict | None
+    name: str
+    # set by the moves (FollowsTheCluster)
+    _left: set[str]  #: workers asked to leave whose rows went elsewhere
+    _unfit: frozenset[str]  #: workers a new model could not be built on
+    # the model in use, set here by _adopt
+    placement: Placement
+    coordinator: Any  #: the coordinator actor's handle (None once released)
+    _futures: list  #: the actors of the model in use
+    _model_id: str
+    _unused: frozenset[str]  #: the workers there were that it does not use
+
+    if TYPE_CHECKING:
+
+        def _wait(self, future: Any) -> Any: ...
 
     def _workers(self) -> dict[str, dict]:
         """The scheduler's view of the workers the model may use: not those that left, nor
@@ -64,7 +101,7 @@ class LaunchesModels:
         handover: Handover | None = None,
     ) -> None:
         """Place (unless given a placement) and start the actors: fresh, restored from a
-        checkpoint URL, or taking over a live model's parts (:mod:`.handover`)."""
+        checkpoint URL, or taking over a live model's parts (:mod:`.moves.handover`)."""
         self._adopt(self._launch(restore, placement or self._place(self._workers()), handover))
 
     def _launch(

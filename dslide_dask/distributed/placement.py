@@ -116,6 +116,7 @@ def place_shards(
             )
             if plan.fits:
                 return Placement(tuple(chosen), layout, plan, units)
+    assert plan is not None, "no split and share was tried"  # splits and shares are never empty
     ideas = what_would_fit(cfg, plan, len(workers))
     raise MemoryPlanError(
         f"the model does not fit {n_shards} worker(s): it needs {plan.total / 2**30:.2f} GiB "

@@ -4,6 +4,7 @@ model where it is (the hidden stack, then every shard, for each block of rows)."
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,10 +15,28 @@ from dslide_dask.metrics import xc_metrics
 from dslide_dask.model.wide_shard import merge_topk_scores
 from dslide_dask.model.wire import pack
 
+if TYPE_CHECKING:
+    from dslide_dask.distributed.hidden_stack import LocalHidden, SplitHidden
+    from dslide_dask.metrics import TrainingLabels
+
 
 class AnswersQueries:
-    """Queries of :class:`~dslide_dask.distributed.coordinator.Coordinator` (its
-    attributes: ``stack``, ``shards``, ``labels``, ``wire_dtype``...)."""
+    """Queries of :class:`~dslide_dask.distributed.coordinator.Coordinator`; what it uses
+    of the coordinator is declared below."""
+
+    # set by the host, the coordinator
+    stack: LocalHidden | SplitHidden  #: the hidden stack, here or split over the shards
+    shards: list  #: every shard's actor (shard 0's called in this process)
+    labels: TrainingLabels
+    wire_dtype: str
+    n_features: int
+    n_labels: int
+    step: int
+
+    if TYPE_CHECKING:
+
+        async def _all(self, calls: list, what: str) -> list: ...
+        def _publish(self, record: dict) -> None: ...
 
     async def evaluate(
         self,

@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dslide_dask.data.stream import Stream
 from dslide_dask.distributed.liveness import listed_workers
 from dslide_dask.errors import ShardLostError
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from dslide_dask.checkpoint import CheckpointPolicy
+    from dslide_dask.distributed.liveness import Liveness
+    from dslide_dask.distributed.placement import Placement
 
 
 @dataclass
@@ -28,8 +36,28 @@ class Recovery:
 
 
 class SurvivesLostWorkers:
-    """The recoveries of :class:`~dslide_dask.distributed.trainer.DistributedTrainer`
-    (its attributes: ``client``, ``policy``, ``placement``, ``recoveries``...)."""
+    """The recoveries of :class:`~dslide_dask.distributed.trainer.DistributedTrainer`;
+    what it uses of the trainer and its other parts is declared below."""
+
+    # set by the host, the trainer: its settings and records
+    client: Client
+    policy: CheckpointPolicy | None
+    max_recoveries: int
+    replace_wait: float
+    liveness: Liveness
+    recoveries: list[Recovery]
+    history: list[dict]
+    start_step: int
+    # set by LaunchesModels (the model in use) and SwitchesModels (the one a move builds)
+    placement: Placement
+    _moving_to: Placement | None
+
+    if TYPE_CHECKING:
+
+        @property
+        def step(self) -> int: ...
+        def close(self) -> None: ...
+        def _start(self, restore: str | None) -> None: ...
 
     def _recover(self, err: Exception, start_len: int, stream: Stream) -> tuple[int, int]:
         """After ``err``: if a model worker was lost and a checkpoint (or this call's

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import weakref
 from contextlib import contextmanager
+from typing import Any
 
 import numba
 import numpy as np
@@ -12,8 +13,13 @@ import numpy as np
 from dslide_dask.checkpoint import Folder, open_checkpoint
 from dslide_dask.checkpoint.model import restore_hidden, restore_shard, write_hidden, write_shard
 from dslide_dask.data.csr import CSR
-from dslide_dask.distributed.handover import RowsPiece, UnitsPiece, take_rows, take_units
-from dslide_dask.distributed.mirroring import MirrorPlan, MirrorSender, MirrorStatus, ReplicaFeed
+from dslide_dask.distributed.moves.handover import RowsPiece, UnitsPiece, take_rows, take_units
+from dslide_dask.distributed.moves.mirroring import (
+    MirrorPlan,
+    MirrorSender,
+    MirrorStatus,
+    ReplicaFeed,
+)
 from dslide_dask.distributed.registry import register
 from dslide_dask.distributed.specs import ShardSpec
 from dslide_dask.distributed.worker_process import prepare_worker_process
@@ -32,9 +38,9 @@ class ShardActor:
     With ``spec.restore`` (a checkpoint URL) the shard loads its rows from there, whatever
     sharding wrote them; checkpoints are written by the shard straight to storage. With
     ``spec.handover``, ``pieces`` are its rows from the shards of a live model
-    (:mod:`~dslide_dask.distributed.handover`), by old shard index, and ``units`` those of
+    (:mod:`~dslide_dask.distributed.moves.handover`), by old shard index, and ``units`` those of
     the hidden layer's units it holds; a mirrored handover brings no rows: the old shards
-    stream them (:mod:`~dslide_dask.distributed.mirroring`).
+    stream them (:mod:`~dslide_dask.distributed.moves.mirroring`).
     """
 
     def __init__(
@@ -86,7 +92,7 @@ class ShardActor:
         if isinstance(piece, dict):
             take_rows(self.shard, old, piece, rehash=False, some=True)
         else:
-            take_units(self.hidden, piece, adopt=True)
+            take_units(self._units(), piece, adopt=True)
 
     def mirror_to(self, plan: MirrorPlan | None) -> None:
         """Stream this shard's rows, and then each step's update of them, to a new
@@ -101,6 +107,8 @@ class ShardActor:
 
     def mirror(self, message: MirrorMessage) -> None:
         """A message of an old shard streaming its rows here (queued: returns at once)."""
+        if self._feed is None:
+            raise RuntimeError("no move streams rows to this shard")
         self._feed.put(message)
 
     def mirror_status(self) -> MirrorStatus:
@@ -126,7 +134,7 @@ class ShardActor:
         """This worker's units of the hidden layer for ``X`` (float32: the coordinator
         packs the whole vector); kept for :meth:`hidden_backward` under ``key``."""
         with self._busy():
-            h, acts = self.hidden.forward(X)
+            h, acts = self._units().forward(X)
             if key is not None:
                 self._inputs[key] = (X, acts)
                 while len(self._inputs) > 2:  # the pipeline's depth; older: data restarted
@@ -137,7 +145,13 @@ class ShardActor:
         """Update this worker's units with their part of ``d loss / d h``."""
         with self._busy():
             X, acts = self._inputs.pop(key)
-            self.hidden.backward(X, acts, grad_h)
+            self._units().backward(X, acts, grad_h)
+
+    def _units(self) -> HiddenLayers:
+        """This worker's slice of the hidden layer (only a holder of units is asked)."""
+        if self.hidden is None:
+            raise RuntimeError(f"shard {self.shard.shard_index} holds no hidden units")
+        return self.hidden
 
     def backward(self, lse: np.ndarray) -> Packed:
         with self._busy():
@@ -189,13 +203,15 @@ class ShardActor:
 
     def write_checkpoint(
         self, folder_url: str, storage_options: dict | None
-    ) -> tuple[dict[str, dict], dict[str, int]]:
+    ) -> tuple[dict[str, dict], dict[str, Any]]:
         """Write this shard's rows into a checkpoint folder: ``(entries, counters)``."""
         with self._busy():
             folder = Folder.open(folder_url, storage_options)
-            entries, counters = write_shard(folder, self.shard)
+            entries, shard_counters = write_shard(folder, self.shard)
+            counters: dict[str, Any] = shard_counters  # the hidden units join the counts
             if self.hidden is not None:
                 entries.update(write_hidden(folder, self.hidden, self.shard.shard_index))
+                assert self.hidden.columns is not None, "a shard holds a slice of units"
                 counters["hidden_units"] = list(self.hidden.columns)
                 counters["hidden_step"] = self.hidden.step
             return entries, counters

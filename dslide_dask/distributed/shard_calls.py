@@ -12,6 +12,7 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Any
 
 import numba
 
@@ -25,9 +26,19 @@ KERNEL_THREAD = ThreadPoolExecutor(1, thread_name_prefix="dslide-kernels")
 
 
 class CallsShards:
-    """Shard calls of :class:`~.coordinator.Coordinator` (the attributes it uses:
-    ``shard_workers``, ``worker``, ``step``, ``n_threads`` and the time counters
-    ``compute_seconds``, ``wait_seconds``, ``shard_seconds``, ``_waiting``)."""
+    """Shard calls of :class:`~.coordinator.Coordinator`; what it uses of the
+    coordinator is declared below."""
+
+    # set by the host, the coordinator
+    shard_workers: list[str]  #: the worker of each shard
+    worker: Any  #: this process's Dask worker
+    step: int
+    n_threads: int
+    # its time counters, which these calls add to
+    compute_seconds: float  #: this worker's hidden-layer arithmetic
+    wait_seconds: float  #: waiting for the shards (overlapping waits once)
+    shard_seconds: list[float]  #: each shard's answers, in all
+    _waiting: tuple[int, float]  #: waits under way, and since when
 
     async def _on_kernel_thread(self, fn, *args):
         loop = asyncio.get_running_loop()
@@ -68,8 +79,8 @@ class CallsShards:
                     tasks, timeout=POLL_SECONDS, return_when=asyncio.FIRST_EXCEPTION
                 )
                 for task in done:
-                    if task.exception() is not None:
-                        raise task.exception()
+                    if (error := task.exception()) is not None:
+                        raise error
                 if not pending:
                     return [t.result() for t in tasks]
                 await self._check_alive(what)

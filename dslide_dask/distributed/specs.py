@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dslide_dask.checkpoint import CheckpointPolicy
-from dslide_dask.distributed.handover import Handover
+from dslide_dask.distributed.moves.handover import Handover
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.layout import ShardLayout
 

@@ -15,20 +15,20 @@ from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.stream import Stream
 from dslide_dask.distributed import live_metrics
 from dslide_dask.distributed.cluster_data import ClusterData, on_coordinator, topk_array
-from dslide_dask.distributed.elastic import (
-    STEPS_PER_CALL,
-    ElasticPolicy,
-    KeepShardWorkers,
-    Move,
-    last_event,
-)
 from dslide_dask.distributed.errors import (
     POLL_SECONDS,
     quiet_calls_of_released_actors,
 )
 from dslide_dask.distributed.launch import LaunchesModels
 from dslide_dask.distributed.liveness import LOST_AFTER_SECONDS, Liveness
-from dslide_dask.distributed.rebalance import FollowsTheCluster
+from dslide_dask.distributed.moves.policy import (
+    STEPS_PER_CALL,
+    ElasticPolicy,
+    KeepShardWorkers,
+    Move,
+    last_event,
+)
+from dslide_dask.distributed.moves.rebalance import FollowsTheCluster
 from dslide_dask.distributed.recovery import Recovery, SurvivesLostWorkers
 from dslide_dask.errors import ShardLostError
 from dslide_dask.model.config import SlideConfig
@@ -79,6 +79,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels)
         name: str | None = None,
         elastic: ElasticPolicy | None = ElasticPolicy(),  # noqa: B008 (frozen, shared safely)
     ) -> None:
+        super().__init__()  # the state of the parts: moves (FollowsTheCluster)
         self.client = client
         self.cfg = cfg.for_data(n_labels)
         self.n_features = n_features
@@ -101,14 +102,13 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels)
         self.recoveries: list[Recovery] = []
         self.elastic = elastic
         self.moves: list[Move] = []
-        self._events_seen = 0.0
         if elastic is not None:
             self._events_seen = last_event(client)
             if elastic.leave:
                 client.register_plugin(KeepShardWorkers(), name=KeepShardWorkers.name)
-        self._left: set[str] = set()
         self.history: list[dict] = []
         self.start_step = 0
+        self._call_start = 0  #: the step the current training call began at
         if restore is not None:
             ckpt = open_checkpoint(restore, storage_options)
             check_shape(ckpt, n_features, n_labels)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
@@ -14,9 +14,14 @@ from dslide_dask.checkpoint.model import config_of
 from dslide_dask.checkpoint.neighbours import load_neighbours, save_neighbours
 from dslide_dask.estimator import collections
 from dslide_dask.estimator._inputs import _plain
+from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.metrics import topk_indicator
 from dslide_dask.model.config import check_int
+from dslide_dask.model.neighbours import TAILS
+
+if TYPE_CHECKING:
+    from dslide_dask.distributed import DistributedTrainer
 
 
 def _classes_of(classes: np.ndarray, top: np.ndarray) -> np.ndarray:
@@ -28,7 +33,7 @@ def _classes_of(classes: np.ndarray, top: np.ndarray) -> np.ndarray:
     return out
 
 
-class FittedMixin:
+class FittedMixin(EstimatorState):
     """Inference and persistence of :class:`SlideClassifier`."""
 
     # -- persistence -----------------------------------------------------------------------
@@ -58,7 +63,8 @@ class FittedMixin:
         if self._multiclass:
             extra["estimator"]["classes"] = self.classes_.tolist()
         if self._fusing():
-            extra["estimator"]["neighbour_weight_"] = self._choose_weight()
+            weight, tail = self._choose_weight()
+            extra["estimator"].update(neighbour_weight_=weight, tail_exponent_=tail)
         saved = self.trainer_.save(url, storage_options, extra)
         if self._fusing():
             save_neighbours(saved, self._index_now(), storage_options)
@@ -104,6 +110,7 @@ class FittedMixin:
         saved = dict(ckpt.meta.get("estimator", {}))
         epochs_done, evals = saved.pop("epochs_done", 0), saved.pop("evals", [])
         weight = saved.pop("neighbour_weight_", None)
+        tail = saved.pop("tail_exponent_", 0.0)  # 0: saved before the tail boost
         classes = saved.pop("classes", None)
         if "seed" in saved:  # saved before the parameter was random_state
             saved["random_state"] = saved.pop("seed")
@@ -141,6 +148,7 @@ class FittedMixin:
         clf._multiclass = classes is not None
         clf.classes_ = np.asarray(classes) if classes is not None else np.arange(n_labels)
         clf.neighbours_, clf.neighbour_weight_, clf._held = None, None, None
+        clf.tail_exponent_ = None
         clf._index_rows = None
         if weight is not None:
             pair = [weight, 0.0] if isinstance(weight, float | int) else weight  # 1 weight: input
@@ -153,8 +161,11 @@ class FittedMixin:
                 raise CheckpointError(
                     f"{ckpt.url}: neighbour_weight_ must be two weights in [0, 1], sum <= 1"
                 )
+            if not (isinstance(tail, float | int) and 0.0 <= tail <= max(TAILS)):
+                raise CheckpointError(f"{ckpt.url}: tail_exponent_ must be in [0, {max(TAILS)}]")
             clf.neighbours_ = load_neighbours(ckpt.url, storage_options)
             clf.neighbour_weight_ = (float(pair[0]), float(pair[1]))
+            clf.tail_exponent_ = float(tail)
             if clf.neighbours_.n_labels != n_labels:
                 raise CheckpointError(f"{ckpt.url}: the neighbour index has other labels")
         clf._load_output_index(ckpt)
@@ -190,15 +201,17 @@ class FittedMixin:
             rows (-inf where no label was found): with ``neighbours``, the fused score
             ``(1 - a - b) * p + a * share_input + b * share_hidden``, ``(a, b)`` being
             ``neighbour_weight_``, of the network's softmax over its top candidates and
-            the neighbours' votes; with ``neighbours=0``, the output layer's logits.
+            the neighbours' votes, times each label's ``(1 / p_l) ** tail_exponent_``;
+            with ``neighbours=0``, the output layer's logits.
         """
         self._check_fitted()
         k = _plain(k)
         check_int("k", k, 1, self.trainer_.n_labels)
-        if self._on_cluster(X) and not return_scores:
+        cluster = self._cluster_trainer(X)
+        if cluster is not None and not return_scores:
             rows = collections.feature_blocks(X)
             self._check_shapes(int(rows.shape[1]), None)
-            top = self.trainer_.topk_array(rows, k, bool(exact))
+            top = cluster.topk_array(rows, k, bool(exact))
             if self._multiclass:
                 dtype = self.classes_.dtype if exact else object
                 return top.map_blocks(partial(_classes_of, self.classes_), dtype=dtype)
@@ -214,10 +227,13 @@ class FittedMixin:
             top = _classes_of(self.classes_, top)
         return (top, scores) if return_scores else top
 
-    def _on_cluster(self, X) -> bool:
-        """Whether ``X`` is a Dask collection to be read where it is, by a model on a
-        cluster (a model in this process reads collections here)."""
-        return collections.is_dask_collection(X) and not isinstance(self.trainer_, LocalTrainer)
+    def _cluster_trainer(self, X) -> DistributedTrainer | None:
+        """The model's trainer if ``X`` is a Dask collection to be read where it is, by a
+        model on a cluster; else None (a model in this process reads collections here)."""
+        trainer = self.trainer_
+        if collections.is_dask_collection(X) and not isinstance(trainer, LocalTrainer):
+            return trainer
+        return None
 
     def predict(self, X, top_k: int = 1, *, exact: bool = True):
         """The best labels of each row, as scikit-learn's classifiers predict.
@@ -301,10 +317,11 @@ class FittedMixin:
         """
         self._check_fitted()
         ks = tuple(_plain(k) for k in ks)
-        if self._on_cluster(X) and not self._multiclass:
-            data = self._collection_data(X, Y, self.trainer_.client)
+        cluster = self._cluster_trainer(X)
+        if cluster is not None and not self._multiclass:
+            data = self._collection_data(X, Y, cluster.client)
             self._check_shapes(data.n_features, data.n_labels)
-            return self.trainer_.evaluate(data, ks, bool(exact))
+            return cluster.evaluate(data, ks, bool(exact))
         data = self._held_out((X, Y), self.trainer_.n_labels)
         self._check_shapes(data.n_features, data.n_labels)
         with self._threads():

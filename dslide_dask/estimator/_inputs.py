@@ -7,22 +7,28 @@ Python numbers. One place, so fit, partial_fit, evaluate and predict read input 
 from __future__ import annotations
 
 import numbers
+from typing import TYPE_CHECKING
 
 import numpy as np
 from sklearn.utils.multiclass import type_of_target
 
-from dslide_dask.data.batches import Source, plan
+from dslide_dask.data.batches import plan
 from dslide_dask.data.csr import CSR, as_csr
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.inputs import labelled_data
 from dslide_dask.estimator import _sklearn, collections
+from dslide_dask.estimator._state import EstimatorState
+
+if TYPE_CHECKING:
+    from dslide_dask.distributed.cluster_data import ClusterData
+    from dslide_dask.estimator._state import TrainingData
 
 
-class InputsMixin:
+class InputsMixin(EstimatorState):
     """The input conversions of :class:`SlideClassifier` (they set ``n_features_in_``,
     ``classes_`` and whether the model is multi-class)."""
 
-    def _training_data(self, X, Y, storage_options, classes=None) -> Source:
+    def _training_data(self, X, Y, storage_options, classes=None) -> TrainingData:
         """What ``fit`` trains on, with ``n_features_in_``, ``classes_`` set; a URL is
         planned (streamed later), anything else made a data set in memory."""
         if isinstance(X, str):
@@ -55,7 +61,7 @@ class InputsMixin:
         Y = self._labels_for_fit(Y, classes)
         return labelled_data(Xc, Y, len(self.classes_))
 
-    def _collection_data(self, X, Y, client):
+    def _collection_data(self, X, Y, client) -> XCDataset | ClusterData:
         """Dask collections (rows, or 2-D arrays ``X`` and ``Y``) as a data set: with a
         ``client``, its blocks made and kept on the cluster for the model there, else
         computed and stacked here."""

@@ -1,12 +1,13 @@
 """The training points a ``SlideClassifier`` keeps to vote beside its network.
 
 ``neighbours`` (k) nearest training rows of a query vote for their labels; the votes and
-the network's softmax are mixed with ``neighbour_weight``. With the weight left to the
-fit (None), a few training rows (5%, at most :data:`HELD_MAX`) are held out of the
-network's training, the weight that scores best on them is chosen (again whenever the
-network has moved when a prediction is asked mid-fit), and the held rows join the index
-at the end of the fit. The index needs the training rows in memory: a fit from a URL or
-from Dask collections on a cluster, and ``partial_fit``, use the network alone.
+the network's softmax are mixed with ``neighbour_weight``, and rare labels lifted by
+``tail_exponent``. With either left to the fit (None), a few training rows (5%, at most
+:data:`HELD_MAX`) are held out of the network's training, the settings that score best
+on them are chosen (again whenever the network has moved when a prediction is asked
+mid-fit), and the held rows join the index at the end of the fit. The index needs the
+training rows in memory: a fit from a URL or from Dask collections on a cluster, and
+``partial_fit``, use the network alone.
 """
 
 from __future__ import annotations
@@ -17,9 +18,16 @@ from dslide_dask.data.blocks import stack_datasets
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.estimator._inputs import _plain
+from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.metrics import xc_metrics
 from dslide_dask.model.config import check_float, check_int
-from dslide_dask.model.neighbours import CANDIDATES, NeighbourIndex, choose_weights, fused_topk
+from dslide_dask.model.neighbours import (
+    CANDIDATES,
+    TAILS,
+    NeighbourIndex,
+    choose_weights,
+    fused_topk,
+)
 
 #: Rows held out of the network's training to choose the weight on: 5% of the rows, at
 #: most this many (enough to tell weights 0.1 apart); none below HELD_MIN_POINTS rows (under
@@ -31,10 +39,13 @@ HELD_MIN_POINTS = 2000
 #: near the best of the real and synthetic sets measured (Debian-26K (0.1, 0.7),
 #: debian-files (0.1, 0.9), amazon-670k (0.5, 0.5); docs/accuracy.md).
 FALLBACK_WEIGHTS = (0.2, 0.5)
+#: The tail exponent then: 0.2 raised P@1 and PSP@5 on all three sets (docs/accuracy.md).
+FALLBACK_TAIL = 0.2
 
 
-class NeighboursMixin:
-    """``neighbours_`` (a :class:`NeighbourIndex`, or None) and ``neighbour_weight_``."""
+class NeighboursMixin(EstimatorState):
+    """``neighbours_`` (a :class:`NeighbourIndex`, or None), ``neighbour_weight_`` and
+    ``tail_exponent_``."""
 
     def _neighbour_k(self) -> int:
         k = _plain(self.neighbours)
@@ -55,10 +66,22 @@ class NeighboursMixin:
             raise ValueError(f"neighbour_weight's two weights must sum to at most 1, got {pair}")
         return (float(pair[0]), float(pair[1]))
 
+    def _given_tail(self) -> float | None:
+        tail = _plain(self.tail_exponent)
+        if tail is not None:
+            check_float("tail_exponent", tail, 0.0, max(TAILS))
+            tail = float(tail)
+        return tail
+
+    def _given_fusion(self) -> bool:
+        """Whether nothing is left for held rows to choose."""
+        return self._given_weight() is not None and self._given_tail() is not None
+
     def _neighbour_split(self, data, seed: int) -> tuple[object, XCDataset | None]:
         """``(rows the network trains on, rows held out to choose the weight on)``; no
         rows are held when the weight is given, the index is off or the rows are few."""
         self.neighbours_, self.neighbour_weight_ = None, self._given_weight()
+        self.tail_exponent_ = self._given_tail()
         if self._neighbour_k() == 0 or not isinstance(data, XCDataset):
             return data, None
         n_held = data.n_points - self.n_network_rows(data.n_points)
@@ -71,8 +94,8 @@ class NeighboursMixin:
     def n_network_rows(self, n_points: int) -> int:
         """How many of ``n_points`` training rows (in memory) a fit trains the network on.
 
-        The others are held out to choose ``neighbour_weight`` on (when it is None and
-        ``neighbours`` is not 0), then indexed with the rest.
+        The others are held out to choose ``neighbour_weight`` and ``tail_exponent`` on
+        (when one is None and ``neighbours`` is not 0), then indexed with the rest.
 
         Parameters
         ----------
@@ -85,7 +108,7 @@ class NeighboursMixin:
             The rows the network trains on: ``n_points`` less 5% (at most 2,000), or all
             of them.
         """
-        if self._neighbour_k() == 0 or self._given_weight() is not None:
+        if self._neighbour_k() == 0 or self._given_fusion():
             return n_points
         if n_points < HELD_MIN_POINTS:
             return n_points
@@ -97,8 +120,11 @@ class NeighboursMixin:
             return
         self.neighbours_ = NeighbourIndex.build(data.X, data.Y)
         self._index_rows, self._embed_step, self._weight_step = data.X, -1, -1
-        if self.neighbour_weight_ is None and self._held is None:  # too few rows to hold
-            self.neighbour_weight_ = FALLBACK_WEIGHTS
+        if self._held is None:  # given, or too few rows to hold out
+            if self.neighbour_weight_ is None:
+                self.neighbour_weight_ = FALLBACK_WEIGHTS
+            if self.tail_exponent_ is None:
+                self.tail_exponent_ = FALLBACK_TAIL
 
     def _finish_neighbours(self, data) -> bool:
         """At the end of a fit: the weight chosen for the final network, then the held
@@ -114,22 +140,33 @@ class NeighboursMixin:
         self._index_rows, self._embed_step = None, self._step
         return True
 
-    def _choose_weight(self) -> tuple[float, float]:
-        """The fused weights for the network as it is now (chosen on the held rows)."""
+    def _choose_weight(self) -> tuple[tuple[float, float], float]:
+        """The fused weights and tail exponent for the network as it is now (what was
+        not given is chosen on the held rows)."""
         if self._held is not None and self._weight_step != self._step:
-            held = self._held
+            held, given, tail = self._held, self._given_weight(), self._given_tail()
             ids, logits = self.trainer_.topk_scores(held.X, self._candidates(), True)
-            self.neighbour_weight_ = choose_weights(ids, logits, self._votes(held.X), held.Y)
+            votes = self._votes(held.X)
+            index = self._index_now()
+            weight, chosen_tail = choose_weights(
+                ids, logits, votes, held.Y, index.inverse_propensity, given, tail
+            )
+            self.neighbour_weight_, self.tail_exponent_ = weight, chosen_tail
             self._weight_step = self._step
-        return self.neighbour_weight_
+        if self.neighbour_weight_ is None or self.tail_exponent_ is None:
+            raise RuntimeError("the neighbours' weights were never set")  # callers fuse
+        return self.neighbour_weight_, self.tail_exponent_
 
     def _index_now(self) -> NeighbourIndex:
         """The index, with hidden vectors of the network as it is now."""
-        if getattr(self, "_index_rows", None) is not None and self._embed_step != self._step:
-            hidden = self.trainer_.embed(self._index_rows)
-            self.neighbours_ = self.neighbours_.with_embedding(hidden)
+        index = self.neighbours_
+        if index is None:
+            raise RuntimeError("the model keeps no neighbour index")  # callers fuse
+        rows = getattr(self, "_index_rows", None)
+        if rows is not None and self._embed_step != self._step:
+            index = self.neighbours_ = index.with_embedding(self.trainer_.embed(rows))
             self._embed_step = self._step
-        return self.neighbours_
+        return index
 
     def _votes(self, X: CSR) -> list[tuple[np.ndarray, np.ndarray]]:
         """The votes of the points nearest each row in the input, and in the hidden space
@@ -147,14 +184,15 @@ class NeighboursMixin:
 
     def _fused_topk(self, X: CSR, k: int, exact: bool) -> tuple[np.ndarray, np.ndarray]:
         """Top-k ids and fused scores of the network and the neighbours' votes."""
-        weight = self._choose_weight()
+        weight, tail = self._choose_weight()
         ids, logits = self._network_topk(X, max(k, self._candidates()), exact)
-        return fused_topk(ids, logits, self._votes(X), weight, k)
+        index = self._index_now()
+        return fused_topk(ids, logits, self._votes(X), weight, k, tail, index.inverse_propensity)
 
     def _fused_metrics(self, data: XCDataset, ks: tuple[int, ...], exact: bool) -> dict:
         """P@k, nDCG@k and PSP@k of the fused top-k (propensities from the indexed rows:
         every training row, once the fit is over)."""
         top, _ = self._fused_topk(data.X, max(ks), exact)
-        index = self.neighbours_
+        index = self._index_now()
         counts = np.bincount(index.y_idx, minlength=index.n_labels)
         return xc_metrics(top, data.Y, ks, label_counts=counts, n_train=index.n_points)

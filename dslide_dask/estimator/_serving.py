@@ -24,12 +24,13 @@ from dslide_dask.checkpoint.output_index import (
 from dslide_dask.checkpoint.store import Checkpoint, open_checkpoint
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
+from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.metrics import xc_metrics
 from dslide_dask.model.output_index import IndexSettings, OutputIndex
 
 
-class ServingMixin:
+class ServingMixin(EstimatorState):
     """``output_index_`` (an :class:`OutputIndex`, or None) and the top-k through it."""
 
     def build_index(self, **settings) -> Self:
@@ -87,17 +88,27 @@ class ServingMixin:
         index = self._serving_index() if exact else None
         if index is None:
             return self.trainer_.topk_scores(X, k, exact)
-        return index.topk_scores(self.trainer_.network, X, k)
+        return index.topk_scores(self._local_trainer().network, X, k)
 
     def _index_metrics(self, data: XCDataset, ks: tuple[int, ...]) -> dict[str, float]:
         """``evaluate``'s scores of the top-k through the output index."""
         top, _ = self._network_topk(data.X, max(ks), True)
-        return xc_metrics(top, data.Y, ks, **self.trainer_.labels.metric_args())
+        labels = self._local_trainer().labels
+        return xc_metrics(top, data.Y, ks, **labels.metric_args())
+
+    def _local_trainer(self) -> LocalTrainer:
+        """The trainer of a model in this process: the only one an output index is built
+        for or loaded into (:meth:`build_index`, :meth:`_load_output_index`)."""
+        trainer = self.trainer_
+        if not isinstance(trainer, LocalTrainer):
+            raise TypeError("an output index serves a model in this process only")
+        return trainer
 
     def _save_output_index(self, url: str, storage_options: dict | None) -> None:
         """At ``save``: the output index beside the model written at ``url``, if built."""
-        if self._serving_index() is not None:
-            save_output_index(open_checkpoint(url, storage_options), self.output_index_)
+        index = self._serving_index()
+        if index is not None:
+            save_output_index(open_checkpoint(url, storage_options), index)
 
     def _load_output_index(self, ckpt: Checkpoint) -> None:
         """At ``load``: the output index saved beside the model ``ckpt``, if any, checked

@@ -6,23 +6,27 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
 from dslide_dask.checkpoint import CheckpointPolicy
-from dslide_dask.data.batches import Source, plan
+from dslide_dask.data.batches import plan
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.stream import Stream
 from dslide_dask.estimator._inputs import _plain
+from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.model.config import check_int
+
+if TYPE_CHECKING:
+    from dslide_dask.estimator._state import TrainingData
 
 #: Called after every step with its statistics (step, samples, loss, active, seconds...).
 StepCallback = Callable[[dict], None]
 
 
-class TrainingMixin:
+class TrainingMixin(EstimatorState):
     """Training of :class:`SlideClassifier` (sets ``trainer_``, ``seed_``,
     ``epochs_done_``, ``evals_`` and, with early stopping, the validation scores)."""
 
@@ -95,7 +99,9 @@ class TrainingMixin:
                 self._record_eval(self._held_out(eval_set, self.trainer_.n_labels))
         return self
 
-    def _validation_split(self, data: Source, eval_set, seed: int) -> tuple[Source, XCDataset]:
+    def _validation_split(
+        self, data: TrainingData, eval_set, seed: int
+    ) -> tuple[TrainingData, XCDataset]:
         """``(training rows, validation rows)`` for early stopping."""
         self._int("n_iter_no_change", 1, 1 << 20)
         self._float("tol", 0.0, 1.0)
@@ -119,7 +125,7 @@ class TrainingMixin:
         return data.take(np.sort(order[n_valid:])), data.take(np.sort(order[:n_valid]))
 
     def _train_early_stopping(
-        self, data: Source, validation: XCDataset, callback, eval_set, eval_every
+        self, data: TrainingData, validation: XCDataset, callback, eval_set, eval_every
     ) -> None:
         """Epoch by epoch, keeping the weights of the best validation P@1."""
         self.validation_scores_: list[float] = []
@@ -182,6 +188,7 @@ class TrainingMixin:
             data = self._training_data(X, Y, storage_options, classes)
             self._start(data, self._seed())
             self.neighbours_, self.neighbour_weight_ = None, None  # rows not kept
+            self.tail_exponent_ = None
         elif isinstance(X, str):
             data = plan(X, storage_options)
             self._check_shapes(data.n_features, data.n_labels)
@@ -190,7 +197,7 @@ class TrainingMixin:
         self._train(data, 1, False, callback)
         return self
 
-    def _start(self, data: Source, seed: int, steps: int = 0, epochs: int = 1) -> None:
+    def _start(self, data: TrainingData, seed: int, steps: int = 0, epochs: int = 1) -> None:
         """A fresh model for ``data``; a fit of ``steps`` steps in ``epochs`` epochs sets
         the lr schedule (0: unknown, as for ``partial_fit``)."""
         if "trainer_" in self.__dict__:
@@ -240,7 +247,13 @@ class TrainingMixin:
             return None
 
     def _train(
-        self, data: Source, epochs: int, shuffle: bool, callback, eval_set=None, eval_every=None
+        self,
+        data: TrainingData,
+        epochs: int,
+        shuffle: bool,
+        callback,
+        eval_set=None,
+        eval_every=None,
     ) -> None:
         batch_size = self._int("batch_size", 1, 1 << 20)
         if eval_set is not None:
@@ -251,7 +264,9 @@ class TrainingMixin:
             callback = self._evaluating(callback, held_out, every)
         with self._threads():
             stream = Stream(batch_size, epochs, self.seed_, shuffle, first_epoch=self.epochs_done_)
-            self.trainer_.train(data, stream, callback)
+            # blocks on the cluster only ever go to a DistributedTrainer (no client: they are
+            # stacked here), which passes a planned URL on to its coordinator's plan()
+            self.trainer_.train(data, stream, callback)  # type: ignore[arg-type]
             self.epochs_done_ += epochs
             if eval_set is not None and (not self.evals_ or self.evals_[-1]["step"] != self._step):
                 self._record_eval(held_out)

@@ -105,8 +105,8 @@ def topk_blocks(X: da.Array, spec: PredictSpec) -> da.Array:
         raise ValueError(f"X has {X.shape[1]} features, the model {ckpt.url} takes {n_features}")
     if X.numblocks[1] != 1:
         X = X.rechunk({1: -1})
-    return X.map_blocks(
-        _block_topk, spec, dtype=np.int64, chunks=(X.chunks[0], (spec.k,)),
+    return da.map_blocks(
+        _block_topk, X, spec, dtype=np.int64, chunks=(X.chunks[0], (spec.k,)),
         name="predict-topk-" + dask.base.tokenize(X, spec),
         meta=np.empty((0, 0), np.int64),
     )  # fmt: skip

@@ -81,7 +81,7 @@ def decode_ids(
             else:
                 v = prev + d
             if v < 0 or v >= n_cols:
-                return ERR_ID_RANGE, j, v
+                return ERR_ID_RANGE, j, v  # type: ignore[return-value]  # numba returns an int
             out[j] = v
             prev = v
     if e != len(escapes):

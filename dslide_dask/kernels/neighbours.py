@@ -201,6 +201,28 @@ def fuse(ids: np.ndarray, scores: np.ndarray, weights: np.ndarray, k: int):
     return out_ids, out_scores
 
 
+@numba.njit(cache=True, nogil=True, parallel=True)
+def hits_by_rank(values: np.ndarray, hits: np.ndarray, weights: np.ndarray, k: int):
+    """Over rows, how many have a right label at each rank of their top ``k`` by
+    ``sum_s weights[s] * values[s, i, j]``: ``hits[i, j]`` says whether candidate ``j``
+    of row ``i`` is right (1), wrong (0) or past the row's candidates (-1). One pass, no
+    sort: what scoring a weight on held rows costs."""
+    n_sources, n, width = values.shape
+    per_row = np.zeros((n, k), np.int64)
+    for i in numba.prange(n):
+        top_hit = np.zeros(k, np.int64)
+        top_score = np.full(k, -np.inf, np.float32)
+        for j in range(width):
+            if hits[i, j] < 0:
+                break
+            s = 0.0
+            for src in range(n_sources):
+                s += weights[src] * values[src, i, j]
+            _push(top_hit, top_score, hits[i, j], s)
+        per_row[i] = top_hit
+    return per_row.sum(axis=0)
+
+
 @numba.njit(cache=True, nogil=True)
 def normalised(indptr: np.ndarray, values: np.ndarray) -> np.ndarray:
     """``values`` with each CSR row scaled to unit L2 norm (an all-zero row stays zero)."""

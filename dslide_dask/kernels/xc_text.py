@@ -77,7 +77,7 @@ def decimal_to_f64(m: np.int64, e10: np.int64) -> float:
 
 
 @numba.njit(cache=True, nogil=True)
-def _scaled_round(a: float, k: int) -> np.int64:
+def _scaled_round(a: float, k: int | np.integer) -> np.int64:
     """round(a * 10**k) for a > 0 (ties to even)."""
     if 0 <= k <= 22:
         x = a * _P10[k]

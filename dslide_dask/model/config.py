@@ -172,13 +172,15 @@ class SlideConfig:
         ``decay_steps`` and ``stable_steps``, if left to the fit; 0: no fit known)."""
         cfg = self
         many = n_labels >= MANY_LABELS
-        if cfg.lr is None:
-            cfg = replace(cfg, lr=AUTO_LR_MANY if many else AUTO_LR)
+        lr = cfg.lr
+        if lr is None:
+            lr = AUTO_LR_MANY if many else AUTO_LR
+            cfg = replace(cfg, lr=lr)
         if cfg.input_lr is None:
-            cfg = replace(cfg, input_lr=cfg.lr * (INPUT_LR_SCALE_MANY if many else INPUT_LR_SCALE))
+            cfg = replace(cfg, input_lr=lr * (INPUT_LR_SCALE_MANY if many else INPUT_LR_SCALE))
         if cfg.output_lr is None:
             scale = OUTPUT_LR_SCALE_MANY if many else OUTPUT_LR_SCALE
-            cfg = replace(cfg, output_lr=cfg.lr * scale)
+            cfg = replace(cfg, output_lr=lr * scale)
         if steps and cfg.lr_schedule != "constant":
             stable = epoch_steps if cfg.stable_steps is None else cfg.stable_steps
             cfg = replace(cfg, decay_steps=cfg.decay_steps or int(steps), stable_steps=stable)

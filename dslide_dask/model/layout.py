@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -22,6 +22,10 @@ class ShardLayout:
 
     n_neurons: int
     pattern: tuple[int, ...]
+    # Derived from the pattern by __post_init__: no part of __init__, eq, hash or repr.
+    _pattern: np.ndarray = field(init=False, repr=False, compare=False)
+    _counts: np.ndarray = field(init=False, repr=False, compare=False)
+    _ranks: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         pattern = tuple(int(s) for s in self.pattern)
@@ -95,9 +99,9 @@ class ShardLayout:
         short = {int(s): int(target[s] - have[s]) for s in np.flatnonzero(have < target)}
         credit = dict.fromkeys(short, 0)
         for slot in pool:  # smooth round robin by deficit, so takers interleave
-            for s in credit:
-                credit[s] += short[s]
-            best = max(credit, key=credit.get)
+            for taker in credit:
+                credit[taker] += short[taker]
+            best = max(credit, key=credit.__getitem__)
             credit[best] -= len(pool)
             pattern[slot] = best
         return ShardLayout(self.n_neurons, tuple(pattern.tolist()))
@@ -136,7 +140,9 @@ class ShardLayout:
 
 
 @functools.lru_cache(maxsize=16)
-def _sources(new: ShardLayout, shard: int, old: ShardLayout) -> list:
+def _sources(
+    new: ShardLayout, shard: int, old: ShardLayout
+) -> list[tuple[int, np.ndarray, np.ndarray]]:
     mine = new.global_ids(shard, np.arange(new.size(shard)))
     owners = old.owner(mine)
     out = []

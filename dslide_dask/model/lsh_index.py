@@ -224,12 +224,13 @@ class RebuildSchedule:
         self.redraw_every = redraw_every
         self.n_rebuilds = 0
         self.next_rebuild = every
-        self.next_redraw = redraw_every or None
+        self.next_redraw: int | None = redraw_every or None
 
     def due(self, step: int) -> tuple[bool, bool]:
         """``(rebuild, redraw)`` after update number ``step``; advances the schedule."""
-        redraw = self.next_redraw is not None and step >= self.next_redraw
-        if redraw:
+        redraw = False
+        if self.next_redraw is not None and step >= self.next_redraw:
+            redraw = True
             self.next_redraw += self.redraw_every
         rebuild = redraw or step >= self.next_rebuild
         if rebuild:

@@ -165,6 +165,7 @@ class Replica:
         if m.update is not None:
             replay(shard, m.update)
         if m.here is not None:
+            assert m.arrays is not None  # a message with rows carries their arrays
             shard.put_rows(m.here, m.arrays)
             self.missing[m.source] -= len(m.here)
         self.steps[m.source] = m.step

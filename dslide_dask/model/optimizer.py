@@ -29,7 +29,9 @@ def scheduled_lr(cfg: SlideConfig, step: int, base: float | None = None) -> floa
     """The learning rate of update number ``step`` before Adam's bias correction (what
     the per-step statistics report): ``cfg.lr``, or ``base`` (a wide layer's
     ``cfg.input_lr``/``cfg.output_lr``) on the same schedule."""
-    return (cfg.lr if base is None else base) * lr_factor(cfg, step)
+    lr = cfg.lr if base is None else base
+    assert lr is not None, "the learning rate is chosen by SlideConfig.for_data"
+    return lr * lr_factor(cfg, step)
 
 
 def adam_lr(cfg: SlideConfig, step: int) -> float:

@@ -254,12 +254,12 @@ class OutputIndex:
         if ivf is None or index.d != padded_dim(dim) or index.ntotal != n_labels:
             raise ValueError(f"not an index of {n_labels} rows of width {dim}")
         lists = ivf.invlists
-        ids = [
+        parts = [
             faiss.rev_swig_ptr(lists.get_ids(i), lists.list_size(i)).copy()
             for i in range(ivf.nlist)
             if lists.list_size(i)
         ]
-        ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+        ids = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         if (
             len(ids) != n_labels
             or (np.bincount(np.clip(ids, 0, n_labels), minlength=n_labels)[:n_labels] != 1).any()

@@ -1,5 +1,5 @@
 """A shard's rows in and out (:mod:`.wide_shard`): its per-neuron arrays and counters as
-checkpoints, live moves (:mod:`.mirror`, :mod:`dslide_dask.distributed.handover`) and
+checkpoints, live moves (:mod:`.mirror`, :mod:`dslide_dask.distributed.moves.handover`) and
 early stopping take and give them.
 
 Apart from the shard's arithmetic because it is a job of its own: it reads and writes
@@ -17,6 +17,8 @@ from dslide_dask.kernels.bfloat16 import convert
 from dslide_dask.model.optimizer import with_row_updates
 
 if TYPE_CHECKING:
+    from dslide_dask.model.config import SlideConfig
+    from dslide_dask.model.lsh_index import LSHIndex, RebuildSchedule
     from dslide_dask.model.wide_shard import WideShard
 
 
@@ -31,6 +33,22 @@ class ShardRows:
 
     #: Per-neuron arrays, in local row order: what a checkpoint keeps of a shard.
     ROW_ARRAYS = ("W", "bias", "W.m", "W.v", "bias.m", "bias.v", "W.n")
+
+    # What the host shard sets (WideShard.__init__); declared here, set there.
+    W: np.ndarray
+    bias: np.ndarray
+    W_m: np.ndarray
+    W_v: np.ndarray
+    bias_m: np.ndarray
+    bias_v: np.ndarray
+    W_n: np.ndarray
+    cfg: SlideConfig
+    n_local: int
+    step: int
+    seed: int
+    schedule: RebuildSchedule
+    index: LSHIndex
+    _best: tuple[np.ndarray, np.ndarray] | None
 
     def state(self) -> tuple[dict[str, np.ndarray], dict[str, int]]:
         """``(per-neuron arrays named as ROW_ARRAYS, counters)``. The hash tables are
@@ -116,8 +134,9 @@ class ShardRows:
     def recall(self) -> bool:
         """Put back the weights :meth:`remember` kept and rehash them; False if none.
         The optimiser's moments are not rewound: they only matter if training goes on."""
-        if getattr(self, "_best", None) is None:
+        best = getattr(self, "_best", None)
+        if best is None:
             return False
-        self.W[...], self.bias[...] = self._best
+        self.W[...], self.bias[...] = best
         self.index.rebuild(self.W)
         return True

@@ -216,7 +216,8 @@ def _dslide_rates(net, n, rates, common, params, args, logs) -> list[dict]:
                     "evaluate": evaluate,
                     "tag": f"{_tag(n, rate)}-{rep}",
                 }
-                with other_cpu(cpu := {}):
+                cpu: dict[str, float] = {}
+                with other_cpu(cpu):
                     result = run_dslide(net, scheduler, config, logs)
                 runs[i].append(_row("dslide-dask", n, rate, {**result, **cpu}))
     return [median_run(r) for r in runs]
@@ -244,7 +245,8 @@ def _ddp_rates(net, n, rates, common, args, logs) -> list[dict]:
             "evaluate": evaluate,
             "tag": _tag(n, rate),
         }
-        with other_cpu(cpu := {}):
+        cpu: dict[str, float] = {}
+        with other_cpu(cpu):
             result = run_ddp(net, config, logs, MASTER_PORT + i)
         rows.append(_row("ddp", n, rate, {**result, **cpu}))
     return rows

@@ -92,7 +92,7 @@ def save_datasets(path: Path, train, test) -> None:
     arrays["shape"] = np.array([train.n_features, train.n_labels], np.int64)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz.tmp", delete=False) as f:
-        np.savez(f, **arrays)
+        np.savez(f, **arrays)  # type: ignore[arg-type]  # array names, no allow_pickle
     os.replace(f.name, path)
 
 

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from dslide_dask.checkpoint import CheckpointPolicy
     from dslide_dask.data.stream import Stream
     from dslide_dask.distributed import DistributedTrainer
-    from dslide_dask.distributed.elastic import ElasticPolicy
+    from dslide_dask.distributed.moves.policy import ElasticPolicy
 
     path, info = bench_data(args.preset, args.train_points, args.test_points, args.seed)
     train, test = load_datasets(path)

@@ -313,7 +313,7 @@ def _host() -> dict[str, Any]:
     import platform
     from importlib import metadata
 
-    versions = {}
+    versions: dict[str, str | None] = {}
     for dist in ("dslide-dask", "numba", "numpy", "torch"):
         try:
             versions[dist] = metadata.version(dist)

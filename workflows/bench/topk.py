@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     if args.k > net.n_labels:
         raise ValueError(f"--k must be at most the model's {net.n_labels} labels, got {args.k}")
     X = data.X.slice_rows(0, min(args.rows, data.n_points))
-    numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
     index = net.shards[0].serving_tables()
     print(
         f"model {ckpt.url}: {net.n_features} features, {net.n_labels} labels, "

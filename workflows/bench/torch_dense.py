@@ -91,7 +91,7 @@ def build_model(
             p.mul_((has_label * (grad_loss / len(h))).unsqueeze(1))  # no labels: no gradient
             return p @ weight, p.t() @ h, p.sum(0), None, None, None, None
 
-    class DenseXC(nn.Module):
+    class DenseXC(torch.nn.Module):
         """Sparse input -> ReLU hidden layers -> full output layer."""
 
         def __init__(self) -> None:

@@ -16,8 +16,8 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Iterator
-from typing import BinaryIO
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, Any
 
 from dslide_dask.errors import DslideError
 
@@ -29,7 +29,7 @@ FETCH_LISTS = "apt-get update -o Acquire::Languages=en"
 FETCH_CONTENTS = "apt-get install -y apt-file && apt-get update -o Acquire::Languages=en"
 APT_HELPER = "/usr/lib/apt/apt-helper"
 COMPRESSIONS = ("", ".gz", ".xz", ".bz2", ".lz4", ".zst")
-_PY_OPENERS = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
+_PY_OPENERS: dict[str, Callable[..., Any]] = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
 _TOOLS = {".lz4": "lz4", ".zst": "zstd"}
 
 
@@ -68,7 +68,7 @@ def require(paths: list[str], what: str, lists_dir: str, fetch: str) -> list[str
 
 
 @contextlib.contextmanager
-def open_index(path: str) -> Iterator[BinaryIO]:
+def open_index(path: str) -> Iterator[IO[bytes]]:
     """A binary stream of an index file's decompressed bytes (by its extension)."""
     ext = os.path.splitext(path)[1]
     if ext in _TOOLS:
@@ -79,8 +79,10 @@ def open_index(path: str) -> Iterator[BinaryIO]:
         else:
             raise MissingAptData(f"{path}: cannot decompress (no {APT_HELPER}, no {_TOOLS[ext]})")
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
-            yield proc.stdout
-            proc.stdout.read()  # drain, so the tool ends on its own
+            stdout = proc.stdout
+            assert stdout is not None  # stdout=PIPE
+            yield stdout
+            stdout.read()  # drain, so the tool ends on its own
         if proc.returncode:
             raise OSError(f"{path}: {cmd[0]} failed with status {proc.returncode}")
     else:
@@ -171,7 +173,10 @@ def candidates(records: Iterable[dict[str, str]]) -> list[dict[str, str]]:
         if not name or "Filename" not in rec:
             continue
         old = best.get(name)
-        order = 1 if old is None else compare_versions(rec.get("Version", "0"), old["Version"])
+        if old is None:
+            best[name] = {"Version": "0", **rec}
+            continue
+        order = compare_versions(rec.get("Version", "0"), old["Version"])
         if order > 0:
             best[name] = {"Version": "0", **rec}
         elif order == 0:

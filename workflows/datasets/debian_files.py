@@ -37,13 +37,15 @@ MAX_DIRS = 100
 MAX_LABELS = None
 
 Files = dict[str, tuple[set[str], set[str]]]
+#: Contents lines grouped by their package list: ``{packages: (dirs, names)}`` (bytes).
+ContentGroups = dict[bytes, tuple[set[bytes], set[bytes]]]
 
 
 def contents_kinds(arch: str) -> tuple[str, str]:
     return f"Contents-{arch}", "Contents-all"
 
 
-def read_contents(lines: Iterable[bytes], groups: dict | None = None) -> dict:
+def read_contents(lines: Iterable[bytes], groups: ContentGroups | None = None) -> ContentGroups:
     """Group Contents lines ``path   section/pkg,area/section/pkg`` (paths may hold
     blanks, the package list may not) by their package list: ``{packages: (dirs,
     names)}`` (bytes), boilerplate trees, headers and blank lines skipped. Extends

@@ -1,60 +1,95 @@
 """How a training run follows the cluster: at step boundaries it moves the model off
-workers asked to leave (:mod:`.elastic`) and onto workers that joined, when that pays.
+workers asked to leave (:mod:`.policy`) and onto workers that joined, when that pays.
 
-A live move goes in two phases, so that training stops only for the second:
+This module decides the moves, starts them (the prepare phase: the new model's actors,
+:mod:`.handover`), records them and lets the old model go; :mod:`.switch` watches a
+prepared model through the mirror phase and switches to it (the vocabulary and the
+phases: :mod:`dslide_dask.distributed.moves`).
 
-1. **prepare**: the new model's actors are built, with a copy of the old model's small
-   parts (:mod:`.handover`: hidden layers, counters) taken while the old model trains on.
-   Then the old shards stream their rows to the new shards while they train on: a slice
-   a step, and each step the update of the rows sent so far, which the new shards replay
-   (:mod:`.mirroring`); once a new shard has every row it hashes them into its own
-   tables, the slow part;
-2. **switch**, at the first step boundary after every new shard holds the rows as of
-   the step before or later: training stops until they hold them as of this step, the
-   small parts are copied again, as they are now, and the old actors go. The new tables
-   stay: built from rows a few steps old, they are as stale as tables are between two
-   scheduled rebuilds (and redrawn if the old shards redrew theirs).
-
-With bfloat16 moments (rounded by row index) or dense Adam, the rows are not streamed:
-they are copied with the rest at prepare and again at the switch.
-
-Without room on the workers for both models, the move goes through a checkpoint, and
-training stops throughout.
-
-This module decides the moves and records them; :mod:`.switch` watches a prepared
-model and switches to it.
+At the switch the new shards keep the tables they built from the mirrored rows: a few
+steps old, they are as stale as tables are between two scheduled rebuilds (and redrawn
+if the old shards redrew theirs). With bfloat16 moments (rounded by row index) or dense
+Adam, the rows are not mirrored: they are copied with the rest at prepare and again at
+the switch. Without room on the workers for both models, the move goes through a
+checkpoint, and training stops throughout.
 """
 
 from __future__ import annotations
 
 import gc
 import time
+from typing import TYPE_CHECKING, Any
 
 from dslide_dask.checkpoint import open_checkpoint
 from dslide_dask.data.stream import Stream
-from dslide_dask.distributed.elastic import (
+from dslide_dask.distributed.liveness import listed_workers, still_listed
+from dslide_dask.distributed.memory_plan import fits_while_moving, row_bytes
+from dslide_dask.distributed.moves.handover import Handover, rows_crossing
+from dslide_dask.distributed.moves.mirroring import BYTES_IN_FLIGHT
+from dslide_dask.distributed.moves.policy import (
     LEAVE_TOPIC,
     STEPS_PER_CALL,
+    ElasticPolicy,
     Move,
     join_pays,
     retire_requests,
 )
-from dslide_dask.distributed.handover import Handover, rows_crossing
-from dslide_dask.distributed.liveness import listed_workers, still_listed
-from dslide_dask.distributed.memory_plan import fits_while_moving, row_bytes
-from dslide_dask.distributed.mirroring import BYTES_IN_FLIGHT
-from dslide_dask.distributed.placement import shard_bytes
-from dslide_dask.distributed.switch import PreparedMove, SwitchesModels
+from dslide_dask.distributed.moves.switch import PreparedMove, SwitchesModels
+from dslide_dask.distributed.placement import Placement, shard_bytes
 from dslide_dask.errors import MemoryPlanError
 from dslide_dask.model.mirror import replayable
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from dslide_dask.checkpoint import CheckpointPolicy
+    from dslide_dask.distributed.launch import Launch
+    from dslide_dask.model.config import SlideConfig
+
 
 class FollowsTheCluster(SwitchesModels):
-    """The moves of :class:`~dslide_dask.distributed.trainer.DistributedTrainer` (its
-    attributes: ``client``, ``policy``, ``elastic``, ``placement``, ``history``...)."""
+    """The moves of :class:`~dslide_dask.distributed.trainer.DistributedTrainer`.
 
-    _collect = False  #: released actors wait for a garbage collection
-    _to_retire: frozenset[str] = frozenset()  #: workers whose rows went, to retire
+    Its state is set up by ``__init__``; what it uses of the trainer and its other parts
+    besides what :class:`~.switch.SwitchesModels` declares is declared below."""
+
+    # set by the host, the trainer: its settings and records
+    cfg: SlideConfig
+    n_labels: int
+    n_shards_asked: int | None
+    policy: CheckpointPolicy | None
+    elastic: ElasticPolicy | None
+    replace_wait: float
+    moves: list[Move]
+    _call_start: int  #: the step the training call began at
+    # set by LaunchesModels
+    _model_id: str
+    _unused: frozenset[str]
+
+    if TYPE_CHECKING:
+
+        def close(self) -> None: ...
+        def _workers(self) -> dict[str, dict]: ...
+        def _place(
+            self, workers: dict[str, dict], previous: Placement | None = None
+        ) -> Placement: ...
+        def _launch(
+            self, restore: str | None, placement: Placement, handover: Handover | None = None
+        ) -> Launch: ...
+        def _start(
+            self,
+            restore: str | None,
+            placement: Placement | None = None,
+            handover: Handover | None = None,
+        ) -> None: ...
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: workers asked to leave whose rows went (or are going) elsewhere
+        self._left: set[str] = set()
+        self._events_seen = 0.0  #: the newest request to leave read (a scheduler time)
+        self._collect = False  #: released actors wait for a garbage collection
+        self._to_retire: frozenset[str] = frozenset()  #: workers whose rows went, to retire
 
     def _follow_the_cluster(
         self, stream: Stream, n_points: int | None, finish: bool = False
@@ -109,7 +144,8 @@ class FollowsTheCluster(SwitchesModels):
         return self.moves[-1]
 
     def _join_pays(self, stream: Stream, n_points: int | None, n_new: int) -> bool:
-        if not self.elastic.join or self.n_shards_asked is not None:
+        elastic = self.elastic
+        if elastic is None or not elastic.join or self.n_shards_asked is not None:
             return False
         recent = self.history[-STEPS_PER_CALL:]
         step_seconds = sum(s["seconds"] for s in recent) / max(1, len(recent))
@@ -122,7 +158,7 @@ class FollowsTheCluster(SwitchesModels):
             move_seconds = self.moves[-1].cost_seconds
         else:  # about the new workers' share of the model crosses the network
             moving = shard_bytes(self.cfg, self.n_labels) * n_new / (n_now + n_new)
-            move_seconds = moving / self.elastic.move_bytes_per_second
+            move_seconds = moving / elastic.move_bytes_per_second
         return join_pays(
             remaining,
             step_seconds,
@@ -168,8 +204,10 @@ class FollowsTheCluster(SwitchesModels):
                 seen,
             )
             return None
-        url = self._wait(self.coordinator.save_checkpoint(self.policy.store()))
-        meta = open_checkpoint(url, self.policy.storage_options).meta
+        policy = self.policy
+        assert policy is not None, "a move through a checkpoint without a store"
+        url = self._wait(self.coordinator.save_checkpoint(policy.store()))
+        meta = open_checkpoint(url, policy.storage_options).meta
         self.close()
         self._start(url, new)  # on the workers that stay, before any of them may go
         self._moved(
@@ -196,7 +234,15 @@ class FollowsTheCluster(SwitchesModels):
             leaving, self._to_retire = self._to_retire, frozenset()
             self._retire(set(leaving))
 
-    def _moved(self, leaving, joined, seen: float, *, rows_moved: int, **how) -> None:
+    def _moved(
+        self,
+        leaving: Iterable[str],
+        joined: Iterable[str],
+        seen: float,
+        *,
+        rows_moved: int,
+        **how: Any,
+    ) -> None:
         """Record the move; the workers that left are retired while the next steps run
         (:meth:`_let_go`). Requests to leave after ``seen`` (while the move was prepared)
         are read at the next boundary."""

@@ -1,7 +1,8 @@
-"""The second phase of a live move (:mod:`.rebalance`): the prepared model is watched
-until it stands and its shards hold the rows the old shards stream to them, then training
-switches to it, or it is dropped (a worker lost, a build or a replay failed) and the run
-goes on with the model it has.
+"""The mirror and switch phases of a live move (the vocabulary:
+:mod:`dslide_dask.distributed.moves`): the prepared model is watched until it stands and
+its shards hold the rows the old shards stream to them, then training switches to it, or
+it is dropped (a worker lost, a build or a replay failed) and the run goes on with the
+model it has.
 
 Apart from :mod:`.rebalance`, which decides when and where to move, because waiting on a
 model being built and switching to it is its own job, with its own failure modes.
@@ -13,17 +14,23 @@ import statistics
 import time
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from distributed import wait
 
-from dslide_dask.distributed.elastic import STEPS_PER_CALL
 from dslide_dask.distributed.errors import POLL_SECONDS
-from dslide_dask.distributed.handover import Handover, HandoverPieces
 from dslide_dask.distributed.launch import Launch
 from dslide_dask.distributed.liveness import listed_workers
-from dslide_dask.distributed.mirroring import MirrorPlan
+from dslide_dask.distributed.moves.handover import Handover, HandoverPieces
+from dslide_dask.distributed.moves.mirroring import MirrorPlan
+from dslide_dask.distributed.moves.policy import STEPS_PER_CALL
 from dslide_dask.distributed.placement import Placement
 from dslide_dask.errors import MirrorFailed, ShardLostError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from distributed import Client
 
 #: How long a switch waits for the new shards to replay the last step before the move is
 #: dropped (a replay takes tens of milliseconds; this only guards against a hang).
@@ -45,50 +52,87 @@ class PreparedMove:
 
 
 class SwitchesModels:
-    """Prepared models of :class:`~.rebalance.FollowsTheCluster`, watched and switched to
-    (the attributes it uses: ``client``, ``coordinator``, ``history``, ``step``...)."""
+    """Prepared models of :class:`~.rebalance.FollowsTheCluster`, watched and switched to.
 
-    _prepared: PreparedMove | None = None
-    _old_model: list = []  #: the actors of the model switched from, until released
-    _moving_to: Placement | None = None  #: the new model's, while it takes the old one's parts
-    _unfit: frozenset[str] = frozenset()  #: joined workers a new model could not be built on
-    _mirroring = False  #: the old shards stream their rows to the prepared model
+    Its state is set up by ``__init__``; what it uses of its host
+    (:class:`~dslide_dask.distributed.trainer.DistributedTrainer` and its other parts) is
+    declared below."""
+
+    # set by the host, the trainer
+    client: Client
+    coordinator: Any  #: the coordinator actor's handle
+    history: list[dict]
+    # set by LaunchesModels
+    placement: Placement  #: where the model in use is
+    _futures: list  #: the actors of the model in use
+    # set by FollowsTheCluster
+    _left: set[str]
+    _events_seen: float
+
+    if TYPE_CHECKING:
+
+        @property
+        def step(self) -> int: ...
+        def _wait(self, future: Any) -> Any: ...
+        def _release(self, futures: list, now: bool = True) -> None: ...
+        def _lost(self) -> list[tuple[int, str]]: ...
+        def _lost_message(self, lost: list[tuple[int, str]]) -> str: ...
+        def _adopt(self, launch: Launch) -> None: ...
+        def _moved(
+            self,
+            leaving: Iterable[str],
+            joined: Iterable[str],
+            seen: float,
+            *,
+            rows_moved: int,
+            **how: Any,
+        ) -> None: ...
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._prepared: PreparedMove | None = None
+        self._old_model: list = []  #: the actors of the model switched from, until released
+        #: the new model's placement, while it takes the old one's parts
+        self._moving_to: Placement | None = None
+        #: joined workers a new model could not be built on
+        self._unfit: frozenset[str] = frozenset()
+        self._mirroring = False  #: the old shards stream their rows to the prepared model
 
     def _prepared_stands(self, alive: set[str], rest: bool = False) -> bool:
         """Whether every actor of the prepared model stands and holds the rows as of the
         step before or later (``rest``: no step will come; as of now). A prepared model
         that lost a worker is dropped (a later boundary may move again), and so is one
         that could not be built (:meth:`_unbuilt`)."""
-        futures = self._prepared.launch.futures
-        if not set(self._prepared.launch.placement.workers) <= alive:
+        prepared = self._prepared
+        assert prepared is not None, "no move is being prepared"
+        futures = prepared.launch.futures
+        if not set(prepared.launch.placement.workers) <= alive:
             self._drop_prepared(stop_mirror=True)
             return False
         if failed := [f for f in futures if f.status == "error"]:
-            prepared, error = self._prepared, failed[0].exception()  # before the release
+            error = failed[0].exception()  # before the release
             self._drop_prepared(stop_mirror=True)
             self._unbuilt(prepared, error)
             return False
         if not all(f.done() for f in futures):
             return False
-        if not self._prepared.old.mirrored:
+        if not prepared.old.mirrored:
             return True
         if not self._mirroring:  # the new actors stand: the old shards start streaming
-            plan = MirrorPlan(
-                self._prepared.launch.placement.layout, tuple(f.result() for f in futures)
-            )
+            plan = MirrorPlan(prepared.launch.placement.layout, tuple(f.result() for f in futures))
             self._wait(self.coordinator.mirror_to(plan))
             self._mirroring = True
         if rest:
             self._wait(self.coordinator.mirror_rest())  # no-op once every row went
         try:
-            return self._replicas_at(self.step - (0 if rest else 1))
+            return self._replicas_at(prepared, self.step - (0 if rest else 1))
         except MirrorFailed as error:
             self._mirror_failed(error)
             return False
 
-    def _replicas_at(self, step: int) -> bool:
-        """Whether every new shard holds the rows as of ``step`` or later."""
-        calls = [f.result().mirror_status() for f in self._prepared.launch.futures]
+    def _replicas_at(self, prepared: PreparedMove, step: int) -> bool:
+        """Whether every new shard of ``prepared`` holds the rows as of ``step`` or later."""
+        calls = [f.result().mirror_status() for f in prepared.launch.futures]
         try:
             statuses = [self._wait(call) for call in calls]
         except ShardLostError:
@@ -99,12 +143,12 @@ class SwitchesModels:
             raise MirrorFailed(error)
         return all(s.ready and s.step >= step for s in statuses)
 
-    def _caught_up(self) -> bool:
+    def _caught_up(self, prepared: PreparedMove) -> bool:
         """Wait until every new shard has replayed the last step (its update is on its
         way: tens of milliseconds); False if the move was dropped instead."""
         deadline = time.monotonic() + CATCH_UP_SECONDS
         try:
-            while not self._replicas_at(self.step):
+            while not self._replicas_at(prepared, self.step):
                 if time.monotonic() > deadline:
                     raise MirrorFailed(
                         f"the new shards did not replay step {self.step} "
@@ -118,6 +162,7 @@ class SwitchesModels:
 
     def _mirror_failed(self, error: MirrorFailed) -> None:
         prepared = self._prepared
+        assert prepared is not None, "no move is being prepared"
         self._drop_prepared(stop_mirror=True)
         self._unbuilt(prepared, error)
 
@@ -142,9 +187,9 @@ class SwitchesModels:
     def _await_prepared(self) -> bool:
         """Wait until the prepared model stands (True) or is dropped (False); raises if a
         worker of the model in use is lost meanwhile."""
-        while self._prepared is not None:
+        while (prepared := self._prepared) is not None:
             try:
-                wait(list(self._prepared.launch.futures), timeout=POLL_SECONDS)
+                wait(list(prepared.launch.futures), timeout=POLL_SECONDS)
             except TimeoutError:
                 if lost := self._lost():
                     raise ShardLostError(self._lost_message(lost)) from None
@@ -161,9 +206,11 @@ class SwitchesModels:
         position in it) if the old model took steps since the first copy; let the old
         model go."""
         t0 = time.perf_counter()
-        if self._mirroring and not self._caught_up():
+        prepared = self._prepared
+        assert prepared is not None, "no move is being prepared"
+        if self._mirroring and not self._caught_up(prepared):
             return
-        prepared, self._prepared = self._prepared, None
+        self._prepared = None
         launch = prepared.launch
         self._moving_to = launch.placement  # a lost new worker fails the waits below
         try:

@@ -20,6 +20,7 @@ actors are released once the new ones have taken over.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,7 +98,7 @@ def rows_for(model_id: str, old_shard: int, new_layout: ShardLayout, new_shard: 
 def take_rows(
     shard: WideShard,
     old: ShardLayout,
-    pieces: dict[int, RowsPiece | LocalRows],
+    pieces: Mapping[int, RowsPiece | LocalRows],
     rehash: bool = True,
     *,
     some: bool = False,
@@ -144,6 +145,7 @@ def units_for(model_id: str, part: int | str, a: int | None, b: int | None) -> U
     state = hidden.state()
     if a is None:
         return UnitsPiece(None, None, state, hidden.step)
+    assert b is not None, "units a .. b-1 with a but no b"
     first = hidden.columns[0] if hidden.columns else 0
     arrays = {k: v if k == "W0.n" else v[..., a - first : b - first] for k, v in state.items()}
     return UnitsPiece(a, b, arrays, hidden.step)
@@ -175,7 +177,8 @@ class HandoverPieces:
         self.hidden_units = new.hidden_units  #: the new split of the hidden layer
         self._args: list[tuple] = []
         if handover is not None:
-            self._args = [self._coordinator(), *map(self._shard, range(1, len(self.workers)))]
+            shards = [self._shard(handover, s) for s in range(1, len(self.workers))]
+            self._args = [self._coordinator(handover), *shards]
 
     def shard(self, s: int) -> tuple:
         """``(rows,)`` or, for a holder of hidden units, ``(rows, units)``: new shard
@@ -191,6 +194,8 @@ class HandoverPieces:
         """Tasks that copy the old model's parts, as they are now, into the standing
         actors of model ``model_id``, a task a piece: the switch of a prepared move."""
         old = self.handover
+        if old is None:  # nothing was copied out
+            return []
         tasks = []
         for s, args in enumerate(self._args):
             part = COORDINATOR if s == 0 else s
@@ -214,13 +219,12 @@ class HandoverPieces:
             ]
         return tasks
 
-    def _shard(self, s: int) -> tuple:
+    def _shard(self, old: Handover, s: int) -> tuple:
         if s < len(self.hidden_units):
-            return (*self._rows(s), self._units(self.hidden_units[s]))
-        return self._rows(s)
+            return (*self._rows(old, s), self._units(old, self.hidden_units[s]))
+        return self._rows(old, s)
 
-    def _coordinator(self) -> tuple:
-        old = self.handover
+    def _coordinator(self, old: Handover) -> tuple:
         state = self.client.submit(
             coordinator_state,
             old.model_id,
@@ -230,12 +234,11 @@ class HandoverPieces:
             priority=PRIORITY,
             key=f"handover-coordinator-{self.token}",
         )
-        units = self._units(self.hidden_units[0] if self.hidden_units else None)
-        return (state, *self._rows(0), units)
+        units = self._units(old, self.hidden_units[0] if self.hidden_units else None)
+        return (state, *self._rows(old, 0), units)
 
-    def _units(self, units: tuple[int, int] | None) -> list:
+    def _units(self, old: Handover, units: tuple[int, int] | None) -> list:
         """Tasks copying units ``units`` (None: the whole stack) out of the old holders."""
-        old = self.handover
         if not old.hidden_units:  # the whole stack on the old coordinator
             sources = [(COORDINATOR, 0, *(units or (None, None)))]
         else:
@@ -261,8 +264,7 @@ class HandoverPieces:
             for part, j, a, b in sources
         ]
 
-    def _rows(self, s: int) -> tuple:
-        old = self.handover
+    def _rows(self, old: Handover, s: int) -> tuple:
         if old.mirrored:
             return ({},)
         donors = [j for j, _, _ in self.layout.sources(s, old.layout)]

@@ -1,5 +1,6 @@
-"""Workers that leave or join mid-run: who is asked to go, and when moving onto new
-workers pays.
+"""Workers that leave or join mid-run: who is asked to go, when moving onto new workers
+pays, and what a move was (:class:`Move`; the vocabulary:
+:mod:`dslide_dask.distributed.moves`).
 
 Dask does not retire a worker that holds an actor: ``Client.retire_workers``, adaptive
 scaling and the Kubernetes operator's scale-down (which retires before deleting pods)

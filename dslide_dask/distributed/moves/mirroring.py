@@ -1,4 +1,5 @@
-"""The transport of a live move's row mirror (:mod:`dslide_dask.model.mirror`).
+"""The transport of a live move's mirror phase (:mod:`dslide_dask.distributed.moves`;
+the rows and their updates: :mod:`dslide_dask.model.mirror`).
 
 Each old shard sends its messages straight to the new model's actors, without waiting
 for them (an actor call; in the same process it runs at once): nothing goes through the
@@ -13,12 +14,16 @@ import queue
 import threading
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numba
 
 from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.mirror import BYTES_PER_STEP, MirrorMessage, Replica, RowMirror
 from dslide_dask.model.wide_shard import WideShard
+
+if TYPE_CHECKING:
+    from dslide_dask.distributed.shard_actor import ShardActor
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,14 @@ class ReplicaFeed:
 class MirrorsRows:
     """The coordinator's part: its shards (shard 0 here, the others remote) stream their
     rows to a new model, and the new coordinator's shard 0 takes its messages."""
+
+    # set by the host, the coordinator
+    shards: list  #: every shard's actor (shard 0's called in this process)
+    local_shard: ShardActor  #: shard 0
+
+    if TYPE_CHECKING:
+
+        async def _all(self, calls: list, what: str) -> list: ...
 
     async def mirror_to(self, plan: MirrorPlan | None) -> None:
         """Start streaming every shard's rows to a new model (None: stop)."""
