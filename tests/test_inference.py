@@ -296,6 +296,35 @@ def test_bench_topk_reports_recall_and_speed_per_setting(tmp_path, net, tiny, ca
     assert "recall@5" in capsys.readouterr().out
 
 
+def test_bench_topk_anchors_the_network_on_omikuji_trained_on_its_rows(tmp_path, net, tiny, capsys):
+    pytest.importorskip("omikuji")
+    train, test = tiny
+    model = save_network(CheckpointStore(str(tmp_path / "model")), net).url
+    write_xc(str(tmp_path / "train.txt"), train)
+    write_xc(str(tmp_path / "test.txt"), test.slice(0, 120))
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    argv = ["bench", "topk", "--model", model, "--data", str(tmp_path / "test.txt")]
+    argv += ["--setting", "0:0", "--no-index", "--trees", str(tmp_path / "train.txt")]
+    argv += ["--latency-rows", "5", "--repeat", "1", "--json", str(out), "--plot", str(png)]
+    assert main(argv) == 0
+    exact, _, trees = json.loads(out.read_text())["results"]
+    assert trees["setting"] == "omikuji" and trees["anchor"] is True
+    assert trees["recall"] != trees["recall"]  # NaN: the trees do not retrieve the network's
+    assert trees["P@1"] > exact["P@1"] + 0.2  # trained trees against an untrained network
+    assert trees["rows_per_s"] > 0 and trees["latency_ms_p50"] > 0 and trees["build_s"] > 0
+    assert png.stat().st_size > 0 and "omikuji" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("where", "message"), [("s3://bucket/train.txt", "local files only"), ("nope.txt", "no such")]
+)
+def test_bench_topk_trees_must_be_a_local_file(where, message):
+    from dslide_workflows.bench.tree_anchors import local_text
+
+    with pytest.raises(ValueError, match=message):
+        local_text(where)
+
+
 def test_shard_task_scores_in_batches_as_one_call(tmp_path, net, tiny, monkeypatch):
     from dslide_dask.inference import tasks
 

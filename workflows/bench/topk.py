@@ -12,15 +12,19 @@ on ``--threads`` threads (numba's and faiss's; default 1: one core):
   with each ``--probes P`` (default: as built); its candidates are scored exactly.
   ``--no-index`` leaves it out (it needs faiss: ``pip install "dslide-dask[serve]"``).
 
-For each: recall@1 and recall@k against the exact top-k (the share of the exact best k
-found), rows/s scoring the rows in batches of ``--batch`` (throughput), the latency of
-answering one row at a time (median and p99 over ``--latency-rows`` rows: hidden layers,
-every shard, the merge), the mean candidates scored per row, and for the index its build
-seconds and bytes. ``--table K=V`` gives the model new LSH tables for serving first
-(e.g. ``L=100``, ``K=8``), ``--mips`` SimHash tables under the inner-product transform:
-training's tables are built for sampling. ``--plot PNG`` draws recall@k against the
-one-row latency of every contender. Each timing is the best of ``--repeat`` runs; run on a
-quiet machine.
+``--trees TRAIN`` adds omikuji, trained on the model's training rows (a local XC text
+file), answering the same rows with its own beam search: an anchor, what users would
+serve instead (:mod:`dslide_workflows.bench.tree_anchors`).
+
+For each: P@1 on the rows' labels, recall@1 and recall@k against the exact top-k (the
+share of the exact best k found; none for the trees), rows/s scoring the rows in
+batches of ``--batch`` (throughput), the latency of answering one row at a time (median
+and p99 over ``--latency-rows`` rows: hidden layers, every shard, the merge), the mean
+candidates scored per row, and for the index (and the trees) its build seconds (and
+bytes). ``--table K=V`` gives the model new LSH tables for serving first (e.g. ``L=100``,
+``K=8``), ``--mips`` SimHash tables under the inner-product transform: training's tables
+are built for sampling. ``--plot PNG`` draws recall@k against the one-row latency of
+every contender. Each timing is the best of ``--repeat`` runs; run on a quiet machine.
 """
 
 from __future__ import annotations
@@ -88,6 +92,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="output index: lists probed a query (repeatable; default: as built)",
     )
     p.add_argument("--no-index", action="store_true", help="leave the output index out")
+    p.add_argument(
+        "--trees",
+        default=None,
+        metavar="TRAIN",
+        help="also omikuji, trained on this local XC text file (the model's training "
+        "rows), answering the same rows: an anchor",
+    )
     p.add_argument("--threads", type=positive_int, default=1, help="threads (default: 1)")
     p.add_argument("--batch", type=positive_int, default=256, help="rows a batch (default: 256)")
     p.add_argument(
@@ -121,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
     from dslide_dask.inference.model_cache import resolve
     from dslide_dask.inference.recall import recall_at_k
     from dslide_dask.inference.serving import reindex
+    from dslide_dask.metrics import precision_at_k
     from dslide_dask.model.lsh_index import LSHQuery
 
     so = storage_options(args.storage_option)
@@ -193,11 +205,19 @@ def run(args: argparse.Namespace) -> int:
         for built, probes in output_indexes(args, ckpt, net):
             spec = PredictSpec(ckpt.url, k=args.k, exact=False, output_index=True)
             rows.append(served(f"index p={probes}", spec, probes=probes, **built))
-    exact = rows[0]["ids"]
+    if args.trees:
+        from dslide_workflows.bench.tree_anchors import local_text, omikuji_anchor
+
+        train = local_text(args.trees)
+        print("training omikuji on", train, "...", flush=True)
+        rows.append(omikuji_anchor(train, X, args.k, args.threads, args.latency_rows, args.repeat))
+    exact, labels = rows[0]["ids"], data.Y.slice_rows(0, X.n_rows)
     for r in rows:
         ids = r.pop("ids")
-        r["recall"] = recall_at_k(ids, exact)
-        r["recall@1"] = recall_at_k(ids[:, :1], exact[:, :1])
+        anchor = r.get("anchor", False)
+        r["P@1"] = precision_at_k(ids, labels, (1,))["P@1"]
+        r["recall"] = float("nan") if anchor else recall_at_k(ids, exact)
+        r["recall@1"] = float("nan") if anchor else recall_at_k(ids[:, :1], exact[:, :1])
         r["speedup"] = r["rows_per_s"] / rows[0]["rows_per_s"]
     print(table(rows, args.k))
     if args.json:
@@ -256,14 +276,14 @@ def output_indexes(args: argparse.Namespace, ckpt, net):
 
 def table(rows: list[dict], k: int) -> str:
     head = (
-        f"{'setting':<14}{'recall@1':>9}{'recall@' + str(k):>10}{'scored/row':>12}"
+        f"{'setting':<14}{'P@1':>7}{'recall@1':>9}{'recall@' + str(k):>10}{'scored/row':>12}"
         f"{'rows/s':>11}{'x exact':>9}{'p50 ms':>9}{'p99 ms':>9}{'build s':>9}{'MB':>8}"
     )
     lines = [head]
     nan = float("nan")
     for r in rows:
         lines.append(
-            f"{r['setting']:<14}{r['recall@1']:>9.4f}{r['recall']:>10.4f}"
+            f"{r['setting']:<14}{r['P@1']:>7.4f}{r['recall@1']:>9.4f}{r['recall']:>10.4f}"
             f"{r['scored_per_row']:>12.0f}{r['rows_per_s']:>11.0f}{r['speedup']:>9.2f}"
             f"{r.get('latency_ms_p50', nan):>9.3f}{r.get('latency_ms_p99', nan):>9.3f}"
             f"{r.get('build_s', nan):>9.1f}{r.get('bytes', nan) / 1e6:>8.1f}"
@@ -272,7 +292,8 @@ def table(rows: list[dict], k: int) -> str:
 
 
 def plot(rows: list[dict], k: int, out: Path, title: str) -> None:
-    """recall@k (y) against one-row p50 latency (x, log) of every contender."""
+    """recall@k (y) against one-row p50 latency (x, log) of every contender; an anchor
+    (no recall) as a dashed line at its latency, with its P@1."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -280,7 +301,12 @@ def plot(rows: list[dict], k: int, out: Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in rows:
-        if "latency_ms_p50" in r:
+        if "latency_ms_p50" not in r:
+            continue
+        if r.get("anchor"):
+            label = f"{r['setting']} (P@1 {r['P@1']:.3f})"
+            ax.axvline(r["latency_ms_p50"], linestyle="--", color="grey", label=label)
+        else:
             ax.scatter(r["latency_ms_p50"], r["recall"], label=r["setting"])
     ax.set_xscale("log")
     ax.set_xlabel("one row, p50 ms")
