@@ -103,3 +103,11 @@ def test_evaluate_reports_the_xc_metrics_with_training_propensities(tiny):
     assert scores.keys() == expected.keys() >= {"P@1", "nDCG@3", "PSP@5", "PSnDCG@5"}
     for key, value in expected.items():
         assert scores[key] == pytest.approx(value), key
+
+
+@pytest.mark.parametrize("method", ["predict", "predict_topk", "evaluate"])
+def test_a_url_to_predict_or_evaluate_says_what_reads_storage(fitted, method):
+    call = getattr(fitted, method)
+    args = ("file:///tmp/rows.txt", None) if method == "evaluate" else ("file:///tmp/rows.txt",)
+    with pytest.raises(ValueError, match=r"only fit and partial_fit read data from storage"):
+        call(*args)

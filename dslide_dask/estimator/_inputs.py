@@ -77,7 +77,10 @@ class InputsMixin(EstimatorState):
         """``X`` as CSR: numpy, scipy and array-likes through scikit-learn's own checks
         (``n_features_in_``); sparse arrays, CSR and Dask arrays converted as they are."""
         if isinstance(X, str):
-            raise ValueError("X is a URL: only fit and evaluate read data from storage")
+            raise ValueError(
+                "X is a URL: only fit and partial_fit read data from storage; read the rows "
+                "first (dslide_dask.data.read_xc)"
+            )
         if collections.is_dask_collection(X):
             Xc = collections.csr_here(X, "X")
         elif isinstance(X, CSR) or type(X).__module__.startswith("sparse"):
