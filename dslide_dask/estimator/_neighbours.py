@@ -194,5 +194,4 @@ class NeighboursMixin(EstimatorState):
         every training row, once the fit is over)."""
         top, _ = self._fused_topk(data.X, max(ks), exact)
         index = self._index_now()
-        counts = np.bincount(index.y_idx, minlength=index.n_labels)
-        return xc_metrics(top, data.Y, ks, label_counts=counts, n_train=index.n_points)
+        return xc_metrics(top, data.Y, ks, label_counts=index.label_counts, n_train=index.n_points)

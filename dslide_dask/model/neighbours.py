@@ -95,11 +95,14 @@ class NeighbourIndex:
         return len(self.post_ptr) - 1
 
     @functools.cached_property
+    def label_counts(self) -> np.ndarray:
+        """How many indexed points carry each label."""
+        return np.bincount(self.y_idx, minlength=self.n_labels)
+
+    @functools.cached_property
     def inverse_propensity(self) -> np.ndarray:
-        """Each label's ``1 / p_l`` from the indexed points' label counts (>= 1; rare
-        labels highest)."""
-        counts = np.bincount(self.y_idx, minlength=self.n_labels)
-        return (1.0 / propensity(counts, max(self.n_points, 1))).astype(np.float32)
+        """Each label's ``1 / p_l`` from :attr:`label_counts` (>= 1; rare labels highest)."""
+        return (1.0 / propensity(self.label_counts, max(self.n_points, 1))).astype(np.float32)
 
     @property
     def nbytes(self) -> int:

@@ -35,18 +35,14 @@ def omikuji_anchor(train: Path, X, k: int, threads: int, latency_rows: int, repe
         import omikuji
     except ImportError:
         raise ValueError("--trees needs omikuji: pip install 'dslide-dask[bench-trees]'") from None
-    from dslide_workflows.bench.trees import _silenced
+    from dslide_workflows.bench.trees import omikuji_rows, silenced
 
     t0 = time.perf_counter()
-    with _silenced():  # its Rust side draws a progress bar
+    with silenced():  # its Rust side draws a progress bar
         model = omikuji.Model.train_on_data(str(train), omikuji.Model.default_hyper_param())
     build = time.perf_counter() - t0
     model.init_prediction_thread_pool(threads)
-    values, indices = X.values().tolist(), X.indices.tolist()
-    queries = [
-        list(zip(indices[lo:hi], values[lo:hi], strict=True))
-        for lo, hi in zip(X.indptr[:-1].tolist(), X.indptr[1:].tolist(), strict=True)
-    ]
+    queries = omikuji_rows(X)
     ids = np.full((len(queries), k), -1, np.int64)
     best = float("inf")
     for _ in range(repeat):

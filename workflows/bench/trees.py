@@ -68,7 +68,7 @@ def pecos_conflict(versions: dict[str, str] | None = None) -> str | None:
 
 
 @contextlib.contextmanager
-def _silenced():
+def silenced():
     """This process's stdout and stderr file descriptors go to /dev/null meanwhile (a
     contender's result travels as a file, never on them)."""
     sys.stdout.flush()
@@ -86,6 +86,13 @@ def _silenced():
             os.close(fd)
 
 
+def omikuji_rows(X) -> list[list[tuple[int, float]]]:
+    """The rows of ``X`` (CSR) as omikuji's predict takes them: (feature, value) pairs."""
+    values, indices = X.values().tolist(), X.indices.tolist()
+    bounds = zip(X.indptr[:-1].tolist(), X.indptr[1:].tolist(), strict=True)
+    return [list(zip(indices[lo:hi], values[lo:hi], strict=True)) for lo, hi in bounds]
+
+
 def _scipy(M, dtype=None):
     """A scipy CSR matrix of the project's CSR (binary label rows get ones)."""
     from scipy.sparse import csr_matrix
@@ -99,18 +106,15 @@ def run_omikuji(train, test, config: dict[str, Any]) -> dict[str, Any]:
 
     threads = config["classifier"]["n_threads"]
     t0 = time.perf_counter()
-    with _silenced():  # its Rust side draws a progress bar per example and label
+    with silenced():  # its Rust side draws a progress bar per example and label
         model = omikuji.Model.train_on_data(
             config["train_text"], omikuji.Model.default_hyper_param(), n_threads=threads
         )
     seconds = time.perf_counter() - t0
     model.init_prediction_thread_pool(threads)
-    X, values = test.X, test.X.values().tolist()
-    indices = X.indices.tolist()
     topk = np.full((test.n_points, max(KS)), -1, np.int64)
-    for i in range(test.n_points):
-        lo, hi = X.indptr[i], X.indptr[i + 1]
-        pred = model.predict(list(zip(indices[lo:hi], values[lo:hi], strict=True)), top_k=max(KS))
+    for i, row in enumerate(omikuji_rows(test.X)):
+        pred = model.predict(row, top_k=max(KS))
         topk[i, : len(pred)] = [label for label, _ in pred]
     return _tree_result("omikuji", seconds, scorer(train, test, config)(topk))
 
