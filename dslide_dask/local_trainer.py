@@ -10,7 +10,7 @@ import numpy as np
 from dslide_dask.checkpoint import Checkpoint, CheckpointPolicy, CheckpointStore
 from dslide_dask.checkpoint.model import check_shape, load_network, save_network
 from dslide_dask.data.batches import Source, load, plan
-from dslide_dask.data.csr import CSR
+from dslide_dask.data.csr import CSR, SCORE_ROWS, row_ranges
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.data.stream import Stream
@@ -127,12 +127,12 @@ class LocalTrainer:
         """Put back the weights :meth:`remember` kept; False if none were."""
         return self.network.recall()
 
-    def embed(self, X: CSR, batch_size: int = 4096) -> np.ndarray:
+    def embed(self, X: CSR, batch_size: int = SCORE_ROWS) -> np.ndarray:
         """The last hidden layer's output for each row: the space in which the network
         places rows with the same labels close together (what the neighbours compare)."""
         parts = [
-            self.network.hidden.forward(X.slice_rows(start, start + batch_size))[0]
-            for start in range(0, max(X.n_rows, 1), batch_size)
+            self.network.hidden.forward(X.slice_rows(start, stop))[0]
+            for start, stop in row_ranges(X.n_rows, batch_size, at_least_one=True)
         ]
         return np.concatenate(parts).astype(np.float32, copy=False)
 
@@ -140,14 +140,13 @@ class LocalTrainer:
         return self.topk_scores(X, k, exact)[0]
 
     def topk_scores(
-        self, X: CSR, k: int, exact: bool = True, batch_size: int = 4096
+        self, X: CSR, k: int, exact: bool = True, batch_size: int = SCORE_ROWS
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k label ids and their logits (float32, -inf where none was found), a
         batch of rows at a time."""
         ids = np.empty((X.n_rows, k), np.int64)
         scores = np.empty((X.n_rows, k), np.float32)
-        for start in range(0, X.n_rows, batch_size):
-            stop = min(start + batch_size, X.n_rows)
+        for start, stop in row_ranges(X.n_rows, batch_size):
             ids[start:stop], scores[start:stop] = self.network.topk_scores(
                 X.slice_rows(start, stop), k, exact
             )

@@ -325,7 +325,7 @@ def test_bench_topk_trees_must_be_a_local_file(where, message):
         local_text(where)
 
 
-def test_shard_task_scores_in_batches_as_one_call(tmp_path, net, tiny, monkeypatch):
+def test_shard_task_scores_in_batches_as_one_call(tmp_path, net, tiny):
     from dslide_dask.inference import tasks
 
     _, test = tiny
@@ -333,8 +333,7 @@ def test_shard_task_scores_in_batches_as_one_call(tmp_path, net, tiny, monkeypat
     spec = PredictSpec(model, k=4)
     h, _ = net.hidden.forward(test.X.slice_rows(0, 300))
     whole = tasks.shard_topk(spec, h, 1)
-    monkeypatch.setattr(tasks, "BATCH", 64)
-    np.testing.assert_array_equal(tasks.shard_topk(spec, h, 1)[0], whole[0])
+    np.testing.assert_array_equal(tasks.shard_topk(spec, h, 1, batch_size=64)[0], whole[0])
     np.testing.assert_array_equal(whole[0], net.shards[1].topk(h, 4)[0])
 
 

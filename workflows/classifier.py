@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dslide_workflows.args import hidden_sizes, positive_int
+from dslide_workflows.bench.flags import add_batch_size
 
 
 def add_model_arguments(
@@ -23,7 +24,7 @@ def add_model_arguments(
         metavar="W[,W...]",
         help="hidden layer widths (default: 128)",
     )
-    g.add_argument("--batch-size", type=positive_int, default=256, help="(default: 256)")
+    add_batch_size(g)
     g.add_argument(
         "--lr",
         type=float,

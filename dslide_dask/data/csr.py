@@ -6,7 +6,7 @@ matrices, and lists of label arrays) are accepted and produced only at the publi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +17,9 @@ VALUE_DTYPE = np.float32
 #: Column ids (features, labels) are 32-bit in every kernel and file format: the widest
 #: matrix there can be, as the text reader's header limit.
 MAX_COLS = int(np.iinfo(INDEX_DTYPE).max)
+#: Rows embedded or scored at a time by default (top-k, the hidden layers' output): the
+#: exact top-k's score block is rows x 16K floats.
+SCORE_ROWS = 4096
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,6 +118,17 @@ class CSR:
         indices = np.concatenate(flat) if flat else np.zeros(0, np.int64)
         check_ids(indices, n_cols, "label")
         return cls(indptr, indices, None, n_cols)
+
+
+def row_ranges(
+    n_rows: int, size: int = SCORE_ROWS, *, at_least_one: bool = False
+) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` of consecutive blocks of at most ``size`` of ``n_rows`` rows, in
+    order. None for no rows, unless ``at_least_one``: then one empty block ``(0, 0)``, for
+    a caller that concatenates the blocks' outputs (an empty block's has the right width).
+    """
+    for start in range(0, max(n_rows, int(at_least_one)), size):
+        yield start, min(start + size, n_rows)
 
 
 def _refuse_wrapping(indices) -> None:

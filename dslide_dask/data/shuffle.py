@@ -20,8 +20,8 @@ import numpy as np
 
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.partitions import Partition, PointCounter, concat
+from dslide_dask.data.seeds import derive_seed
 from dslide_dask.data.source import read_partition
-from dslide_dask.data.synthetic import derive_seed
 
 BUFFER_POINTS = 65536
 _ORDER, _ROWS = 1, 2  # seed tags

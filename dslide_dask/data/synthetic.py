@@ -35,13 +35,12 @@ import numpy as np
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.partitions import ordered_map
+from dslide_dask.data.seeds import derive_seed
 from dslide_dask.kernels import synthetic as K
-from dslide_dask.kernels.tables import mix64
 from dslide_dask.kernels.xc_text import format_rows
 
 CHUNK_POINTS = 2048  # part of the determinism contract: changing it changes the data
 _INT32_MAX = np.iinfo(np.int32).max
-_MASK64 = (1 << 64) - 1
 _TRAIN, _TEST = 1, 2
 
 
@@ -252,18 +251,6 @@ def generate(
                 f.write(text)
         urls[name] = url
     return urls
-
-
-def derive_seed(*parts: int) -> int:
-    """A 64-bit seed from integers (splitmix64 chain)."""
-    h = 0x853C49E6748FEA9B
-    for p in parts:
-        h = _splitmix((h ^ (int(p) & _MASK64)) & _MASK64)
-    return h
-
-
-def _splitmix(x: int) -> int:
-    return int(mix64(np.uint64((x + 0x9E3779B97F4A7C15) & _MASK64)))
 
 
 class _Generator:

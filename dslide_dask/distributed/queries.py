@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dslide_dask.data.batches import load
-from dslide_dask.data.csr import CSR
+from dslide_dask.data.csr import CSR, SCORE_ROWS, row_ranges
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.metrics import xc_metrics
 from dslide_dask.model.wide_shard import merge_topk_scores
@@ -58,12 +58,12 @@ class AnswersQueries:
         return scores
 
     async def topk(
-        self, X: CSR, k: int, exact: bool, *, scores: bool = False, batch_size: int = 4096
+        self, X: CSR, k: int, exact: bool, *, scores: bool = False, batch_size: int = SCORE_ROWS
     ):
         """Top-k label ids of each row from every shard; ``scores``: ``(ids, logits)``."""
         ids, logits = [np.zeros((0, k), np.int64)], [np.zeros((0, k), np.float32)]
-        for start in range(0, X.n_rows, batch_size):
-            h, _ = await self.stack.forward(X.slice_rows(start, start + batch_size), None)
+        for start, stop in row_ranges(X.n_rows, batch_size):
+            h, _ = await self.stack.forward(X.slice_rows(start, stop), None)
             h_wire = pack(h, self.wire_dtype)
             parts = await self._all([s.topk(h_wire, k, exact) for s in self.shards], "topk")
             top, top_scores = merge_topk_scores(parts, k)
@@ -72,11 +72,11 @@ class AnswersQueries:
         top = np.concatenate(ids)
         return (top, np.concatenate(logits)) if scores else top
 
-    async def embed(self, X: CSR, batch_size: int = 4096) -> np.ndarray:
+    async def embed(self, X: CSR, batch_size: int = SCORE_ROWS) -> np.ndarray:
         """The last hidden layer's output for each row (what the neighbours compare)."""
         parts = []
-        for start in range(0, max(X.n_rows, 1), batch_size):
-            h, _ = await self.stack.forward(X.slice_rows(start, start + batch_size), None)
+        for start, stop in row_ranges(X.n_rows, batch_size, at_least_one=True):
+            h, _ = await self.stack.forward(X.slice_rows(start, stop), None)
             parts.append(np.asarray(h, np.float32))
         return np.concatenate(parts)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dslide_dask.data.csr import CSR
+from dslide_dask.data.csr import CSR, SCORE_ROWS, row_ranges
 from dslide_dask.data.source import Partition, read_partition
 from dslide_dask.inference import model_cache
 from dslide_dask.inference.output import write_part
@@ -29,17 +29,15 @@ def hidden(spec: PredictSpec, X: CSR) -> np.ndarray:
     return h
 
 
-BATCH = 4096  # rows scored at a time: the exact top-k's score block is rows x 16K floats
-
-
-def shard_topk(spec: PredictSpec, h: np.ndarray, shard: int) -> tuple[np.ndarray, np.ndarray]:
-    """One shard's best k ``(global ids, scores)`` per row, ``BATCH`` rows at a time."""
+def shard_topk(
+    spec: PredictSpec, h: np.ndarray, shard: int, batch_size: int = SCORE_ROWS
+) -> tuple[np.ndarray, np.ndarray]:
+    """One shard's best k ``(global ids, scores)`` per row, ``batch_size`` rows at a time."""
     part = model_cache.model(spec).shards[shard]
     query = None if spec.exact else spec.query()
     ids = np.empty((len(h), spec.k), np.int64)
     scores = np.empty((len(h), spec.k), np.float32)
-    for start in range(0, len(h), BATCH):
-        stop = min(start + BATCH, len(h))
+    for start, stop in row_ranges(len(h), batch_size):
         ids[start:stop], scores[start:stop] = part.topk(h[start:stop], spec.k, spec.exact,
                                                         query=query)  # fmt: skip
     return ids, scores
@@ -51,15 +49,14 @@ def merge_write(spec: PredictSpec, parts: list, out_url: str, index: int) -> dic
 
 
 def predict_topk_scores(
-    net: SlideNetwork, X: CSR, spec: PredictSpec, batch_size: int = BATCH
+    net: SlideNetwork, X: CSR, spec: PredictSpec, batch_size: int = SCORE_ROWS
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k ``(ids, scores)`` of rows ``X`` in this process: the same arithmetic as a
     prediction graph (the reference its output is checked against)."""
     ids = np.empty((X.n_rows, spec.k), np.int64)
     scores = np.empty((X.n_rows, spec.k), np.float32)
     query = None if spec.exact else spec.query()
-    for start in range(0, X.n_rows, batch_size):
-        stop = min(start + batch_size, X.n_rows)
+    for start, stop in row_ranges(X.n_rows, batch_size):
         h, _ = net.hidden.forward(X.slice_rows(start, stop))
         parts = [s.topk(h, spec.k, spec.exact, query=query) for s in net.shards]
         ids[start:stop], scores[start:stop] = merge_topk_scores(parts, spec.k)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from dslide_dask.data.csr import SCORE_ROWS, row_ranges
 from dslide_dask.kernels.rescore import rescore_topk
 from dslide_dask.model.config import check_int
 from dslide_dask.model.layout import ShardLayout
@@ -299,15 +300,14 @@ class OutputIndex:
             )
         return part
 
-    def topk_scores(self, net, X, k: int, batch_size: int = 4096):
+    def topk_scores(self, net, X, k: int, batch_size: int = SCORE_ROWS):
         """Top-k label ids of the rows ``X`` by the network ``net`` (the layer this index
         was built from, any sharding) and their exact logits, -inf where fewer were found:
         :meth:`~dslide_dask.model.network.SlideNetwork.topk_scores` through the index."""
         ids = np.empty((X.n_rows, k), np.int64)
         scores = np.empty((X.n_rows, k), np.float32)
         query = LSHQuery(k)
-        for start in range(0, X.n_rows, batch_size):
-            stop = min(start + batch_size, X.n_rows)
+        for start, stop in row_ranges(X.n_rows, batch_size):
             h, _ = net.hidden.forward(X.slice_rows(start, stop))
             parts = []
             for shard in net.shards:

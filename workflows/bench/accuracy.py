@@ -41,6 +41,7 @@ from dslide_workflows.bench import engine as engine_bench
 from dslide_workflows.bench import trees
 from dslide_workflows.bench.contender import PRESET_POINTS, prepare_data
 from dslide_workflows.bench.data import load_datasets
+from dslide_workflows.bench.flags import add_preset
 from dslide_workflows.bench.trees import KS, scorer
 from dslide_workflows.classifier import make_classifier
 
@@ -58,9 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = parser.add_argument_group("data (XC text URLs, or a synthetic preset)")
     d.add_argument("--train", metavar="URL", help="training data: XC text, any fsspec URL")
     d.add_argument("--test", metavar="URL", help="test data (with --train)")
-    d.add_argument(
-        "--preset", default=None, help="synthetic preset instead of --train/--test (e.g. small)"
-    )
+    add_preset(d, default=None, about="synthetic preset instead of --train/--test (e.g. small)")
     for split, n in zip(("train", "test"), PRESET_POINTS, strict=True):
         d.add_argument(
             f"--{split}-points",

@@ -17,12 +17,13 @@ import time
 from pathlib import Path
 
 from dslide_workflows.args import key_value
+from dslide_workflows.bench.flags import add_preset
 
 SUMMARY = "save and load a model of a preset's shape on a LocalCluster: seconds, size"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="amazon-3m", help="its shape (default: amazon-3m)")
+    add_preset(parser, "amazon-3m", about="its shape")
     parser.add_argument("--hidden", type=int, default=256, help="(default: 256)")
     parser.add_argument("--workers", type=int, default=4, help="(default: 4)")
     parser.add_argument("--memory-limit", default="5.89GiB", help="each (default: 5.89GiB)")

@@ -31,6 +31,7 @@ from dslide_workflows.bench.cluster_report import write_report
 from dslide_workflows.bench.cluster_runs import dask_cluster, run_ddp, run_dslide
 from dslide_workflows.bench.data import bench_data, check_data_args
 from dslide_workflows.bench.distributed import DEFAULTS as DSLIDE_DEFAULTS
+from dslide_workflows.bench.flags import add_batch_size, add_preset
 from dslide_workflows.bench.host import other_cpu
 from dslide_workflows.cluster.netns import (
     EmulatedCluster,
@@ -47,7 +48,7 @@ MASTER_PORT = 29500
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = parser.add_argument_group("data and model")
-    d.add_argument("--preset", default="amazon-670k", help="(default: amazon-670k)")
+    add_preset(d)
     d.add_argument(
         "--train-points",
         type=positive_int,
@@ -62,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="test rows P@1 is scored on (default: 2000)",
     )
-    d.add_argument("--batch-size", type=positive_int, default=256, help="global (default: 256)")
+    add_batch_size(d, about="global")
     d.add_argument("--lr", type=float, default=1e-2, help="both contenders (default: 1e-2)")
     d.add_argument(
         "--engine-opt",

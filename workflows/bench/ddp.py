@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dslide_workflows.args import hidden_sizes
+from dslide_workflows.bench.flags import add_batch_size
 
 IFNAME = "eth0"
 
@@ -40,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--result", type=Path, default=None, help="rank 0 writes JSON here")
     parser.add_argument("--steps", type=int, default=4, help="steps in all (default: 4)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed first steps (default: 1)")
-    parser.add_argument("--batch-size", type=int, default=256, help="global batch (default: 256)")
+    add_batch_size(parser, about="global batch")
     parser.add_argument("--hidden", type=hidden_sizes, default=(128,), metavar="W[,W...]")
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")

@@ -23,6 +23,7 @@ from typing import Any
 from dslide_workflows.args import key_value
 from dslide_workflows.bench.data import bench_data, load_datasets
 from dslide_workflows.bench.engine import ENGINE_DEFAULTS
+from dslide_workflows.bench.flags import add_batch_size, add_preset
 
 SUMMARY = "in-process engine vs LocalCluster of 1, 2, 4 workers: speed, bytes, P@k"
 
@@ -32,10 +33,10 @@ DEFAULTS: dict[str, Any] = {"hidden": (128,), "lr": 2e-2, **ENGINE_DEFAULTS}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="amazon-670k", help="(default: amazon-670k)")
+    add_preset(parser)
     parser.add_argument("--train-points", type=int, default=50_000, metavar="N")
     parser.add_argument("--test-points", type=int, default=2_000, metavar="N")
-    parser.add_argument("--batch-size", type=int, default=256)
+    add_batch_size(parser)
     parser.add_argument("--workers", default="1,2,4", help="cluster sizes to run (default: 1,2,4)")
     parser.add_argument("--threads", type=int, default=2, help="in-process threads (default: 2)")
     parser.add_argument("--threads-per-worker", type=int, default=1, help="(default: 1)")

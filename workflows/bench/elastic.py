@@ -26,15 +26,16 @@ from pathlib import Path
 from dslide_workflows.args import key_value
 from dslide_workflows.bench.data import bench_data, load_datasets
 from dslide_workflows.bench.distributed import DEFAULTS
+from dslide_workflows.bench.flags import add_batch_size, add_preset
 
 SUMMARY = "a run that gains workers mid-run vs an undisturbed one: the move, steps, P@k"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="amazon-670k", help="(default: amazon-670k)")
+    add_preset(parser)
     parser.add_argument("--train-points", type=int, default=100_000, metavar="N")
     parser.add_argument("--test-points", type=int, default=5_000, metavar="N")
-    parser.add_argument("--batch-size", type=int, default=256)
+    add_batch_size(parser)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--workers", type=int, default=2, help="at the start (default: 2)")
     parser.add_argument("--join", type=int, default=2, help="workers added (default: 2)")

@@ -36,6 +36,7 @@ from dslide_workflows.bench.data import (
     check_data_args,
     default_cache_dir,
 )
+from dslide_workflows.bench.flags import add_preset
 from dslide_workflows.bench.host import BUSY_CORES
 from dslide_workflows.classifier import add_model_arguments, classifier_params, make_classifier
 
@@ -56,9 +57,7 @@ def _defaults_text() -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``dslide bench engine``."""
     d = parser.add_argument_group("data")
-    d.add_argument(
-        "--preset", default="amazon-670k", help="synthetic preset (default: amazon-670k)"
-    )
+    add_preset(d, about="synthetic preset")
     d.add_argument(
         "--train-points",
         type=int,

@@ -35,20 +35,21 @@ from typing import Any
 
 from dslide_workflows.args import positive_int
 from dslide_workflows.bench.data import default_cache_dir
+from dslide_workflows.bench.flags import add_batch_size, add_preset
 
 SUMMARY = "read training data from a local S3 server with Dask workers: MB/s, text vs converted"
 BUCKET = "dslide-bench"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="amazon-670k", help="(default: amazon-670k)")
+    add_preset(p)
     p.add_argument("--seed", type=int, default=0, help="data seed (default: 0)")
     p.add_argument("--workers", type=positive_int, default=2, help="(default: 2)")
     p.add_argument(
         "--partition-mb", type=positive_int, default=64, help="text byte-range size (default: 64)"
     )
     p.add_argument("--chunk-points", type=positive_int, default=65536, help="converted chunk size")
-    p.add_argument("--batch-size", type=positive_int, default=256, help="(default: 256)")
+    add_batch_size(p)
     p.add_argument("--repeat", type=positive_int, default=2, help="best of N (default: 2)")
     p.add_argument("--skip-shuffle", action="store_true", help="skip the shuffled epochs")
     p.add_argument("--cache-dir", type=Path, default=None, help="where data are kept")
