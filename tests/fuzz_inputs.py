@@ -155,7 +155,7 @@ def check_config(path: Path, data: bytes) -> None:
         run, model = resolve(args)
         if nul_setting(run.to_dict()) is not None:
             return
-        cfg = SlideConfig.from_dict({k: tuple(v) if k == "hidden" else v for k, v in model.items()})
+        cfg = SlideConfig.from_dict(model)
     except ValueError:
         return
     yaml.safe_dump(mask({**run.to_dict(), "model": cfg.to_dict()}), sort_keys=False)

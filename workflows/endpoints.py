@@ -12,7 +12,8 @@ import re
 import socket
 from pathlib import PurePath
 
-FLAGS = (("tls_ca_file", "--tls-ca-file"), ("tls_cert", "--tls-cert"), ("tls_key", "--tls-key"))
+from dslide_workflows.run_schema import TLS_FILES, flag
+
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*\.?$")
 _QUOTE = 60
 
@@ -52,7 +53,7 @@ def check_tls_files(settings, address: str | None) -> None:
     """Certificate files are for a ``tls://`` scheduler: given for a LocalCluster (which
     takes ``--tls``, with throwaway certificates) or a plain ``tcp://`` one, they would
     be ignored or fail later; refused, naming the flag."""
-    given = [flag for name, flag in FLAGS if getattr(settings, name, None)]
+    given = [flag(name) for name in TLS_FILES if getattr(settings, name, None)]
     if not given:
         return
     if not address:

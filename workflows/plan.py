@@ -40,7 +40,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from dslide_workflows.run_settings import resolve
 
     run, model = resolve(args)
-    cfg = SlideConfig.from_dict({k: tuple(v) if k == "hidden" else v for k, v in model.items()})
+    cfg = SlideConfig.from_dict(model)
     n_features, n_labels = _shape(run)
     cfg = cfg.for_data(n_labels)
     print(

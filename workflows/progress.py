@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from dslide_workflows.run_settings import RunSettings
+from dslide_workflows.run_schema import RunSettings
 from dslide_workflows.summary import format_scores
 
 

@@ -1,101 +1,25 @@
-"""The settings of a ``dslide train`` run (:class:`RunSettings`): defaults, a config file
-and flags merged and checked, or a resumed run's saved settings with the flags it may
-change."""
+"""The settings of a ``dslide train`` run: defaults, a config file and flags merged and
+checked, or a resumed run's saved settings with the flags it may change. What each setting
+may be is the schema's (:mod:`dslide_workflows.run_schema`)."""
 
 from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from dslide_workflows.args import storage_options
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """How one ``dslide train`` run reads its data, where it runs and what it keeps: the
-    flags that may also come from the config file, with their defaults."""
-
-    train: str | None = None
-    test: str | None = None
-    preset: str | None = None
-    storage_options: dict = field(default_factory=dict)
-    scheduler_address: str | None = None
-    tls: bool = False
-    tls_ca_file: str | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    dashboard_address: str | None = None
-    connect_timeout: float | None = None  #: None: security.CONNECT_TIMEOUT
-    workers: int | None = None
-    threads_per_worker: int = 1
-    in_process: bool = False
-    n_shards: int | None = None
-    hidden_shards: int | None = None
-    wire_dtype: str = "float16"
-    pipeline: bool = True
-    step_mode: str = "actor"
-    epochs: int = 1
-    batch_size: int = 256
-    eval_every: int = 0
-    eval_points: int = 2000
-    performance_report: str | None = None
-    seed: int = 0
-    threads: int | None = None
-    skip_bad_lines: bool = False
-    max_decompressed: int | str | None = None  #: bytes, or "2GiB"; None: a share of free memory
-    run_dir: str | None = None
-    checkpoint_every: int = 0
-    checkpoint_minutes: float = 0.0
-    keep_checkpoints: int = 3
-
-    def to_dict(self) -> dict[str, Any]:
-        """The settings as the run folder's config.yaml holds them."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-#: The defaults, by name.
-RUN_DEFAULTS: dict[str, Any] = RunSettings().to_dict()
-#: Settings a resumed run may change (where and how it runs, and for how long).
-RESUMABLE = frozenset(
-    {
-        "scheduler_address",
-        "tls",
-        "tls_ca_file",
-        "tls_cert",
-        "tls_key",
-        "dashboard_address",
-        "workers",
-        "threads_per_worker",
-        "in_process",
-        "n_shards",
-        "hidden_shards",
-        "wire_dtype",
-        "pipeline",
-        "step_mode",
-        "epochs",
-        "eval_every",
-        "eval_points",
-        "threads",
-        "performance_report",
-        "checkpoint_every",
-        "checkpoint_minutes",
-        "keep_checkpoints",
-        "skip_bad_lines",
-        "storage_options",
-        "connect_timeout",
-        "max_decompressed",
-    }
-)
+from dslide_workflows.run_flags import MODEL_FLAGS
+from dslide_workflows.run_schema import RESUMABLE, RUN_DEFAULTS, RunSettings, check_run, flag
 
 
 def resolve(args: argparse.Namespace) -> tuple[RunSettings, dict[str, Any]]:
     """Run settings and model parameters from defaults < config file < flags, all checked
-    (:mod:`dslide_workflows.settings`) before anything starts."""
+    (:func:`~dslide_workflows.run_schema.check_run`, the model by ``SlideConfig``) before
+    anything starts."""
     from dslide_workflows.secrets import merge
-    from dslide_workflows.settings import check_model, check_run, parse_yaml
+    from dslide_workflows.settings import check_model, parse_yaml
 
     run = dict(RUN_DEFAULTS)
     model: dict[str, Any] = {}
@@ -131,9 +55,9 @@ def resolve(args: argparse.Namespace) -> tuple[RunSettings, dict[str, Any]]:
     args.secret_options = run["storage_options"]  # for the CLI to scrub from error lines
     if run["scheduler_address"] is None:
         run["scheduler_address"] = os.environ.get("DASK_SCHEDULER_ADDRESS")
-    for flag in ("hidden", "lr", "hash_family", "K", "L"):
-        if getattr(args, flag, None) is not None:
-            model[flag] = getattr(args, flag)
+    for name in MODEL_FLAGS:
+        if getattr(args, name, None) is not None:
+            model[name] = getattr(args, name)
     model.update(dict(args.opt))
     check_model(model, model_where)
     check_run(run, origin)
@@ -161,7 +85,7 @@ def _resumed(args: argparse.Namespace, run: dict) -> tuple[RunSettings, dict[str
     """Settings of a resumed run: the run folder's, with the flags of RESUMABLE."""
     from dslide_workflows.run_folder import RunFolder
     from dslide_workflows.secrets import MASKED, mask_text, merge, unmasked
-    from dslide_workflows.settings import check_model, check_run
+    from dslide_workflows.settings import check_model
 
     options = storage_options(args.storage_option)
     args.secret_options = options
@@ -171,13 +95,7 @@ def _resumed(args: argparse.Namespace, run: dict) -> tuple[RunSettings, dict[str
     model = check_model(saved.pop("model", {}), f"{where}: model")
     run.update({k: v for k, v in saved.items() if k in RUN_DEFAULTS})
     asked = {k for k in RUN_DEFAULTS if getattr(args, k, None) is not None}
-    if (
-        args.config
-        or args.opt
-        or any(
-            getattr(args, f, None) is not None for f in ("hidden", "lr", "hash_family", "K", "L")
-        )
-    ):
+    if args.config or args.opt or any(getattr(args, f, None) is not None for f in MODEL_FLAGS):
         raise ValueError(
             "--resume takes the model from the checkpoint: no --config, --opt or model flags"
         )
@@ -195,7 +113,7 @@ def _resumed(args: argparse.Namespace, run: dict) -> tuple[RunSettings, dict[str
                 f"({saved[key]}): give it again, whole, with --{key}"
             )
     if fixed:
-        flags = ", ".join("--" + k.replace("_", "-") for k in fixed)
+        flags = ", ".join(flag(k) for k in fixed)
         raise ValueError(f"--resume keeps the run's data and batches: {flags} cannot change")
     for key in asked:
         run[key] = getattr(args, key)

@@ -23,41 +23,24 @@ from dslide_workflows.endpoints import (
     check_scheduler_address,
     check_tls_files,
 )
-
-#: Where the CLI's LocalCluster serves its dashboard unless told otherwise: loopback only.
-LOCAL_DASHBOARD = "127.0.0.1:8787"
-#: Seconds to reach a scheduler (connect, handshake, first reply) unless told otherwise:
-#: Dask's 30 s, less the start-up, so a command at a dead address ends within 30 s.
-CONNECT_TIMEOUT = 15.0
-FLAGS = (("tls_ca_file", "--tls-ca-file"), ("tls_cert", "--tls-cert"), ("tls_key", "--tls-key"))
+from dslide_workflows.run_schema import (
+    CONNECT_TIMEOUT,
+    LOCAL_DASHBOARD,
+    TLS_FILES,
+    add_setting_flags,
+)
+from dslide_workflows.run_schema import flag as setting_flag
 
 
 def add_security_arguments(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        "--tls",
-        action="store_true",
-        default=None,
-        help="the LocalCluster talks TLS with throwaway certificates",
-    )
-    group.add_argument("--tls-ca-file", metavar="PEM", help="CA certificate(s) of the cluster")
-    group.add_argument("--tls-cert", metavar="PEM", help="this client's certificate")
-    group.add_argument("--tls-key", metavar="PEM", help="this client's private key")
-    group.add_argument(
-        "--dashboard-address",
-        metavar="HOST:PORT",
-        help=f"the LocalCluster's dashboard (default: {LOCAL_DASHBOARD}, "
-        "this machine only; ':8787' for every interface)",
-    )
-    add_connect_timeout(group)
+    """``--tls``, the certificates, ``--dashboard-address`` and ``--connect-timeout``: the
+    run settings' own flags (:mod:`dslide_workflows.run_schema`), shared by the commands
+    that reach a cluster."""
+    add_setting_flags(group, "security")
 
 
 def add_connect_timeout(group) -> None:
-    group.add_argument(
-        "--connect-timeout",
-        type=float,
-        metavar="SECONDS",
-        help=f"give up reaching --scheduler-address after this long (default: {CONNECT_TIMEOUT:g})",
-    )
+    add_setting_flags(group, names=("connect_timeout",))
 
 
 def connect_client(address: str, security, timeout: float | None, limit: str | None = None):
@@ -105,7 +88,7 @@ def client_security(settings, address: str | None):
 
     check_scheduler_address(address)
     check_tls_files(settings, address)
-    files = {flag: getattr(settings, name, None) for name, flag in FLAGS}
+    files = {setting_flag(name): getattr(settings, name, None) for name in TLS_FILES}
     given = {flag: path for flag, path in files.items() if path}
     if given:
         missing = [flag for flag in files if flag not in given]

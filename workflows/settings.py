@@ -1,99 +1,15 @@
-"""Every run setting checked, whatever it came from, before anything starts.
+"""Settings files read safely: YAML as plain data (no anchors, no aliases, one line per
+error), byte counts such as ``2GiB``, and the model parameters of a config file checked
+by the model's own schema, naming the file.
 
-Settings come from defaults, a ``--config`` YAML file (any types a careless hand types:
-``workers: abc``, ``epochs: two``, ``model: [1, 2]``) and flags; a resumed run's come
-from its ``config.yaml``. :func:`check_run` and :func:`check_model` give one line naming
-the setting, where it came from and what it may be, before a cluster is started or a
-file is written.
+What each run setting may be is :mod:`dslide_workflows.run_schema`'s.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import yaml
-
-_I = 1 << 62
-#: setting -> (kind, low, high, may be None); kinds: int, float, bool, str, dict, choice
-RUN_SCHEMA: dict[str, tuple] = {
-    "train": ("str", None, None, True),
-    "test": ("str", None, None, True),
-    "preset": ("str", None, None, True),
-    "storage_options": ("dict", None, None, False),
-    "scheduler_address": ("str", None, None, True),
-    "tls": ("bool", None, None, False),
-    "tls_ca_file": ("str", None, None, True),
-    "tls_cert": ("str", None, None, True),
-    "tls_key": ("str", None, None, True),
-    "dashboard_address": ("str", None, None, True),
-    "connect_timeout": ("float", 0.001, 86400.0, True),
-    "workers": ("int", 1, 1 << 16, True),
-    "threads_per_worker": ("int", 1, 1 << 12, False),
-    "in_process": ("bool", None, None, False),
-    "n_shards": ("int", 1, 1 << 16, True),
-    "hidden_shards": ("int", 1, 1 << 16, True),
-    "wire_dtype": ("choice", ("float16", "float32"), None, False),
-    "pipeline": ("bool", None, None, False),
-    "step_mode": ("choice", ("actor", "graph"), None, False),
-    "epochs": ("int", 1, 1 << 20, False),
-    "batch_size": ("int", 1, 1 << 20, False),
-    "eval_every": ("int", 0, _I, False),
-    "eval_points": ("int", 1, _I, False),
-    "performance_report": ("str", None, None, True),
-    "seed": ("int", 0, (1 << 63) - 1, False),
-    "threads": ("int", 1, 1 << 12, True),
-    "skip_bad_lines": ("bool", None, None, False),
-    "max_decompressed": ("bytes", 1, _I, True),
-    "run_dir": ("str", None, None, True),
-    "checkpoint_every": ("int", 0, _I, False),
-    "checkpoint_minutes": ("float", 0.0, 1e9, False),
-    "keep_checkpoints": ("int", 0, 1 << 20, False),
-}
-
-
-def flag(key: str) -> str:
-    return "--" + key.replace("_", "-")
-
-
-def check_run(run: dict[str, Any], origin: dict[str, str]) -> None:
-    """Raise ValueError for the first setting of ``run`` that is not allowed;
-    ``origin[key]`` says where a value came from (e.g. ``"run.yaml"``; flags otherwise)."""
-    for key, (kind, low, high, optional) in RUN_SCHEMA.items():
-        value = run[key]
-        if value is None and optional:
-            continue
-        where = origin.get(key)
-        name = f"{where}: {key}" if where else flag(key)
-        problem = _problem(kind, value, low, high)
-        if problem:
-            raise ValueError(f"{name} must be {problem}, got {value!r}")
-
-
-def _problem(kind: str, value: Any, low, high) -> str | None:
-    if kind == "int":
-        ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-        return None if ok else f"an integer in [{low}, {high}]"
-    if kind == "float":
-        ok = (
-            isinstance(value, int | float)
-            and not isinstance(value, bool)
-            and math.isfinite(value)
-            and low <= value <= high
-        )
-        return None if ok else f"a number in [{low:g}, {high:g}]"
-    if kind == "bool":
-        return None if isinstance(value, bool) else "true or false"
-    if kind == "str":
-        return None if isinstance(value, str) and value.strip() else "a non-empty text (a URL)"
-    if kind == "dict":
-        return None if isinstance(value, dict) else "a mapping of options"
-    if kind == "bytes":
-        ok = byte_count(value) is not None and low <= byte_count(value) <= high
-        return None if ok else f"a number of bytes (e.g. 500000000 or 2GiB) in [{low}, {high}]"
-    if kind == "choice":
-        return None if value in low else f"one of {list(low)}"
-    raise AssertionError(kind)  # pragma: no cover
 
 
 def byte_count(value: Any) -> int | None:
@@ -111,17 +27,17 @@ def byte_count(value: Any) -> int | None:
 
 
 def check_model(model: Any, where: str) -> dict[str, Any]:
-    """The model parameters, with the type mistakes SlideConfig would let through (it
-    truncates ``hidden: [1.9]`` to 1) refused."""
+    """The model parameters, checked by the model's own schema (``SlideConfig``, whose
+    fields the estimator's parameters are) before anything starts, with ``where`` they
+    came from in the error."""
+    from dslide_dask.model.config import SlideConfig
+
     if not isinstance(model, dict):
         raise ValueError(f"{where}: model must be a mapping of parameters, got {model!r}")
-    hidden = model.get("hidden", [128])
-    widths = hidden if isinstance(hidden, list | tuple) else [hidden]
-    if not widths or not all(isinstance(w, int) and not isinstance(w, bool) for w in widths):
-        raise ValueError(
-            f"{where}: hidden must be a width or a list of widths (positive integers), "
-            f"got {hidden!r}"
-        )
+    try:
+        SlideConfig.from_dict(model)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{where}: {err}") from None
     return model
 
 

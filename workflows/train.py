@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from dslide_workflows.run_flags import add_run_arguments
-from dslide_workflows.run_settings import RunSettings
+from dslide_workflows.run_schema import RunSettings
 
 if TYPE_CHECKING:
     from dslide_dask.data.dataset import XCDataset
@@ -56,7 +56,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     run, model = resolve(args)
     if (name := nul_setting(run.to_dict())) is not None:  # a flag's or a YAML value
         raise ValueError(f"{name} holds a NUL byte: no file name or URL can")
-    cfg = SlideConfig.from_dict({k: tuple(v) if k == "hidden" else v for k, v in model.items()})
+    cfg = SlideConfig.from_dict(model)
     run, folder = _run_folder(run, resume=bool(args.resume))
     # SIGTERM ends the run as Ctrl-C does: metrics kept, cluster closed, lock released
     with sigterm_interrupts(), folder.claimed(resume=bool(args.resume)):
