@@ -226,14 +226,17 @@ class SlideConfig:
 def _widths(value) -> tuple[int, ...]:
     """Layer widths as a tuple of ints; a float or other non-integer is refused, not
     truncated (``hidden=[1.9]`` is a mistake, not a width of 1)."""
+    problem = f"hidden must be a width or a list of widths (positive integers), got {value!r}"
     items = (value,) if isinstance(value, numbers.Integral) else value
+    if isinstance(items, str | bytes):
+        raise ValueError(problem)
     try:
         items = tuple(items)
     except TypeError:
-        raise ValueError(f"hidden must be a list of layer widths, got {value!r}") from None
+        raise ValueError(problem) from None
     for width in items:
         if isinstance(width, bool) or not isinstance(width, numbers.Integral):
-            raise ValueError(f"hidden must list integer layer widths, got {value!r}")
+            raise ValueError(problem)
     return tuple(int(width) for width in items)
 
 
