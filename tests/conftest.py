@@ -8,6 +8,10 @@ import pytest
 # and in trainers (dslide_dask.omp): LocalCluster workers share the cores with it
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# the helper modules shared by test modules hold assertions: pytest explains them as it
+# does those in test modules (registered before any test module imports them)
+pytest.register_assert_rewrite("tests.hostile", "tests.k8s", "tests.storage")
+
 
 BUCKET = "dslide-test"
 
@@ -94,6 +98,18 @@ def client():
     ):
         client.wait_for_workers(2)
         yield client
+
+
+@pytest.fixture(scope="session")
+def crds():
+    """``(apiVersion, kind) -> JSON-schema validator`` for the CRDs that the installed
+    dask-kubernetes operator ships (``tests.k8s.crd_validators``), for the Kubernetes
+    manifest tests; they are skipped without jsonschema and dask-kubernetes."""
+    from tests.k8s import DASK_KINDS, crd_validators
+
+    validators = crd_validators()
+    assert {kind for _, kind in validators} >= DASK_KINDS
+    return validators
 
 
 @pytest.fixture(scope="session")

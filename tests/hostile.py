@@ -1,5 +1,7 @@
-"""Shared helpers of the hostile-input tests: small valid inputs to damage, and a snapshot
-of a folder tree to prove that a failed command changed nothing it should not."""
+"""Shared helpers of the hostile-input tests (``tests/test_hostile_*.py``): small valid
+inputs to damage, working folders, a snapshot of a folder tree to prove that a failed
+command changed nothing it should not, and the checks that a command failed cleanly (exit
+2 and one line ``dslide: error: ...``)."""
 
 from __future__ import annotations
 
@@ -61,6 +63,16 @@ def work_folders(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
     return inputs, cwd / "run"
 
 
+def work_folder(tmp_path: Path, monkeypatch) -> Path:
+    """``tmp_path`` as the working directory, holding ``TRAIN`` as t.txt; no scheduler
+    address or debug switch leaks in from outside."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    monkeypatch.delenv("DSLIDE_DEBUG", raising=False)
+    (tmp_path / "t.txt").write_bytes(TRAIN)
+    return tmp_path
+
+
 def failed_once(capsys, argv: list[str]) -> tuple[str, str]:
     """``dslide argv`` exits 2 with exactly one line on stderr: (that line, stdout)."""
     from dslide_workflows import cli
@@ -80,3 +92,32 @@ def trained_run(dest: Path, source: Path) -> Path:
     """A copy of the finished run folder ``source`` at ``dest``."""
     shutil.copytree(source, dest, symlinks=True)
     return dest
+
+
+def fails_cleanly(capsys, argv: list[str], expected: str, root: Path, run: Path) -> str:
+    """Run ``dslide argv``: exit 2, one error line holding ``expected``, no stdout
+    traceback, and nothing under ``root`` changed outside ``run``."""
+    from dslide_workflows.run_folder import RunFolder
+
+    before = snapshot(root, skip=run)
+    run_before = snapshot(run) if run.exists() else None
+    line, out = failed_once(capsys, argv)
+    assert line.startswith("dslide: error: "), line
+    assert expected in line, line
+    assert "Traceback" not in out + line
+    assert snapshot(root, skip=run) == before
+    if run_before is None:  # a bad line in the training data is found while training
+        assert not run.exists() or not RunFolder(str(run)).resumable()
+    else:
+        assert snapshot(run) == run_before, "a failed resume changed the run folder"
+    return line
+
+
+def one_error(capsys, argv: list[str], *expected: str) -> tuple[str, str]:
+    """``dslide argv`` fails: exit 2, one line naming what ``expected`` says; (line, out)."""
+    line, out = failed_once(capsys, argv)
+    assert line.startswith("dslide: error: ") and len(line) <= 300, line
+    assert "Traceback" not in out + line
+    for text in expected:
+        assert text in line, line
+    return line, out

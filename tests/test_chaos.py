@@ -5,7 +5,7 @@ SIGKILLed, at any moment of a step, a move or a recovery, on a LocalCluster of 2
 workers (a killed worker's nanny starts a replacement, which may make it 6 for a while).
 The run must finish with every step recorded exactly once, leave no worker process
 behind, and reach the P@1 of an undisturbed run (within 0.02). The default suite has the
-short, step-driven version (tests/test_elastic.py).
+short, step-driven version (tests/test_elastic_leave.py).
 """
 
 import os

@@ -25,8 +25,7 @@ from dslide_dask import CSR, SlideClassifier
 from dslide_dask.checkpoint.arrays import write_array
 from dslide_dask.data.csr import as_csr
 from dslide_workflows import cli
-from tests.hostile import FAST, TRAIN, trained_run, trained_run_folder, work_folders
-from tests.test_hostile_input import fails_cleanly
+from tests.hostile import FAST, TRAIN, fails_cleanly, trained_run, trained_run_folder, work_folders
 
 BIG = 2**33 + 7  # wraps to 7 in 32 bits
 

@@ -124,6 +124,18 @@ def test_long_modules_say_why():
     assert long == []
 
 
+def test_no_test_module_is_over_400_lines():
+    """A test module over 400 lines is split by topic, as the package's modules are
+    (tests/test_k8s_*.py, tests/test_storage_*.py ...), with no exemption: helpers shared
+    by the parts go to a module of their own (tests/k8s.py), fixtures to conftest.py."""
+    long = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") > MAX_LINES:
+            long.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+    assert long == []
+
+
 def test_importing_the_package_is_light_and_changes_no_environment():
     """Users who train in one process pay for no Dask, and their environment is theirs."""
     script = (
