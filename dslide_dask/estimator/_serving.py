@@ -3,8 +3,11 @@
 :meth:`ServingMixin.build_index` builds an :class:`~dslide_dask.model.output_index.
 OutputIndex`; from then on ``predict``, ``predict_topk`` and ``evaluate`` take each row's
 best labels from its candidates, scored exactly, instead of scoring every label (the
-network's top candidates that the neighbours' votes are fused with, too). ``save``
-stores it beside the model and ``load`` reads it back, checked, whatever the shard count.
+network's top candidates that the neighbours' votes are fused with, too), and the
+hidden-space neighbours from the points an approximate search proposes
+(:mod:`~dslide_dask.model.point_search`). ``save`` stores the output index beside the
+model and ``load`` reads it back, checked, whatever the shard count (and builds the
+points' search again: it derives from the saved vectors).
 A model on a cluster answers exactly: its rows live in actors (``dslide predict --index``
 serves a saved model's index there, one part per shard).
 """
@@ -39,8 +42,10 @@ class ServingMixin(EstimatorState):
         Each row's ``candidates`` best rows by the index (faiss IVF-fp16 over the layer,
         ``docs/serving.md``) and the ``head`` rows are scored exactly, and the best of
         them returned: the scores are the exact logits of the labels found, and the
-        labels the exact ones in all but a few rows in ten thousand. Training the model
-        further drops the index. Needs faiss (``pip install "dslide-dask[serve]"``).
+        labels the exact ones in all but a few rows in ten thousand. A model that keeps
+        neighbours (``neighbours > 0``) gets the same kind of index over its training
+        points' hidden vectors, so a row's hidden-space votes need not score every point.
+        Training the model further drops both. Needs faiss (``pip install "dslide-dask[serve]"``).
 
         Parameters
         ----------
@@ -66,7 +71,16 @@ class ServingMixin(EstimatorState):
             )
         self.output_index_ = OutputIndex.build(self.trainer_.network.shards, parsed)
         self._index_step = self._step
+        self._search_points(parsed)
         return self
+
+    def _search_points(self, settings: IndexSettings) -> None:
+        """The neighbours' hidden vectors behind an approximate search as well, where the
+        model keeps them: a served row's votes then score a few hundred points, not all."""
+        index = getattr(self, "neighbours_", None)
+        if index is not None and index.embedding is not None:
+            points = IndexSettings(seed=settings.seed, threads=settings.threads)
+            self.neighbours_ = index.with_search(points)
 
     def _serving_index(self) -> OutputIndex | None:
         """The output index, if built for the weights the model has now (dropped, with
@@ -117,3 +131,4 @@ class ServingMixin(EstimatorState):
         if isinstance(self.trainer_, LocalTrainer) and has_output_index(ckpt):
             self.output_index_ = load_output_index(ckpt)
             self._index_step = self._step
+            self._search_points(self.output_index_.settings)

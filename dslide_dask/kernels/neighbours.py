@@ -6,8 +6,10 @@ query against every training point through an inverted index (feature -> points 
 it, with their values), keep the ``k`` most similar points, and let each vote for its
 labels with its similarity. Both inputs are L2-normalised, so a similarity is a cosine.
 The same votes come from dense similarities (:func:`dense_neighbour_votes`: the network's
-hidden vectors, scored against the training points' by a matrix product beforehand), and
-:func:`fuse` mixes any number of such candidate lists with weights.
+hidden vectors, scored against the training points' by a matrix product beforehand), or
+from the points an approximate search proposes (:func:`candidate_neighbour_votes`, which
+scores them exactly), and :func:`fuse` mixes any number of such candidate lists with
+weights.
 """
 
 import numba
@@ -165,6 +167,43 @@ def dense_neighbour_votes(
             nb_sims[:] = -np.inf
             for pt in range(n_points):
                 s = sims[i, pt]
+                if s > 0.0 and s > nb_sims[k - 1]:
+                    _push(nb_ids, nb_sims, pt, s)
+            _vote(nb_ids, nb_sims, 1.0, y_ptr, y_idx, scratch, ids[i], shares[i])
+    return ids, shares
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def candidate_neighbour_votes(
+    query: np.ndarray,
+    points: np.ndarray,
+    candidates: np.ndarray,
+    y_ptr: np.ndarray,
+    y_idx: np.ndarray,
+    n_labels: int,
+    k: int,
+    m: int,
+    n_chunks: int = 64,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`dense_neighbour_votes` over each query's ``candidates[i]`` only (point ids,
+    -1: none, a point at most once), their similarities ``query[i] @ points[p]`` computed
+    here: what an approximate search proposes, scored exactly."""
+    n, n_cand = candidates.shape
+    ids = np.full((n, m), -1, np.int64)
+    shares = np.zeros((n, m), np.float32)
+    n_chunks = max(1, min(n, n_chunks))
+    for c in numba.prange(n_chunks):
+        nb_ids, nb_sims, scratch = _vote_scratch(n_labels, k, m)
+        for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
+            nb_ids[:] = -1
+            nb_sims[:] = -np.inf
+            for j in range(n_cand):
+                pt = candidates[i, j]
+                if pt < 0:
+                    continue
+                s = 0.0
+                for d in range(query.shape[1]):
+                    s += query[i, d] * points[pt, d]
                 if s > 0.0 and s > nb_sims[k - 1]:
                     _push(nb_ids, nb_sims, pt, s)
             _vote(nb_ids, nb_sims, 1.0, y_ptr, y_idx, scratch, ids[i], shares[i])

@@ -29,12 +29,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import neighbours as kernels
 from dslide_dask.metrics import propensity
+from dslide_dask.model.output_index import IndexSettings
+from dslide_dask.model.point_search import PointSearch
 
 #: Weights (input neighbours, hidden neighbours) :func:`choose_weights` tries: a 0.1 grid
 #: over the triangle a + b <= 1 (the network gets the rest).
@@ -69,6 +72,9 @@ class NeighbourIndex:
     y_idx: np.ndarray
     n_labels: int
     embedding: np.ndarray | None = None
+    #: An approximate search over :attr:`embedding` (:meth:`with_search`), or None: every
+    #: point is scored. Derived from the vectors, never stored.
+    search: PointSearch | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def build(cls, X: CSR, Y: CSR) -> NeighbourIndex:
@@ -84,7 +90,15 @@ class NeighbourIndex:
         hidden = np.asarray(hidden, np.float32)
         if hidden.ndim != 2 or hidden.shape[0] != self.n_points:
             raise ValueError(f"expected {self.n_points} hidden vectors, got {hidden.shape}")
-        return dataclasses.replace(self, embedding=_unit_rows(hidden))
+        return dataclasses.replace(self, embedding=_unit_rows(hidden), search=None)
+
+    def with_search(self, settings: IndexSettings | None = None) -> NeighbourIndex:
+        """This index with an approximate search over its hidden vectors
+        (:class:`~dslide_dask.model.point_search.PointSearch`; needs faiss), so a row's
+        hidden-space votes score the points it proposes, not every point."""
+        if self.embedding is None:
+            raise ValueError("the neighbour index has no hidden vectors to search")
+        return dataclasses.replace(self, search=PointSearch.build(self.embedding, settings))
 
     @property
     def n_points(self) -> int:
@@ -133,12 +147,18 @@ class NeighbourIndex:
     def embedding_votes(
         self, hidden: np.ndarray, k: int, m: int = CANDIDATES
     ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`votes` of the points nearest each row's hidden vector (cosine)."""
+        """:meth:`votes` of the points nearest each row's hidden vector (cosine): every
+        point scored, or those the search proposes (:meth:`with_search`)."""
         if self.embedding is None:
             raise ValueError("the neighbour index has no hidden vectors")
         query = _unit_rows(np.asarray(hidden, np.float32))
         if query.shape[1:] != self.embedding.shape[1:]:
             raise ValueError(f"hidden vectors of width {query.shape[1:]}, the index {self.width}")
+        if self.search is not None:
+            found = self.search.candidates(query, max(self.search.settings.candidates, k))
+            return kernels.candidate_neighbour_votes(
+                query, self.embedding, found, self.y_ptr, self.y_idx, self.n_labels, k, m
+            )
         parts = [np.full((0, m), -1, np.int64)], [np.zeros((0, m), np.float32)]
         for start in range(0, query.shape[0], EMBED_BLOCK):
             sims = query[start : start + EMBED_BLOCK] @ self.embedding.T
@@ -164,7 +184,8 @@ class NeighbourIndex:
     @classmethod
     def from_state(cls, arrays: dict[str, np.ndarray], n_labels: int) -> NeighbourIndex:
         """The index :meth:`state` described, checked so no kernel reads out of bounds."""
-        index = cls(**{k: np.ascontiguousarray(arrays[k]) for k in ARRAYS}, n_labels=n_labels)
+        kept: dict[str, Any] = {k: np.ascontiguousarray(arrays[k]) for k in ARRAYS}
+        index = cls(**kept, n_labels=n_labels)
         index._check()
         if EMBEDDING in arrays:
             hidden = arrays[EMBEDDING]

@@ -152,7 +152,24 @@ def _sphere(shards) -> tuple[np.ndarray, np.ndarray]:
     return mean, sq
 
 
-class _Threads:
+def new_ivf(width: int, settings: IndexSettings):
+    """An empty faiss inverted file (L2) of ``width``-wide vectors, as ``settings`` say:
+    ``lists`` cells, rows stored as ``codes``, k-means' rounds and seed."""
+    faiss = faiss_module()
+    quantizer = faiss.IndexFlatL2(width)
+    if settings.codes == "flat":
+        index = faiss.IndexIVFFlat(quantizer, width, settings.lists, faiss.METRIC_L2)
+    else:
+        kind = getattr(faiss.ScalarQuantizer, _SCALAR[settings.codes])
+        index = faiss.IndexIVFScalarQuantizer(
+            quantizer, width, settings.lists, kind, faiss.METRIC_L2
+        )
+    index.cp.niter, index.cp.seed = settings.iterations, settings.seed
+    index.cp.min_points_per_centroid = 1  # a few rows a list is what small layers have
+    return index
+
+
+class FaissThreads:
     """faiss's OpenMP threads for a block of work in this thread, then as they were."""
 
     def __init__(self, n: int) -> None:
@@ -183,7 +200,6 @@ class OutputIndex:
     @classmethod
     def build(cls, shards, settings: IndexSettings | None = None) -> OutputIndex:
         """The index of the output layer held by ``shards`` (every shard of one layer)."""
-        faiss = faiss_module()
         layout: ShardLayout = shards[0].layout
         n, dim = layout.n_neurons, shards[0].dim_in
         settings = (settings or IndexSettings()).for_rows(n)
@@ -199,17 +215,8 @@ class OutputIndex:
         train = np.concatenate(
             [_rows(s, local[owners == i], mean, max_sq, width) for i, s in enumerate(shards)]
         )
-        quantizer = faiss.IndexFlatL2(width)
-        if settings.codes == "flat":
-            index = faiss.IndexIVFFlat(quantizer, width, settings.lists, faiss.METRIC_L2)
-        else:
-            kind = getattr(faiss.ScalarQuantizer, _SCALAR[settings.codes])
-            index = faiss.IndexIVFScalarQuantizer(
-                quantizer, width, settings.lists, kind, faiss.METRIC_L2
-            )
-        index.cp.niter, index.cp.seed = settings.iterations, settings.seed
-        index.cp.min_points_per_centroid = 1  # a few rows a list is what small layers have
-        with _Threads(settings.threads or os.cpu_count() or 1):
+        index = new_ivf(width, settings)
+        with FaissThreads(settings.threads or os.cpu_count() or 1):
             index.train(train)
             for s in shards:
                 for start in range(0, s.n_local, ADD_BLOCK):
@@ -343,7 +350,7 @@ class ShardIndex:
         q[:, :dim] = h
         q[:, dim] = 1.0
         params = faiss.SearchParametersIVF(nprobe=self.settings.probes)
-        with _Threads(numba.get_num_threads()):
+        with FaissThreads(numba.get_num_threads()):
             return self.index.search(q, m, params=params)[1]
 
     def search(self, vectors: np.ndarray, W: np.ndarray, bias: np.ndarray, query: LSHQuery):
