@@ -23,10 +23,15 @@ import numpy as np
 from dslide_dask.model.output_index import FaissThreads, IndexSettings, faiss_module, new_ivf
 
 _PAD = 16
-#: Fewest cells a query probes when ``probes`` is left to the search: a quarter of the
-#: 64 cells of 50K points (Debian-26K: recall@5 of the fused answer 0.9991 against every
-#: point scored, 0.9952 with 8; docs/serving.md).
-PROBES_MIN = 16
+#: Points per cell when ``lists`` is left to the search: votes need a row's 30 nearest
+#: points, not its best few labels, so cells are smaller than the output index's. Debian-
+#: 26K's 50K points, one thread, hidden votes of one row (every point scored: 2.1 ms):
+#: 64 cells, 8 probed: 0.35 ms, fused recall@5 0.9950; 256 / 32: 0.35 ms, 0.9981;
+#: 512 / 64: 0.31 ms, 0.9994 (docs/serving.md).
+POINTS_PER_LIST = 100
+#: Cells a query probes when ``probes`` is left to the search: one in 8, at least 16 and
+#: at most 64 (a bounded cost as the training set grows).
+PROBES_MIN, PROBES_MAX = 16, 64
 
 
 class PointSearch:
@@ -38,15 +43,15 @@ class PointSearch:
 
     @classmethod
     def build(cls, points: np.ndarray, settings: IndexSettings | None = None) -> PointSearch:
-        """The index of ``points`` (``(n_points, width)``, unit rows); ``lists`` left at 0
-        is chosen for the point count as the output index's is, ``probes`` as a cell in
-        64, at least :data:`PROBES_MIN`."""
+        """The index of ``points`` (``(n_points, width)``, unit rows); ``lists`` left at 0:
+        a power of two near ``n_points / 100``, ``probes`` left at 0: a cell in 8 (16 to
+        64)."""
         n, width = points.shape
         given = settings or IndexSettings()
-        settings = given.for_rows(n)
-        if not given.probes:  # votes need the k nearest, not the best few: scan more
-            probes = min(settings.lists, max(PROBES_MIN, settings.lists // 64))
-            settings = dataclasses.replace(settings, probes=probes)
+        lists = given.lists or int(2 ** np.clip(round(np.log2(max(n, 1) / POINTS_PER_LIST)), 0, 16))
+        lists = min(lists, max(n, 1))
+        probes = min(given.probes or max(PROBES_MIN, min(lists // 8, PROBES_MAX)), lists)
+        settings = dataclasses.replace(given, lists=lists, probes=probes)
         padded = -(-width // _PAD) * _PAD
         rng = np.random.default_rng(settings.seed)
         sample = np.sort(
