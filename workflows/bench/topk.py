@@ -12,9 +12,9 @@ on ``--threads`` threads (numba's and faiss's; default 1: one core):
   with each ``--probes P`` (default: as built); its candidates are scored exactly.
   ``--no-index`` leaves it out (it needs faiss: ``pip install "dslide-dask[serve]"``).
 
-``--trees TRAIN`` adds omikuji, trained on the model's training rows (a local XC text
-file), answering the same rows with its own beam search: an anchor, what users would
-serve instead (:mod:`dslide_workflows.bench.tree_anchors`).
+``--trees TRAIN`` adds omikuji and napkinXC, trained on the model's training rows (a local
+XC text file), answering the same rows with their own tree search: anchors, what users
+would serve instead (:mod:`dslide_workflows.bench.tree_anchors`).
 
 For each: P@1 on the rows' labels, recall@1 and recall@k against the exact top-k (the
 share of the exact best k found; none for the trees), rows/s scoring the rows in
@@ -96,8 +96,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--trees",
         default=None,
         metavar="TRAIN",
-        help="also omikuji, trained on this local XC text file (the model's training "
-        "rows), answering the same rows: an anchor",
+        help="also omikuji and napkinXC (those installed), trained on this local XC text "
+        "file (the model's training rows), answering the same rows: anchors",
     )
     p.add_argument("--threads", type=positive_int, default=1, help="threads (default: 1)")
     p.add_argument("--batch", type=positive_int, default=256, help="rows a batch (default: 256)")
@@ -206,11 +206,10 @@ def run(args: argparse.Namespace) -> int:
             spec = PredictSpec(ckpt.url, k=args.k, exact=False, output_index=True)
             rows.append(served(f"index p={probes}", spec, probes=probes, **built))
     if args.trees:
-        from dslide_workflows.bench.tree_anchors import local_text, omikuji_anchor
+        from dslide_workflows.bench.tree_anchors import local_text, tree_anchors
 
         train = local_text(args.trees)
-        print("training omikuji on", train, "...", flush=True)
-        rows.append(omikuji_anchor(train, X, args.k, args.threads, args.latency_rows, args.repeat))
+        rows += tree_anchors(train, X, args.k, args.threads, args.latency_rows, args.repeat)
     exact, labels = rows[0]["ids"], data.Y.slice_rows(0, X.n_rows)
     for r in rows:
         ids = r.pop("ids")

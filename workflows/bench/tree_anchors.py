@@ -1,16 +1,20 @@
 """Label trees as anchors of ``dslide bench topk``: what users would serve instead.
 
-omikuji (Parabel-style trees, default hyper-parameters) is trained on the model's own
-training rows (``--trees TRAIN``, the XC text file: omikuji's only input, so a local
-file), then answers the benchmark's rows with its own beam search, one row a call from
-Python as its API serves them, on the benchmark's thread count. Its rows are converted
-to omikuji's input before the clock starts, as the network's are parsed before theirs.
-It does not retrieve the network's top k, so it has no recall: its P@1 on the rows'
+omikuji (Parabel-style trees) and napkinXC (probabilistic label trees), each with its
+default hyper-parameters and where installed, are trained on the model's own training
+rows (``--trees TRAIN``, the XC text file: omikuji's only input, so a local file), then
+answer the benchmark's rows with their own tree search, one row a call from Python as
+their APIs serve them, on the benchmark's thread count. Rows are converted to each
+library's input before the clock starts, as the network's are parsed before theirs. The
+trees do not retrieve the network's top k, so they have no recall: their P@1 on the rows'
 labels stands beside the network's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,37 +31,81 @@ def local_text(url: str) -> Path:
     return path
 
 
-def omikuji_anchor(train: Path, X, k: int, threads: int, latency_rows: int, repeat: int):
-    """omikuji's row of the benchmark: top-``k`` ids of the rows of ``X`` (CSR), rows/s
-    answering them one call a row, one-row latency p50/p99, and its training seconds on
-    every core as ``build_s``."""
-    try:
-        import omikuji
-    except ImportError:
-        raise ValueError("--trees needs omikuji: pip install 'dslide-dask[bench-trees]'") from None
+def tree_anchors(train: Path, X, k: int, threads: int, latency_rows: int, repeat: int):
+    """The rows of the label-tree libraries installed (omikuji, napkinXC), or a
+    ValueError saying how to install them when neither is."""
+    import importlib.util
+
+    found = [name for name in ("omikuji", "napkinxc") if importlib.util.find_spec(name)]
+    if not found:
+        raise ValueError(
+            "--trees needs omikuji or napkinXC: pip install 'dslide-dask[bench-trees]'"
+        )
+    build = {"omikuji": _omikuji, "napkinxc": _napkinxc}
+    rows = []
+    for name in found:
+        print(f"training {name} on", train, "...", flush=True)
+        with build[name](train, X, threads) as (seconds, queries, answer):
+            rows.append(_timed(name, seconds, queries, answer, k, latency_rows, repeat))
+    return rows
+
+
+@contextlib.contextmanager
+def _omikuji(train: Path, X, threads: int):
+    """omikuji trained on every core: ``(seconds, queries, answer(query, k) -> ids)``."""
+    import omikuji
+
     from dslide_workflows.bench.trees import omikuji_rows, silenced
 
     t0 = time.perf_counter()
     with silenced():  # its Rust side draws a progress bar
         model = omikuji.Model.train_on_data(str(train), omikuji.Model.default_hyper_param())
-    build = time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
     model.init_prediction_thread_pool(threads)
-    queries = omikuji_rows(X)
+    yield seconds, omikuji_rows(X), lambda q, k: [label for label, _ in model.predict(q, top_k=k)]
+
+
+@contextlib.contextmanager
+def _napkinxc(train: Path, X, threads: int):
+    """napkinXC's PLT trained on every core, answering on ``threads``."""
+    from napkinxc.models import PLT
+
+    from dslide_dask.data.xc_text import read_xc
+    from dslide_workflows.bench.trees import scipy_csr
+
+    data = read_xc(str(train))
+    features = scipy_csr(data.X)
+    labels = [data.Y.row(i).tolist() for i in range(data.n_points)]
+    with tempfile.TemporaryDirectory(prefix="dslide-napkinxc-") as out:
+        model = PLT(out, threads=os.cpu_count() or 1, seed=0)
+        t0 = time.perf_counter()
+        model.fit(features, labels)
+        seconds = time.perf_counter() - t0
+        model.set_params(threads=threads)
+        rows = scipy_csr(X)
+        queries = [rows[i] for i in range(rows.shape[0])]
+        yield seconds, queries, lambda q, k: model.predict(q, top_k=k)[0]
+
+
+def _timed(name: str, build: float, queries: list, answer, k: int, latency_rows: int, repeat: int):
+    """A tree library's row of the benchmark: top-``k`` ids of ``queries`` answered one
+    call a row, rows/s (best of ``repeat``), one-row latency p50/p99, and its training
+    seconds on every core as ``build_s``."""
     ids = np.full((len(queries), k), -1, np.int64)
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
-        answers = [model.predict(q, top_k=k) for q in queries]
+        answers = [answer(q, k) for q in queries]
         best = min(best, time.perf_counter() - t0)
-    for i, answer in enumerate(answers):
-        ids[i, : len(answer)] = [label for label, _ in answer]
+    for i, found in enumerate(answers):
+        ids[i, : len(found)] = found[:k]
     lat = np.empty(min(latency_rows, len(queries)))
     for i in range(len(lat)):
         t0 = time.perf_counter()
-        model.predict(queries[i], top_k=k)
+        answer(queries[i], k)
         lat[i] = time.perf_counter() - t0
     row = {
-        "setting": "omikuji",
+        "setting": name,
         "anchor": True,
         "ids": ids,
         "scored_per_row": float("nan"),

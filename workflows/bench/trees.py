@@ -93,7 +93,7 @@ def omikuji_rows(X) -> list[list[tuple[int, float]]]:
     return [list(zip(indices[lo:hi], values[lo:hi], strict=True)) for lo, hi in bounds]
 
 
-def _scipy(M, dtype=None):
+def scipy_csr(M, dtype=None):
     """A scipy CSR matrix of the project's CSR (binary label rows get ones)."""
     from scipy.sparse import csr_matrix
 
@@ -124,13 +124,13 @@ def run_napkinxc(train, test, config: dict[str, Any]) -> dict[str, Any]:
     from napkinxc.models import PLT
 
     c = config["classifier"]
-    X, Y = _scipy(train.X), [train.Y.row(i).tolist() for i in range(train.n_points)]
+    X, Y = scipy_csr(train.X), [train.Y.row(i).tolist() for i in range(train.n_points)]
     with tempfile.TemporaryDirectory(prefix="dslide-napkinxc-") as out:
         model = PLT(out, threads=c["n_threads"], seed=make_classifier(c).config().seed)
         t0 = time.perf_counter()
         model.fit(X, Y)
         seconds = time.perf_counter() - t0
-        pred = model.predict(_scipy(test.X), top_k=max(KS))
+        pred = model.predict(scipy_csr(test.X), top_k=max(KS))
     topk = np.full((test.n_points, max(KS)), -1, np.int64)
     for i, labels in enumerate(pred):
         topk[i, : len(labels)] = labels
@@ -145,14 +145,14 @@ def run_pecos(train, test, config: dict[str, Any]) -> dict[str, Any]:
 
     c = config["classifier"]
     threads, seed = c["n_threads"], make_classifier(c).config().seed
-    X, Y = _scipy(train.X, np.float32), _scipy(train.Y, np.float32)
+    X, Y = scipy_csr(train.X, np.float32), scipy_csr(train.Y, np.float32)
     t0 = time.perf_counter()
     label_feat = LabelEmbeddingFactory.create(Y, X, method="pifa", threads=threads)
     chain = Indexer.gen(label_feat, indexer_type="hierarchicalkmeans", threads=threads, seed=seed)
     model = XLinearModel.train(X, Y, C=chain, threads=threads)
     seconds = time.perf_counter() - t0
     pred = model.predict(
-        _scipy(test.X, np.float32), beam_size=10, only_topk=max(KS), threads=threads
+        scipy_csr(test.X, np.float32), beam_size=10, only_topk=max(KS), threads=threads
     ).tocsr()
     return _tree_result("pecos", seconds, scorer(train, test, config)(_csr_topk(pred, max(KS))))
 
