@@ -292,3 +292,30 @@ def test_the_weights_are_scored_as_the_fused_top_5_scores():
         ranks = kernels.hits_by_rank(boosted, hits, fusion._source_weights(pair), 5)
         got = fusion._mean_precision(ranks, n)
         assert got == pytest.approx(want, abs=1e-9), (pair, tail)
+
+
+def test_served_votes_leave_out_the_features_most_points_hold():
+    """The votes of the serving postings are those of the cosine (each side normalised
+    over all its features) summed over the features held by at most that share."""
+    rng = np.random.default_rng(5)
+    X, Y = _random_csr(rng, 300, 40, 6), _random_csr(rng, 300, 25, 3, binary=True)
+    Q = _random_csr(rng, 20, 40, 6)
+    k, m = 7, 25
+    held = (_dense(X) != 0).sum(axis=0)
+    share = np.median(held) / 300  # about half the features are left out
+    index = NeighbourIndex.build(X, Y)
+    served = index.with_serving_postings(share)
+    ids, shares = served.votes(Q, k, m)
+    kept = held <= share * 300
+    assert 0 < kept.sum() < 40
+    sims = _unit(_dense(Q)) @ (_unit(_dense(X)) * kept).T
+    labels = _dense(Y)
+    for i in range(Q.n_rows):
+        near = np.argsort(-sims[i], kind="stable")[:k]
+        near = near[sims[i, near] > 0]
+        want = sims[i, near] @ labels[near] / sims[i, near].sum()
+        got = np.zeros(Y.n_cols)
+        got[ids[i][ids[i] >= 0]] = shares[i][ids[i] >= 0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    assert served.state().keys() == index.state().keys()  # nothing more is stored
+    np.testing.assert_array_equal(served.post_pts, index.post_pts)

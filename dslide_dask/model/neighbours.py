@@ -75,6 +75,11 @@ class NeighbourIndex:
     #: An approximate search over :attr:`embedding` (:meth:`with_search`), or None: every
     #: point is scored. Derived from the vectors, never stored.
     search: PointSearch | None = dataclasses.field(default=None, repr=False)
+    #: The postings a served row reads (:meth:`with_serving_postings`): these, less the
+    #: features most points hold, as ``(ptr, pts, val)``; None: all. Never stored.
+    serving: tuple[np.ndarray, np.ndarray, np.ndarray] | None = dataclasses.field(
+        default=None, repr=False
+    )
 
     @classmethod
     def build(cls, X: CSR, Y: CSR) -> NeighbourIndex:
@@ -124,18 +129,20 @@ class NeighbourIndex:
 
     def votes(self, X: CSR, k: int, m: int = CANDIDATES) -> tuple[np.ndarray, np.ndarray]:
         """Per row of ``X``: the ``m`` labels its ``k`` nearest points vote for most and
-        their share of the vote (ids -1 and share 0 where fewer), best first."""
+        their share of the vote (ids -1 and share 0 where fewer), best first (from the
+        serving postings once set: :meth:`with_serving_postings`)."""
         if X.n_cols > self.n_features:
             raise ValueError(f"X has {X.n_cols} features, the index {self.n_features}")
         values = X.values()
         q_val = kernels.normalised(X.indptr, values)
+        ptr, pts, val = self.serving or (self.post_ptr, self.post_pts, self.post_val)
         return kernels.neighbour_votes(
             X.indptr,
             X.indices,
             q_val,
-            self.post_ptr,
-            self.post_pts,
-            self.post_val,
+            ptr,
+            pts,
+            val,
             self.y_ptr,
             self.y_idx,
             self.n_labels,
@@ -143,6 +150,17 @@ class NeighbourIndex:
             1.0,
             m,
         )
+
+    def with_serving_postings(self, max_share: float) -> NeighbourIndex:
+        """This index answering from its postings less those of the features held by
+        more than ``max_share`` of the points (a row's common words reach nearly every
+        point, so the nearest points cost a pass over all of them, while their small
+        values barely move which points are nearest: ``docs/serving.md``)."""
+        lengths = np.diff(self.post_ptr)
+        keep = lengths <= max_share * self.n_points
+        ptr = np.concatenate([[0], np.cumsum(np.where(keep, lengths, 0))]).astype(np.int64)
+        held = np.repeat(keep, lengths)
+        return dataclasses.replace(self, serving=(ptr, self.post_pts[held], self.post_val[held]))
 
     def embedding_votes(
         self, hidden: np.ndarray, k: int, m: int = CANDIDATES
