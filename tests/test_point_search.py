@@ -1,6 +1,8 @@
 """The search over the training points' hidden vectors (faiss IVF, the points it proposes
 scored exactly): its votes against a dense numpy reference, and a served model using it."""
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -119,3 +121,6 @@ def test_a_served_model_searches_its_points_and_again_after_load(tiny, tmp_path,
     back = SlideClassifier.load(clf.save(str(tmp_path / "model")))
     assert back.neighbours_.search.settings == search.settings  # made again from the vectors
     np.testing.assert_array_equal(back.predict_topk(X, 5), top)
+    assert clf.neighbours_.serving is not None  # the input's votes from the serving postings
+    copy = pickle.loads(pickle.dumps(clf))  # scikit-learn's tools pickle estimators
+    np.testing.assert_array_equal(copy.predict_topk(X, 5), top)
