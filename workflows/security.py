@@ -40,6 +40,7 @@ def add_security_arguments(group: argparse._ArgumentGroup) -> None:
 
 
 def add_connect_timeout(group) -> None:
+    """``--connect-timeout`` alone (``dslide leave`` starts no cluster of its own)."""
     add_setting_flags(group, names=("connect_timeout",))
 
 
