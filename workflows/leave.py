@@ -17,7 +17,7 @@ import time
 
 
 def add_leave_parser(sub: argparse._SubParsersAction) -> None:
-    from dslide_workflows.security import add_connect_timeout
+    from dslide_workflows.run_schema import TLS_FILES, add_setting_flags
 
     p = sub.add_parser(
         "leave",
@@ -46,10 +46,8 @@ def add_leave_parser(sub: argparse._SubParsersAction) -> None:
         help="give up after this long (default: 100, under Kubernetes' "
         "terminationGracePeriodSeconds of 120 in k8s/daskjob.yaml)",
     )
-    p.add_argument("--tls-ca-file", metavar="PEM", help="CA certificate(s) of the cluster")
-    p.add_argument("--tls-cert", metavar="PEM", help="this client's certificate")
-    p.add_argument("--tls-key", metavar="PEM", help="this client's private key")
-    add_connect_timeout(p)
+    # the certificates and the deadline of a run's settings (no LocalCluster: no --tls)
+    add_setting_flags(p, names=(*TLS_FILES, "connect_timeout"))
     p.set_defaults(func=cmd_leave)
 
 

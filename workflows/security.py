@@ -39,11 +39,6 @@ def add_security_arguments(group: argparse._ArgumentGroup) -> None:
     add_setting_flags(group, "security")
 
 
-def add_connect_timeout(group) -> None:
-    """``--connect-timeout`` alone (``dslide leave`` starts no cluster of its own)."""
-    add_setting_flags(group, names=("connect_timeout",))
-
-
 def connect_client(address: str, security, timeout: float | None, limit: str | None = None):
     """A ``distributed.Client`` of the scheduler at ``address``, or a TimeoutError naming
     it and the timeout once ``timeout`` seconds (None: :data:`CONNECT_TIMEOUT`) have gone;
