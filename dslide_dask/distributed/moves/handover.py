@@ -204,16 +204,15 @@ class HandoverPieces:
             pieces += [args[0]] if s == 0 else []  # the coordinator's counters
             pieces += [args[-1]] if s == 0 or len(args) > 1 else []  # hidden units
             tasks += [
-                self.client.submit(
+                self._on(
+                    self.workers[s],
+                    f"handover-settle-{s}-{i}",
                     settle,
                     model_id,
                     part,
                     old.layout,
                     piece,
-                    workers=[self.workers[s]],
-                    allow_other_workers=False,
-                    pure=False,
-                    key=f"handover-settle-{s}-{i}-{self.token}",
+                    priority=0,
                 )
                 for i, piece in enumerate(pieces)
             ]
@@ -225,15 +224,7 @@ class HandoverPieces:
         return self._rows(old, s)
 
     def _coordinator(self, old: Handover) -> tuple:
-        state = self.client.submit(
-            coordinator_state,
-            old.model_id,
-            workers=[old.workers[0]],
-            allow_other_workers=False,
-            pure=False,
-            priority=PRIORITY,
-            key=f"handover-coordinator-{self.token}",
-        )
+        state = self._on(old.workers[0], "handover-coordinator", coordinator_state, old.model_id)
         units = self._units(old, self.hidden_units[0] if self.hidden_units else None)
         return (state, *self._rows(old, 0), units)
 
@@ -249,20 +240,30 @@ class HandoverPieces:
                 if a < hi and b > lo
             ]
         return [
-            self.client.submit(
+            self._on(
+                old.workers[j],
+                f"handover-units-{part}-{a}-{b}",
                 units_for,
                 old.model_id,
                 part,
                 a,
                 b,
-                workers=[old.workers[j]],
-                allow_other_workers=False,
-                pure=False,
-                priority=PRIORITY,
-                key=f"handover-units-{part}-{a}-{b}-{self.token}",
             )
             for part, j, a, b in sources
         ]
+
+    def _on(self, worker: str, name: str, fn, *args, priority: int = PRIORITY):
+        """``fn(*args)`` as a task pinned to ``worker``, keyed ``name`` and this move's
+        token (copies are from and into a worker's own actors: nowhere else will do)."""
+        return self.client.submit(
+            fn,
+            *args,
+            workers=[worker],
+            allow_other_workers=False,
+            pure=False,
+            priority=priority,
+            key=f"{name}-{self.token}",
+        )
 
     def _rows(self, old: Handover, s: int) -> tuple:
         if old.mirrored:
@@ -272,17 +273,14 @@ class HandoverPieces:
             {
                 j: LocalRows(old.model_id)
                 if old.workers[j] == self.workers[s]
-                else self.client.submit(
+                else self._on(
+                    old.workers[j],
+                    f"handover-rows-{j}-{s}",
                     rows_for,
                     old.model_id,
                     j,
                     self.layout,
                     s,
-                    workers=[old.workers[j]],
-                    allow_other_workers=False,
-                    pure=False,
-                    priority=PRIORITY,
-                    key=f"handover-rows-{j}-{s}-{self.token}",
                 )
                 for j in donors
             },
