@@ -42,6 +42,18 @@ def _unit(a: np.ndarray) -> np.ndarray:
     return a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-300)
 
 
+def _assert_votes(ids, shares, sims, labels, k: int) -> None:
+    """Each row's votes are those of its ``k`` most similar points of positive
+    similarity (``sims``), each voting for its ``labels`` with its similarity."""
+    for i in range(len(sims)):
+        near = np.argsort(-sims[i], kind="stable")[:k]
+        near = near[sims[i, near] > 0]
+        want = sims[i, near] @ labels[near] / sims[i, near].sum()
+        got = np.zeros(labels.shape[1])
+        got[ids[i][ids[i] >= 0]] = shares[i][ids[i] >= 0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
 def test_votes_are_the_k_nearest_rows_labels_weighed_by_cosine():
     rng = np.random.default_rng(0)
     X, Y = _random_csr(rng, 300, 40, 6), _random_csr(rng, 300, 25, 3, binary=True)
@@ -49,14 +61,8 @@ def test_votes_are_the_k_nearest_rows_labels_weighed_by_cosine():
     k, m = 7, 25
     ids, shares = NeighbourIndex.build(X, Y).votes(Q, k, m)
     sims = _unit(_dense(Q)) @ _unit(_dense(X)).T
-    labels = _dense(Y)
+    _assert_votes(ids, shares, sims, _dense(Y), k)
     for i in range(Q.n_rows):
-        near = np.argsort(-sims[i], kind="stable")[:k]
-        near = near[sims[i, near] > 0]
-        want = sims[i, near] @ labels[near] / sims[i, near].sum()
-        got = np.zeros(Y.n_cols)
-        got[ids[i][ids[i] >= 0]] = shares[i][ids[i] >= 0]
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
         assert np.all(np.diff(shares[i][ids[i] >= 0]) <= 1e-7)  # best first
     assert np.allclose(shares.sum(axis=1), 1.0, atol=1e-5) or (ids < 0).any()
 
@@ -70,14 +76,7 @@ def test_votes_in_the_hidden_space_are_those_of_the_nearest_hidden_vectors():
     index = NeighbourIndex.build(X, Y).with_embedding(hidden)
     ids, shares = index.embedding_votes(queries, k, m)
     sims = _unit(queries.astype(np.float64)) @ _unit(hidden.astype(np.float64)).T
-    labels = _dense(Y)
-    for i in range(len(queries)):
-        near = np.argsort(-sims[i], kind="stable")[:k]
-        near = near[sims[i, near] > 0]
-        want = sims[i, near] @ labels[near] / sims[i, near].sum()
-        got = np.zeros(Y.n_cols)
-        got[ids[i][ids[i] >= 0]] = shares[i][ids[i] >= 0]
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    _assert_votes(ids, shares, sims, _dense(Y), k)
 
 
 def test_fusion_of_three_lists_is_the_weighted_sum_over_their_union():
@@ -309,13 +308,6 @@ def test_served_votes_leave_out_the_features_most_points_hold():
     kept = held <= share * 300
     assert 0 < kept.sum() < 40
     sims = _unit(_dense(Q)) @ (_unit(_dense(X)) * kept).T
-    labels = _dense(Y)
-    for i in range(Q.n_rows):
-        near = np.argsort(-sims[i], kind="stable")[:k]
-        near = near[sims[i, near] > 0]
-        want = sims[i, near] @ labels[near] / sims[i, near].sum()
-        got = np.zeros(Y.n_cols)
-        got[ids[i][ids[i] >= 0]] = shares[i][ids[i] >= 0]
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    _assert_votes(ids, shares, sims, _dense(Y), k)
     assert served.state().keys() == index.state().keys()  # nothing more is stored
     np.testing.assert_array_equal(served.post_pts, index.post_pts)
