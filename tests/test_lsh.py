@@ -109,6 +109,8 @@ def active_for(strategy, threshold=1, min_active=0, max_active=50):
         max_active,
         0,
         scratch,
+        np.zeros(0, np.int32),  # no shared neurons
+        np.zeros((1, 0), np.uint8),
     )
     assert not scratch.any(), "scratch must be left zeroed"
     return list(active[0, : n_active[0]]), int(n_label[0])

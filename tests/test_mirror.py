@@ -36,12 +36,20 @@ def _by_neuron(shards: list[WideShard]) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize(
-    ("beta1", "dropout", "shuffled", "dim"), [(0.0, 0.0, False, 128), (0.9, 0.2, True, 37)]
+    ("beta1", "dropout", "shuffled", "dim", "negatives"),
+    [
+        (0.0, 0.0, False, 128, "example"),
+        (0.9, 0.2, True, 37, "example"),
+        (0.0, 0.2, True, 37, "shared"),
+    ],
 )
-def test_replicas_hold_the_old_rows_bit_for_bit_after_training_on(beta1, dropout, shuffled, dim):
-    """(Widths with and without a remainder after the kernel's vectorised loop.)"""
+def test_replicas_hold_the_old_rows_bit_for_bit_after_training_on(
+    beta1, dropout, shuffled, dim, negatives
+):
+    """(Widths with and without a remainder after the kernel's vectorised loop; random
+    negatives drawn per example and shared by the batch.)"""
     cfg = SlideConfig(
-        hidden=(dim,), K=2, L=4, beta1=beta1, dropout=dropout, min_active=64
+        hidden=(dim,), K=2, L=4, beta1=beta1, dropout=dropout, min_active=64, negatives=negatives
     ).for_data(N_LABELS, steps=100)
     old = ShardLayout.strided(N_LABELS, 2)
     shards = [WideShard(cfg, dim, old, s) for s in range(2)]
@@ -70,6 +78,8 @@ def test_replicas_hold_the_old_rows_bit_for_bit_after_training_on(beta1, dropout
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
     updated = [m for _, m in inbox if m.update is not None and len(m.update.rows)]
     assert updated, "no step's update was replayed: the test would not see a wrong replay"
+    if negatives == "shared":
+        assert any(len(m.update.shared_rows) for m in updated), "no shared rows replayed"
 
 
 def test_rows_sent_at_once_need_no_step():

@@ -119,7 +119,8 @@ def model_meta(
 
 def config_of(ckpt: Checkpoint) -> SlideConfig:
     try:
-        return SlideConfig.from_dict(ckpt.meta["config"])
+        # a model saved before negatives could be shared drew them for each example
+        return SlideConfig.from_dict({"negatives": "example", **ckpt.meta["config"]})
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{ckpt.url}: its config is not valid here: {err}") from None
 

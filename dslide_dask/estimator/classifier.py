@@ -111,7 +111,7 @@ class SlideClassifier(
 
     A network ``n_features -> hidden -> n_labels`` whose output layer computes, for each
     training example, only its labels, the neurons its hidden vector hashes to in ``L``
-    LSH tables and random negatives up to ``min_active``: the cost of a step follows the
+    LSH tables and ``min_active`` random negatives: the cost of a step follows the
     active neurons, not the number of labels. Beside the network, the training rows vote
     for their labels at prediction (``neighbours``). It is a scikit-learn estimator
     (``clone``, ``Pipeline``, ``GridSearchCV`` with :func:`p_at_k_scorer`, pickling of
@@ -230,14 +230,23 @@ class SlideClassifier(
         buckets; ``'threshold'``, the neurons found in at least ``threshold`` buckets.
     threshold : int, default=2
         Buckets a neuron must be found in with ``strategy='threshold'``, in [1, L].
-    min_active : int, default=2500
-        Neurons computed per training example, over the whole layer, in
-        [0, max_active]: its labels and the neurons the tables found, then random ones up
-        to this number (each shard pads its share). More negatives train a better
-        softmax, at a cost linear in it. Prediction computes no padding.
+    min_active : int or None, default=None
+        Random negatives per training example, over the whole layer, in
+        [0, max_active] (each shard draws its share). With ``negatives='shared'`` every
+        example scores that many beside its labels and the neurons its tables found;
+        with ``'example'``, its own random ones fill its active set up to this number.
+        More negatives train a better softmax. None: 4096 shared, 2500 for each
+        example. Prediction computes none.
     max_active : int, default=4096
         At most this many neurons per example, over the whole layer, in [1, 2**24]
         (never fewer than an example's labels).
+    negatives : {'auto', 'shared', 'example'}, default='auto'
+        Where the random negatives come from: ``'shared'`` by the batch (drawn once,
+        scored for every example as one matrix product, each row taking one Adam step a
+        batch: a step in about half the time), or drawn for each ``'example'`` (each
+        gathers its own rows, which reaches most rows of a wide layer every step: at
+        670K labels the network alone learned more so; with the neighbours, as much).
+        ``'auto'``: shared below 100,000 labels, for each example from there.
     pad_correction : bool, default=True
         Weigh the random padding in the softmax as the neurons it stands for (the
         sampled-softmax correction: ``log(neurons not found / neurons padded)`` added to
@@ -449,8 +458,9 @@ class SlideClassifier(
         bucket_policy: str = _D.bucket_policy,
         strategy: str = _D.strategy,
         threshold: int = _D.threshold,
-        min_active: int = _D.min_active,
+        min_active: int | None = _D.min_active,
         max_active: int = _D.max_active,
+        negatives: str = _D.negatives,
         pad_correction: bool = _D.pad_correction,
         rebuild_every: int = _D.rebuild_every,
         rebuild_growth: float = _D.rebuild_growth,
@@ -504,6 +514,7 @@ class SlideClassifier(
         self.threshold = threshold
         self.min_active = min_active
         self.max_active = max_active
+        self.negatives = negatives
         self.pad_correction = pad_correction
         self.rebuild_every = rebuild_every
         self.rebuild_growth = rebuild_growth

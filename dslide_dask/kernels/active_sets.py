@@ -3,6 +3,11 @@
 The true labels come first, then the neurons found in the example's L buckets, chosen by
 a sampling strategy, then random neurons up to a minimum. Examples are processed in
 parallel chunks, each with its own scratch counter array (no locks, no races).
+
+A batch may also share random neurons that every example scores (``shared_pos``): those
+are left out of the per-example sets, and ``shared_kind`` says, for each example and
+shared neuron, whether it is one of the example's labels, was retrieved by its tables,
+or is a plain random negative.
 """
 
 import numba
@@ -16,6 +21,10 @@ N_CHUNKS = 16
 UNION = 0  # every neuron met in any bucket (tables visited in a rotating order)
 TOPK = 1  # the neurons met in the most buckets
 THRESHOLD = 2  # the neurons met in at least `threshold` buckets
+
+SHARED_RANDOM = 0  # shared_kind: a random negative of the example
+SHARED_FOUND = 1  # retrieved from the example's buckets
+SHARED_LABEL = 2  # one of the example's labels
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -32,6 +41,8 @@ def active_sets(
     max_active: int,
     seed: int,
     scratch: np.ndarray,
+    shared_pos: np.ndarray,
+    shared_kind: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Active neuron ids ``[B, max_active]`` with per-example counts: active, labels, and
     labels plus table neurons (random padding fills ``n_found[b]:n_active[b]``).
@@ -40,6 +51,11 @@ def active_sets(
     label_ptr[b+1]]`` its labels (local ids, kept first and never dropped: the caller sizes
     ``max_active`` to hold them). ``scratch`` is ``[n_chunks, n_neurons]`` int32 zeros and
     is left zeroed.
+
+    ``shared_pos`` (empty, or ``[n_neurons]`` int32: a neuron's index among the batch's
+    shared neurons, -1 if not shared) and ``shared_kind`` (``[B, n_shared]`` uint8 zeros,
+    filled): shared neurons are not put in the rows but marked in ``shared_kind`` as
+    SHARED_LABEL or SHARED_FOUND (they then take no place in ``max_active``).
     """
     B, L = buckets.shape
     capacity = table_ids.shape[2]
@@ -48,6 +64,7 @@ def active_sets(
     n_active = np.zeros(B, np.int32)
     n_label = np.zeros(B, np.int32)
     n_found = np.zeros(B, np.int32)  # labels + neurons from the tables; padding after
+    shared = shared_pos.shape[0] > 0
     for c in numba.prange(n_chunks):
         seen = scratch[c]
         cand = np.empty(L * capacity, np.int32)
@@ -56,7 +73,9 @@ def active_sets(
             cnt = 0
             for p in range(label_ptr[b], label_ptr[b + 1]):
                 lab = label_ids[p]
-                if seen[lab] == 0:
+                if shared and shared_pos[lab] >= 0:
+                    shared_kind[b, shared_pos[lab]] = SHARED_LABEL
+                elif seen[lab] == 0:
                     seen[lab] = -1
                     active[b, cnt] = lab
                     cnt += 1
@@ -69,7 +88,10 @@ def active_sets(
                 size = min(table_counts[t, bucket], capacity)
                 for s in range(size):
                     n = table_ids[t, bucket, s]
-                    if seen[n] == 0:
+                    if shared and shared_pos[n] >= 0:
+                        if shared_kind[b, shared_pos[n]] == SHARED_RANDOM:
+                            shared_kind[b, shared_pos[n]] = SHARED_FOUND
+                    elif seen[n] == 0:
                         cand[nc] = n
                         nc += 1
                         seen[n] = 1
@@ -99,7 +121,7 @@ def active_sets(
             while cnt < target and draw < np.uint64(8 * target + 64):
                 n = np.int32(mix64(base + draw) % np.uint64(n_neurons))
                 draw += np.uint64(1)
-                if seen[n] == 0:
+                if seen[n] == 0 and not (shared and shared_pos[n] >= 0):
                     seen[n] = 1
                     active[b, cnt] = n
                     cnt += 1

@@ -172,27 +172,18 @@ def adam_grouped(
     ``todo``: row r's gradient is ``sum coefs[entry_pos[q]] * vectors[entry_vec[q]]``."""
     H = W.shape[1]
     B = vectors.shape[0]
-    has_bias = bias.shape[0] > 0
     backprop = grad_vectors.shape[0] > 0
     n_chunks = min(todo.shape[0], N_CHUNKS)
     if backprop:  # each chunk sums into its own [B, H] buffer: bound their total size
         n_chunks = min(n_chunks, max(MIN_CHUNKS, PARTIAL_FLOATS // max(1, B * H)))
     bounds = chunk_bounds(offsets, todo, max(1, n_chunks))
     partial = np.zeros((n_chunks if backprop else 0, B, H), np.float32)
-    b1 = np.float32(beta1)
-    b2 = np.float32(beta2)
-    momentum = beta1 != 0.0
-    one = np.float32(1.0)
     for c in numba.prange(n_chunks):
         grad = np.empty(H, np.float32)
-        m_bits = np.empty(H, np.uint32)  # a bfloat16 row widened (unused for float32)
-        v_bits = np.empty(H, np.uint32)
+        bits = np.empty((2, H), np.uint32)  # bfloat16 moments widened (unused for float32)
         for i in range(bounds[c], bounds[c + 1]):
             r = todo[i]
             w = W[r]
-            n = W_n[r] + 1
-            W_n[r] = n
-            lr_t = np.float32(lr * row_correction(beta1, beta2, n))
             grad[:] = 0
             gb = np.float32(0.0)
             for q in range(offsets[r], offsets[r + 1]):
@@ -207,31 +198,114 @@ def adam_grouped(
                 else:
                     for k in range(H):
                         grad[k] += coef * vec[k]
-            v = load_row(W_v, r, v_bits)
-            if momentum:
-                m = load_row(W_m, r, m_bits)
-                for k in range(H):
-                    m[k] = b1 * m[k] + (one - b1) * grad[k]
-                    v[k] = b2 * v[k] + (one - b2) * grad[k] * grad[k]
-                    w[k] -= lr_t * m[k] / (np.sqrt(v[k]) + eps)
-                store_row(W_m, r, m, salt + 1)
-            else:  # beta1 = 0: m would be the gradient itself; it is not kept
-                for k in range(H):
-                    v[k] = b2 * v[k] + (one - b2) * grad[k] * grad[k]
-                    w[k] -= lr_t * grad[k] / (np.sqrt(v[k]) + eps)
-            store_row(W_v, r, v, salt)
-            if has_bias:
-                gm = gb
-                if momentum:
-                    bias_m[r] = b1 * bias_m[r] + (one - b1) * gb
-                    gm = bias_m[r]
-                bias_v[r] = b2 * bias_v[r] + (one - b2) * gb * gb
-                bias[r] -= lr_t * gm / (np.sqrt(bias_v[r]) + eps)
+            step_row(
+                r,
+                grad,
+                gb,
+                W,
+                W_m,
+                W_v,
+                bias,
+                bias_m,
+                bias_v,
+                W_n,
+                lr,
+                beta1,
+                beta2,
+                eps,
+                salt,
+                bits,
+            )
     if backprop:
         for b in numba.prange(B):
             for c in range(n_chunks):
                 for k in range(H):
                     grad_vectors[b, k] += partial[c, b, k]
+
+
+@numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
+def adam_given_rows(
+    rows: np.ndarray,
+    grads: np.ndarray,
+    grad_bias: np.ndarray,
+    W: np.ndarray,
+    W_m: np.ndarray,
+    W_v: np.ndarray,
+    bias: np.ndarray,
+    bias_m: np.ndarray,
+    bias_v: np.ndarray,
+    W_n: np.ndarray,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    salt: int = 0,
+) -> None:
+    """One Adam step on the distinct ``rows``, row ``rows[i]``'s gradient being
+    ``grads[i]`` (and ``grad_bias[i]``): for gradients computed as a matrix product
+    (a batch's shared neurons), with the same per-row arithmetic as :func:`adam_grouped`."""
+    H = W.shape[1]
+    n = rows.shape[0]
+    n_chunks = min(n, N_CHUNKS)
+    for c in numba.prange(n_chunks):
+        bits = np.empty((2, H), np.uint32)
+        for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
+            step_row(
+                rows[i],
+                grads[i],
+                grad_bias[i],
+                W,
+                W_m,
+                W_v,
+                bias,
+                bias_m,
+                bias_v,
+                W_n,
+                lr,
+                beta1,
+                beta2,
+                eps,
+                salt,
+                bits,
+            )
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def step_row(
+    r, grad, gb, W, W_m, W_v, bias, bias_m, bias_v, W_n, lr, beta1, beta2, eps, salt, bits
+):
+    """Adam's step of row ``r`` (and its bias, if the layer has one) given its gradient;
+    ``bits`` is ``[2, H]`` uint32 scratch to widen bfloat16 moments in. (The arrays are
+    passed one by one: packed in a tuple, numba 0.68 dropped the write to ``bias``.)"""
+    m_bits, v_bits = bits[0], bits[1]
+    H = W.shape[1]
+    w = W[r]
+    n = W_n[r] + 1
+    W_n[r] = n
+    lr_t = np.float32(lr * row_correction(beta1, beta2, n))
+    b1 = np.float32(beta1)
+    b2 = np.float32(beta2)
+    one = np.float32(1.0)
+    v = load_row(W_v, r, v_bits)
+    if beta1 != 0.0:
+        m = load_row(W_m, r, m_bits)
+        for k in range(H):
+            m[k] = b1 * m[k] + (one - b1) * grad[k]
+            v[k] = b2 * v[k] + (one - b2) * grad[k] * grad[k]
+            w[k] -= lr_t * m[k] / (np.sqrt(v[k]) + eps)
+        store_row(W_m, r, m, salt + 1)
+    else:  # beta1 = 0: m would be the gradient itself; it is not kept
+        for k in range(H):
+            v[k] = b2 * v[k] + (one - b2) * grad[k] * grad[k]
+            w[k] -= lr_t * grad[k] / (np.sqrt(v[k]) + eps)
+    store_row(W_v, r, v, salt)
+    if bias.shape[0] > 0:
+        gm = gb
+        if beta1 != 0.0:
+            bias_m[r] = b1 * bias_m[r] + (one - b1) * gb
+            gm = bias_m[r]
+        bias_v[r] = b2 * bias_v[r] + (one - b2) * gb * gb
+        bias[r] -= lr_t * gm / (np.sqrt(bias_v[r]) + eps)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -9,6 +9,8 @@ back-propagates to the layer input as it reads each active row.
 import numba
 import numpy as np
 
+from dslide_dask.kernels.active_sets import SHARED_LABEL, SHARED_RANDOM
+
 # Dot products may be reassociated (vectorised); inf/nan semantics are kept.
 _FAST = {"reassoc", "contract"}
 
@@ -100,3 +102,55 @@ def logit_gradients(
             if j < n_label[b]:
                 g -= label_weight[b]
             logits[b, j] = g * scale
+
+
+@numba.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
+def shared_logits(
+    logits: np.ndarray,
+    bias: np.ndarray,
+    kind: np.ndarray,
+    shift: np.ndarray,
+    weight: np.ndarray,
+    row_max: np.ndarray,
+    label_part: np.ndarray,
+) -> None:
+    """A batch's shared neurons' logits, in place: ``logits`` ``[B, n]`` holds ``h @
+    W[shared].T`` and gains ``bias`` (the shared rows') and, where ``kind`` is
+    SHARED_RANDOM, ``shift[b]``; ``-inf`` for examples of weight 0. ``row_max`` and
+    ``label_part`` (:func:`forward_grouped`'s) take the shared neurons in; the sums of
+    exponentials are left to numpy, whose ``exp`` is vectorised."""
+    B, n = logits.shape
+    for b in numba.prange(B):
+        row = logits[b]
+        if weight[b] == 0:
+            row[:] = -np.inf
+            continue
+        mx = row_max[b]
+        lab = np.float32(0.0)
+        for j in range(n):
+            x = row[j] + bias[j]
+            if kind[b, j] == SHARED_RANDOM:
+                x += shift[b]
+            elif kind[b, j] == SHARED_LABEL:
+                lab += x
+            row[j] = x
+            mx = max(mx, x)
+        row_max[b] = mx
+        label_part[b] += lab * weight[b]
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def shared_gradients(probs: np.ndarray, kind: np.ndarray, weight: np.ndarray, scale: float) -> None:
+    """Turn the shared block's softmax ``probs`` (``exp(logit - lse)``) into logit
+    gradients in place: ``(probs - target) * scale``, the target putting ``weight[b]``
+    on the example's labels (``kind`` SHARED_LABEL), 0 for examples of weight 0."""
+    B, n = probs.shape
+    for b in numba.prange(B):
+        if weight[b] == 0:
+            probs[b, :] = 0
+            continue
+        for j in range(n):
+            g = probs[b, j]
+            if kind[b, j] == SHARED_LABEL:
+                g -= weight[b]
+            probs[b, j] = g * scale

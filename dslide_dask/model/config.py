@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, fields, replace
 HASH_FAMILIES = ("dwta", "simhash")
 BUCKET_POLICIES = ("fifo", "reservoir")
 STRATEGIES = ("union", "topk", "threshold")
+NEGATIVES = ("auto", "shared", "example")
 OPTIMIZERS = ("adam", "dense-adam")
 MOMENT_DTYPES = ("float32", "bfloat16")
 LR_SCHEDULES = ("cosine", "linear", "constant")
@@ -25,6 +26,9 @@ AUTO_NEURONS_PER_BUCKET = 2.5
 MANY_LABELS = 100_000
 #: The learning rate lr=None picks, below and from MANY_LABELS labels.
 AUTO_LR, AUTO_LR_MANY = 1e-2, 2e-2
+#: negatives="auto": shared by the batch below MANY_LABELS labels, drawn for each example
+#: from it; min_active=None: this many random negatives for each.
+MIN_ACTIVE_SHARED, MIN_ACTIVE_EXAMPLE = 4096, 2500
 #: input_lr=None and output_lr=None: these multiples of lr, below and from MANY_LABELS.
 INPUT_LR_SCALE, INPUT_LR_SCALE_MANY = 4.0, 8.0
 OUTPUT_LR_SCALE, OUTPUT_LR_SCALE_MANY = 1 / 8, 1 / 64
@@ -97,10 +101,17 @@ class SlideConfig:
     bucket_policy: str = "fifo"
     strategy: str = "union"
     threshold: int = 2
-    #: Neurons computed per example, over the whole layer (each shard pads its share with
-    #: random ones): more negatives, a better-trained softmax, at a cost linear in it.
-    min_active: int = 2500
+    #: Random negatives an example scores, over the whole layer (each shard draws its
+    #: share): more negatives, a better-trained softmax. None: 4,096 shared, 2,500 drawn
+    #: for each example (filling its active set up to that number).
+    min_active: int | None = None
     max_active: int = 4096  # per example, over the whole layer
+    #: Where the random negatives come from: "shared" by the whole batch (drawn once,
+    #: scored as one matrix product: :mod:`.shared_negatives`; a step in half the time),
+    #: or drawn for each "example" (which reaches most rows of a wide layer every step:
+    #: at 670K labels the network alone learned more so). "auto": shared below 100K
+    #: labels, for each example from there.
+    negatives: str = "auto"
     pad_correction: bool = True  # weigh random padding as the neurons it stands for
     rebuild_every: int = 50
     rebuild_growth: float = 0.0
@@ -138,6 +149,7 @@ class SlideConfig:
         _check_choice("hash_family", self.hash_family, HASH_FAMILIES)
         _check_choice("bucket_policy", self.bucket_policy, BUCKET_POLICIES)
         _check_choice("strategy", self.strategy, STRATEGIES)
+        _check_choice("negatives", self.negatives, NEGATIVES)
         check_int("L", self.L, 1, 1024)
         if self.range_pow is not None:
             check_int("range_pow", self.range_pow, 1, 30)
@@ -160,7 +172,8 @@ class SlideConfig:
             )
         check_int("threshold", self.threshold, 1, self.L)
         check_int("max_active", self.max_active, 1, 1 << 24)
-        check_int("min_active", self.min_active, 0, self.max_active)
+        if self.min_active is not None:
+            check_int("min_active", self.min_active, 0, self.max_active)
         check_int("rebuild_every", self.rebuild_every, 1, 1 << 40)
         check_float("rebuild_growth", self.rebuild_growth, 0.0, 1.0)
         check_int("redraw_every", self.redraw_every, 0, 1 << 40)
@@ -181,6 +194,11 @@ class SlideConfig:
         if cfg.output_lr is None:
             scale = OUTPUT_LR_SCALE_MANY if many else OUTPUT_LR_SCALE
             cfg = replace(cfg, output_lr=lr * scale)
+        if cfg.negatives == "auto":
+            cfg = replace(cfg, negatives="example" if many else "shared")
+        if cfg.min_active is None:
+            shared = cfg.negatives == "shared"
+            cfg = replace(cfg, min_active=MIN_ACTIVE_SHARED if shared else MIN_ACTIVE_EXAMPLE)
         if steps and cfg.lr_schedule != "constant":
             stable = epoch_steps if cfg.stable_steps is None else cfg.stable_steps
             cfg = replace(cfg, decay_steps=cfg.decay_steps or int(steps), stable_steps=stable)

@@ -22,6 +22,7 @@ import numpy as np
 
 from dslide_dask.kernels import adam
 from dslide_dask.kernels.mirror import entries_of
+from dslide_dask.model import shared_negatives
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.wide_shard import WideShard
@@ -49,6 +50,11 @@ class Update:
     coef: np.ndarray  #: logit gradient of each entry
     lr: float
     salt: int
+    #: the batch's shared negatives among the receiver's rows (its local ids, ascending),
+    #: with their row and bias gradients (:mod:`.shared_negatives`)
+    shared_rows: np.ndarray | None = None
+    shared_grads: np.ndarray | None = None
+    shared_bias: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -129,9 +135,14 @@ class RowMirror:
 
 
 def _update_of(last: tuple, to_new: np.ndarray) -> Update:
-    _, (offsets, entry_pos, entry_vec, touched), coefs, h, lr, salt = last
+    _, (offsets, entry_pos, entry_vec, touched), coefs, h, lr, salt, shared = last
     rows, counts, vec, coef = entries_of(offsets, entry_pos, entry_vec, touched, coefs, to_new)
-    return Update(h, rows, counts, vec, coef, lr, salt)
+    if shared is None:
+        return Update(h, rows, counts, vec, coef, lr, salt)
+    shared_rows, grads, bias = shared
+    there = to_new[shared_rows]
+    sent = there >= 0  # to_new increases with the row: the receiver's ids stay ascending
+    return Update(h, rows, counts, vec, coef, lr, salt, there[sent], grads[sent], bias[sent])
 
 
 class Replica:
@@ -206,3 +217,7 @@ def replay(shard: WideShard, u: Update) -> None:
         np.zeros((0, 0), np.float32),
         u.salt,
     )
+    if u.shared_rows is not None and u.shared_grads is not None and u.shared_bias is not None:
+        shared_negatives.adam_step(
+            shard, u.shared_rows.astype(np.int64), u.shared_grads, u.shared_bias, u.lr, u.salt
+        )

@@ -22,12 +22,14 @@ from dslide_dask.kernels import active_sets as active_kernels
 from dslide_dask.kernels import adam, topk, wide_layer
 from dslide_dask.kernels.bfloat16 import STORAGE
 from dslide_dask.kernels.tables import mix64
+from dslide_dask.model import shared_negatives
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.init import init_rows
 from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.lsh_index import LSHIndex, LSHQuery, MIPSIndex, RebuildSchedule
 from dslide_dask.model.optimizer import scheduled_lr
 from dslide_dask.model.shard_rows import ShardRows
+from dslide_dask.model.shared_negatives import SharedBlock
 
 _STRATEGY = {
     "union": active_kernels.UNION,
@@ -57,6 +59,7 @@ class ActiveSets:
     n_active: np.ndarray  # entries of each row in use
     n_label: np.ndarray  # of which labels
     n_found: np.ndarray  # of which labels or retrieved from the tables (the rest: padding)
+    shared: SharedBlock | None = None  # random neurons every example scores
 
 
 def combine_partials(parts: list[SoftmaxPartials]) -> tuple[np.ndarray, np.ndarray]:
@@ -93,7 +96,9 @@ class WideShard(ShardRows):
     ) -> None:
         if not 0 <= shard_index < layout.n_shards:
             raise ValueError(f"shard_index must be in [0, {layout.n_shards}), got {shard_index}")
-        self.cfg = cfg
+        self.cfg = cfg = cfg.for_data(layout.n_neurons)  # negatives and their count
+        assert cfg.min_active is not None  # for_data chose it
+        self.min_active: int = cfg.min_active
         self.dim_in = dim_in
         self.layout = layout
         self.n_neurons = layout.n_neurons
@@ -139,13 +144,25 @@ class WideShard(ShardRows):
         return ptr, self.layout.to_local(Y.indices[mine]).astype(np.int32)
 
     # -- active sets ----------------------------------------------------------------------
-    def _active(self, h: np.ndarray, label_ptr: np.ndarray, label_ids: np.ndarray, train: bool):
+    def _active(
+        self,
+        h: np.ndarray,
+        label_ptr: np.ndarray,
+        label_ids: np.ndarray,
+        train: bool,
+        shared: SharedBlock | None = None,
+    ):
         cfg = self.cfg
         n_chunks = max(1, min(len(h), active_kernels.N_CHUNKS))
         if self._scratch.shape[0] < n_chunks:
             self._scratch = np.zeros((n_chunks, self.n_local), np.int32)
         max_labels = int(np.diff(label_ptr).max(initial=0))
         salt = int(mix64(np.uint64(self.seed) + np.uint64(self.step)) >> 33)
+        if shared is None:
+            pos, kind = np.zeros(0, np.int32), np.zeros((len(h), 0), np.uint8)
+        else:
+            pos, kind = shared_negatives.positions(shared.rows, self.n_local), shared.kind
+        pad = self._share(self.min_active) if train and shared is None else 0
         return active_kernels.active_sets(
             self.index.buckets(h),
             self.index.ids,
@@ -155,10 +172,12 @@ class WideShard(ShardRows):
             self.n_local,
             _STRATEGY[cfg.strategy],
             cfg.threshold,
-            self._share(cfg.min_active) if train else 0,
+            pad,
             max(self._share(cfg.max_active), max_labels),
             salt,
             self._scratch[:n_chunks],
+            pos,
+            kind,
         )
 
     def _pad_shift(self, n_active: np.ndarray, n_found: np.ndarray) -> np.ndarray:
@@ -185,9 +204,15 @@ class WideShard(ShardRows):
         h = np.ascontiguousarray(h, np.float32)
         weight = label_weights(Y)
         label_ptr, label_ids = self.local_labels(Y)
-        active, n_active, n_label, n_found = self._active(h, label_ptr, label_ids, train=True)
+        shared = None
+        if self.cfg.negatives == "shared":
+            seed = (self.cfg.seed, 0x5A, self.shard_index, self.step + 1)
+            rows = shared_negatives.draw_rows(self.n_local, self._share(self.min_active), seed)
+            shared = SharedBlock(rows, np.zeros((len(h), len(rows)), np.uint8))
+        sets = self._active(h, label_ptr, label_ids, train=True, shared=shared)
+        active, n_active, n_label, n_found = sets
         n_active[weight == 0] = 0  # an example with no label trains nothing
-        return ActiveSets(h, weight, active, n_active, n_label, n_found)
+        return ActiveSets(h, weight, active, n_active, n_label, n_found, shared)
 
     def gather(self, sets: ActiveSets) -> SoftmaxPartials:
         """The second half of :meth:`forward`: the logits of the active neurons' rows,
@@ -206,7 +231,15 @@ class WideShard(ShardRows):
         groups, (logits, row_max, row_sumexp, label_part) = self._logits(
             h, active, n_active, n_label, weight, n_found, self._pad_shift(n_active, n_found)
         )
-        self._pending = (h, keep, n_label, n_active, weight, logits, groups)
+        block = sets.shared
+        if block is not None:
+            on = self.cfg.pad_correction
+            shift = shared_negatives.pad_shift(block, self.n_local, n_found, on)
+            shared_negatives.forward(
+                block, h, self.W, self.bias, shift, weight, row_max, row_sumexp, label_part
+            )
+            n_active = n_active + np.where(weight > 0, len(block.rows), 0).astype(np.int32)
+        self._pending = (h, keep, n_label, sets.n_active, weight, logits, groups, block)
         return SoftmaxPartials(row_max, row_sumexp, label_part, n_active)
 
     def _dropout(self, shape: tuple[int, int]) -> np.ndarray | None:
@@ -254,14 +287,20 @@ class WideShard(ShardRows):
         """Update this shard's neurons and return its share of ``d loss / d h``."""
         if self._pending is None:
             raise RuntimeError("backward() called without a preceding forward()")
-        h, keep, n_label, n_active, weight, logits, groups = self._pending
+        h, keep, n_label, n_active, weight, logits, groups, block = self._pending
         self._pending = None
         n_examples = max(1, int((weight > 0).sum()))
         wide_layer.logit_gradients(n_active, n_label, weight, logits, lse, 1.0 / n_examples)
+        if block is not None:
+            shared_grads = shared_negatives.backward(block, h, lse, weight, 1.0 / n_examples)
         self.step += 1
         cfg = self.cfg
         offsets, entry_pos, entry_vec, touched = groups
-        todo = np.arange(self.n_local) if cfg.optimizer == "dense-adam" else touched
+        todo = touched
+        if cfg.optimizer == "dense-adam":  # every row, the shared ones by their own step
+            todo = np.arange(self.n_local)
+            if block is not None:
+                todo = np.setdiff1d(todo, block.rows)
         grad_h, coefs = np.zeros_like(h), logits.ravel()
         lr, salt = scheduled_lr(cfg, self.step, cfg.output_lr), self.seed + self.step
         adam.adam_grouped(
@@ -285,7 +324,16 @@ class WideShard(ShardRows):
             grad_h,
             salt,
         )
-        self.last_update = (self.step, groups, coefs, h, lr, salt) if self.keep_updates else None
+        if block is not None:
+            grad_rows, grad_bias, grad_shared_h = shared_grads
+            shared_negatives.adam_step(self, block.rows, grad_rows, grad_bias, lr, salt)
+            grad_h += grad_shared_h
+            shared = (block.rows, grad_rows, grad_bias)
+        else:
+            shared = None
+        self.last_update = (
+            (self.step, groups, coefs, h, lr, salt, shared) if self.keep_updates else None
+        )
         if keep is not None:
             grad_h *= keep
         rebuild, redraw = self.schedule.due(self.step)

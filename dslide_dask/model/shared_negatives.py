@@ -1,0 +1,129 @@
+"""Random negatives a whole batch shares, scored as one dense matrix product.
+
+Most of what an example computes is random negatives (drawn for each example, 2,400 of
+Debian-26K's 2,500 active neurons an example, 1,270 of 1,500 on amazon-670k): gathered
+one example at a time, each row costs hundreds of bytes of weights and Adam state for a
+few floating-point operations each. Drawn once for the batch, the same rows serve every
+example: gathered once, scored with BLAS (``h @ W[S].T``), their gradients summed by
+another product, and each row takes one Adam step a batch. Each example's own labels
+and retrieved neurons stay per example (:mod:`..kernels.active_sets` leaves the shared
+ones out and says which of them each example has as a label or a retrieval).
+
+The normaliser stays unbiased as with per-example negatives: a shared neuron that is
+neither a label nor retrieved stands for ``rest / n_random`` neurons of its example,
+where ``rest`` is what that example did not find; its logit carries ``log`` of that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dslide_dask.kernels import adam, wide_layer
+from dslide_dask.kernels.active_sets import SHARED_RANDOM
+
+if TYPE_CHECKING:
+    from dslide_dask.model.wide_shard import WideShard
+
+
+@dataclass
+class SharedBlock:
+    """A batch's shared neurons and what a step keeps of them between its halves."""
+
+    rows: np.ndarray  #: local ids, ascending
+    kind: np.ndarray  #: ``[B, n]`` uint8, SHARED_RANDOM / SHARED_FOUND / SHARED_LABEL
+    W: np.ndarray | None = None  #: their weight rows as the forward read them
+    logits: np.ndarray | None = None  #: ``[B, n]``, then the logit gradients
+
+
+def draw_rows(n_local: int, count: int, seed: tuple[int, ...]) -> np.ndarray:
+    """``count`` distinct local ids (all if fewer), ascending, from ``seed``."""
+    rng = np.random.default_rng(seed)
+    count = min(count, n_local)
+    return np.sort(rng.choice(n_local, size=count, replace=False)).astype(np.int64)
+
+
+def positions(rows: np.ndarray, n_local: int) -> np.ndarray:
+    """``[n_local]`` int32: each row's index in ``rows``, -1 for the others."""
+    pos = np.full(n_local, -1, np.int32)
+    pos[rows] = np.arange(len(rows), dtype=np.int32)
+    return pos
+
+
+def pad_shift(block: SharedBlock, n_local: int, n_found: np.ndarray, on: bool) -> np.ndarray:
+    """Per example, the log-weight of its random shared neurons (0 if ``on`` is False)."""
+    n_random = (block.kind == SHARED_RANDOM).sum(axis=1)
+    if not on:
+        return np.zeros(len(n_found), np.float32)
+    rest = np.maximum(n_local - n_found - (block.kind.shape[1] - n_random), 1)
+    return np.where(n_random > 0, np.log(rest / np.maximum(n_random, 1)), 0).astype(np.float32)
+
+
+def forward(
+    block: SharedBlock,
+    h: np.ndarray,
+    W: np.ndarray,
+    bias: np.ndarray,
+    shift: np.ndarray,
+    weight: np.ndarray,
+    row_max: np.ndarray,
+    row_sumexp: np.ndarray,
+    label_part: np.ndarray,
+) -> None:
+    """Score the shared neurons for every labelled example and fold them into its softmax
+    partials (updated in place); the logits are kept on ``block`` for :func:`backward`."""
+    block.W = W[block.rows]
+    logits = block.logits = h @ block.W.T
+    old_max = row_max.copy()
+    wide_layer.shared_logits(
+        logits, bias[block.rows], block.kind, shift, weight, row_max, label_part
+    )
+    safe = np.where(np.isfinite(row_max), row_max, 0).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        rescaled = np.where(row_sumexp > 0, row_sumexp * np.exp(old_max - safe), 0)
+    row_sumexp[:] = rescaled + np.exp(logits - safe[:, None]).sum(axis=1)
+
+
+def backward(
+    block: SharedBlock, h: np.ndarray, lse: np.ndarray, weight: np.ndarray, scale: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(row gradients [n, H], bias gradients [n], d loss / d h [B, H])`` of the shared
+    neurons: ``(softmax - target) * scale`` per entry, then two matrix products."""
+    assert block.logits is not None and block.W is not None
+    g = block.logits
+    g -= lse[:, None]
+    np.exp(g, out=g)
+    wide_layer.shared_gradients(g, block.kind, weight, scale)
+    return g.T @ h, g.sum(axis=0), g @ block.W
+
+
+def adam_step(
+    shard: WideShard,
+    rows: np.ndarray,
+    grads: np.ndarray,
+    grad_bias: np.ndarray,
+    lr: float,
+    salt: int,
+) -> None:
+    """One Adam step of a shard's (a :class:`~.wide_shard.WideShard`'s) shared rows,
+    given their gradients: the step's own, or one replayed by a live move's receiver."""
+    cfg = shard.cfg
+    adam.adam_given_rows(
+        rows,
+        grads,
+        grad_bias,
+        shard.W,
+        shard.W_m,
+        shard.W_v,
+        shard.bias,
+        shard.bias_m,
+        shard.bias_v,
+        shard.W_n,
+        lr,
+        cfg.beta1,
+        cfg.beta2,
+        cfg.eps,
+        salt,
+    )
