@@ -110,6 +110,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         distributed,
         elastic,
         engine,
+        profile,
         storage,
         topk,
     )
@@ -125,6 +126,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         ("topk", topk),
         ("elastic", elastic),
         ("checkpoint", checkpoint),
+        ("profile", profile),
     ):
         q = bench.add_parser(
             name,
