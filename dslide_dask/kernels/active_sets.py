@@ -121,7 +121,7 @@ def active_sets(
             while cnt < target and draw < np.uint64(8 * target + 64):
                 n = np.int32(mix64(base + draw) % np.uint64(n_neurons))
                 draw += np.uint64(1)
-                if seen[n] == 0 and not (shared and shared_pos[n] >= 0):
+                if seen[n] == 0:
                     seen[n] = 1
                     active[b, cnt] = n
                     cnt += 1

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dslide_dask.kernels import adam, wide_layer
-from dslide_dask.kernels.active_sets import SHARED_RANDOM
 
 if TYPE_CHECKING:
     from dslide_dask.model.wide_shard import WideShard
@@ -43,22 +42,6 @@ def draw_rows(n_local: int, count: int, seed: tuple[int, ...]) -> np.ndarray:
     rng = np.random.default_rng(seed)
     count = min(count, n_local)
     return np.sort(rng.choice(n_local, size=count, replace=False)).astype(np.int64)
-
-
-def positions(rows: np.ndarray, n_local: int) -> np.ndarray:
-    """``[n_local]`` int32: each row's index in ``rows``, -1 for the others."""
-    pos = np.full(n_local, -1, np.int32)
-    pos[rows] = np.arange(len(rows), dtype=np.int32)
-    return pos
-
-
-def pad_shift(block: SharedBlock, n_local: int, n_found: np.ndarray, on: bool) -> np.ndarray:
-    """Per example, the log-weight of its random shared neurons (0 if ``on`` is False)."""
-    n_random = (block.kind == SHARED_RANDOM).sum(axis=1)
-    if not on:
-        return np.zeros(len(n_found), np.float32)
-    rest = np.maximum(n_local - n_found - (block.kind.shape[1] - n_random), 1)
-    return np.where(n_random > 0, np.log(rest / np.maximum(n_random, 1)), 0).astype(np.float32)
 
 
 def forward(
@@ -114,13 +97,7 @@ def adam_step(
         rows,
         grads,
         grad_bias,
-        shard.W,
-        shard.W_m,
-        shard.W_v,
-        shard.bias,
-        shard.bias_m,
-        shard.bias_v,
-        shard.W_n,
+        *shard.adam_arrays(),
         lr,
         cfg.beta1,
         cfg.beta2,

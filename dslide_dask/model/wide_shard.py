@@ -125,6 +125,7 @@ class WideShard(ShardRows):
             self.index.rebuild(self.W)
         self.schedule = RebuildSchedule(cfg.rebuild_every, cfg.rebuild_growth, cfg.redraw_every)
         self._scratch = np.zeros((0, self.n_local), np.int32)
+        self._shared_pos = np.zeros(0, np.int32)  # each row's index among the shared, or -1
         self._pending: tuple | None = None
         self.keep_updates = False  #: backward keeps what its update read (:mod:`.mirror`)
         self.last_update: tuple | None = None
@@ -158,27 +159,33 @@ class WideShard(ShardRows):
             self._scratch = np.zeros((n_chunks, self.n_local), np.int32)
         max_labels = int(np.diff(label_ptr).max(initial=0))
         salt = int(mix64(np.uint64(self.seed) + np.uint64(self.step)) >> 33)
-        if shared is None:
-            pos, kind = np.zeros(0, np.int32), np.zeros((len(h), 0), np.uint8)
-        else:
-            pos, kind = shared_negatives.positions(shared.rows, self.n_local), shared.kind
+        pos, kind = np.zeros(0, np.int32), np.zeros((len(h), 0), np.uint8)
+        if shared is not None:
+            if len(self._shared_pos) != self.n_local:
+                self._shared_pos = np.full(self.n_local, -1, np.int32)
+            pos, kind = self._shared_pos, shared.kind
+            pos[shared.rows] = np.arange(len(shared.rows), dtype=np.int32)
         pad = self._share(self.min_active) if train and shared is None else 0
-        return active_kernels.active_sets(
-            self.index.buckets(h),
-            self.index.ids,
-            self.index.counts,
-            label_ptr,
-            label_ids,
-            self.n_local,
-            _STRATEGY[cfg.strategy],
-            cfg.threshold,
-            pad,
-            max(self._share(cfg.max_active), max_labels),
-            salt,
-            self._scratch[:n_chunks],
-            pos,
-            kind,
-        )
+        try:
+            return active_kernels.active_sets(
+                self.index.buckets(h),
+                self.index.ids,
+                self.index.counts,
+                label_ptr,
+                label_ids,
+                self.n_local,
+                _STRATEGY[cfg.strategy],
+                cfg.threshold,
+                pad,
+                max(self._share(cfg.max_active), max_labels),
+                salt,
+                self._scratch[:n_chunks],
+                pos,
+                kind,
+            )
+        finally:
+            if shared is not None:
+                pos[shared.rows] = -1  # left all -1, as the scratch is left zeroed
 
     def _pad_shift(self, n_active: np.ndarray, n_found: np.ndarray) -> np.ndarray:
         """log(neurons not found / neurons padded): the weight of a random padding
@@ -188,6 +195,13 @@ class WideShard(ShardRows):
             return np.zeros(len(n_active), np.float32)
         rest = np.maximum(self.n_local - n_found, 1)
         return np.where(n_pad > 0, np.log(rest / np.maximum(n_pad, 1)), 0).astype(np.float32)
+
+    def adam_arrays(
+        self,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """What an Adam step of the rows reads and writes, in the kernels' order: weights,
+        moments, biases, their moments and the rows' update counts."""
+        return (self.W, self.W_m, self.W_v, self.bias, self.bias_m, self.bias_v, self.W_n)
 
     def _share(self, count: int) -> int:
         """This shard's part of a per-example neuron count of the whole layer."""
@@ -209,8 +223,7 @@ class WideShard(ShardRows):
             seed = (self.cfg.seed, 0x5A, self.shard_index, self.step + 1)
             rows = shared_negatives.draw_rows(self.n_local, self._share(self.min_active), seed)
             shared = SharedBlock(rows, np.zeros((len(h), len(rows)), np.uint8))
-        sets = self._active(h, label_ptr, label_ids, train=True, shared=shared)
-        active, n_active, n_label, n_found = sets
+        active, n_active, n_label, n_found = self._active(h, label_ptr, label_ids, True, shared)
         n_active[weight == 0] = 0  # an example with no label trains nothing
         return ActiveSets(h, weight, active, n_active, n_label, n_found, shared)
 
@@ -233,8 +246,10 @@ class WideShard(ShardRows):
         )
         block = sets.shared
         if block is not None:
-            on = self.cfg.pad_correction
-            shift = shared_negatives.pad_shift(block, self.n_local, n_found, on)
+            # the shared labels and retrievals count as found, the shared random ones as padding
+            n_random = (block.kind == active_kernels.SHARED_RANDOM).sum(axis=1)
+            seen = n_found + (len(block.rows) - n_random)
+            shift = self._pad_shift(seen + n_random, seen)
             shared_negatives.forward(
                 block, h, self.W, self.bias, shift, weight, row_max, row_sumexp, label_part
             )
@@ -310,13 +325,7 @@ class WideShard(ShardRows):
             todo,
             coefs,
             h,
-            self.W,
-            self.W_m,
-            self.W_v,
-            self.bias,
-            self.bias_m,
-            self.bias_v,
-            self.W_n,
+            *self.adam_arrays(),
             lr,
             cfg.beta1,
             cfg.beta2,
