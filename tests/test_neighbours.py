@@ -11,12 +11,8 @@ from dslide_dask.checkpoint.arrays import CheckpointError
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.kernels import neighbours as kernels
-from dslide_dask.model.neighbours import (
-    NeighbourIndex,
-    choose_weights,
-    fused_topk,
-    softmax_of_top,
-)
+from dslide_dask.model.fusion import choose_weights, fused_topk, softmax_of_top
+from dslide_dask.model.neighbours import NeighbourIndex
 
 PARAMS = dict(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2, batch_size=128, seed=0)
 
@@ -77,6 +73,23 @@ def test_votes_in_the_hidden_space_are_those_of_the_nearest_hidden_vectors():
     ids, shares = index.embedding_votes(queries, k, m)
     sims = _unit(queries.astype(np.float64)) @ _unit(hidden.astype(np.float64)).T
     _assert_votes(ids, shares, sims, _dense(Y), k)
+
+
+@pytest.mark.parametrize("mix", [0.35, 1.0])
+def test_hidden_votes_mixed_with_the_input_cosine_are_those_of_the_mixed_similarity(mix):
+    rng = np.random.default_rng(3)
+    X, Y = _random_csr(rng, 300, 40, 6), _random_csr(rng, 300, 25, 3, binary=True)
+    Q = _random_csr(rng, 20, 40, 6)
+    hidden = np.maximum(rng.normal(size=(300, 16)), 0).astype(np.float32)
+    queries = np.maximum(rng.normal(size=(20, 16)), 0).astype(np.float32)
+    k, m = 7, 25
+    index = NeighbourIndex.build(X, Y).with_embedding(hidden)
+    ids, shares = index.embedding_votes(queries, k, m, Q, mix)
+    cos_hidden = _unit(queries.astype(np.float64)) @ _unit(hidden.astype(np.float64)).T
+    cos_input = _unit(_dense(Q)) @ _unit(_dense(X)).T
+    _assert_votes(ids, shares, (1 - mix) * cos_hidden + mix * cos_input, _dense(Y), k)
+    with pytest.raises(ValueError, match="needs the input rows"):
+        index.embedding_votes(queries, k, m, None, mix)
 
 
 def test_fusion_of_three_lists_is_the_weighted_sum_over_their_union():
@@ -268,7 +281,7 @@ def test_the_weights_are_scored_as_the_fused_top_5_scores():
     """choose_weights scores every setting on one union of the candidates: the same
     P@k as fusing each setting from the lists."""
     from dslide_dask.metrics import precision_at_k
-    from dslide_dask.model import neighbours as fusion
+    from dslide_dask.model import fusion
 
     rng = np.random.default_rng(5)
     n, labels = 300, 60
@@ -311,3 +324,20 @@ def test_served_votes_leave_out_the_features_most_points_hold():
     _assert_votes(ids, shares, sims, _dense(Y), k)
     assert served.state().keys() == index.state().keys()  # nothing more is stored
     np.testing.assert_array_equal(served.post_pts, index.post_pts)
+
+
+def test_a_model_saved_before_the_mix_loads_with_the_hidden_space_alone(small, tmp_path):
+    train, test = small
+    model = SlideClassifier(epochs=1, client=False, **PARAMS).fit(train.X, train.Y)
+    assert model.neighbour_mix == 0.35
+    url = model.save(str(tmp_path / "model"))
+    meta = next((tmp_path / "model").rglob("meta.json"))
+    saved = json.loads(meta.read_text())
+    assert saved["estimator"].pop("neighbour_mix") == 0.35
+    meta.write_text(json.dumps(saved))
+    loaded = SlideClassifier.load(url)
+    assert loaded.neighbour_mix == 0.0
+    model.neighbour_mix = 0.0
+    np.testing.assert_array_equal(loaded.predict_topk(test.X, 5), model.predict_topk(test.X, 5))
+    with pytest.raises(ValueError, match="neighbour_mix"):
+        SlideClassifier(epochs=1, client=False, neighbour_mix=1.5, **PARAMS).fit(train.X, train.Y)

@@ -58,7 +58,7 @@ def test_candidate_votes_are_the_nearest_candidates_labels_weighed_by_cosine():
     cand = np.stack([rng.permutation(200)[:40] for _ in range(15)])
     cand[:, -5:] = -1  # fewer than asked
     ids, shares = kernels.candidate_neighbour_votes(
-        query, points, cand, Y.indptr, Y.indices, 30, 6, 20
+        query, points, cand, Y.indptr, Y.indices, 30, 6, 20, np.zeros(cand.shape, np.float32), 0.0
     )
     allowed = np.zeros((15, 200), bool)
     for i in range(15):
@@ -82,6 +82,11 @@ def test_a_search_proposing_every_point_votes_as_scoring_every_point():
     )
     allowed = np.ones((25, 300), bool)
     np.testing.assert_allclose(want, _reference(queries, hidden, allowed, Y, 7), atol=1e-5)
+    rows = CSR(np.arange(26), rng.integers(0, 1, 25), None, 1)  # one feature: cosine 1
+    mixed = _as_dense(*index.embedding_votes(queries, 7, 30, rows, 0.5), 40)
+    np.testing.assert_allclose(
+        _as_dense(*every.embedding_votes(queries, 7, 30, rows, 0.5), 40), mixed, atol=1e-5
+    )
     assert every.with_embedding(hidden).search is None  # new vectors: the search is stale
 
 

@@ -18,7 +18,7 @@ from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.metrics import topk_indicator
 from dslide_dask.model.config import check_int
-from dslide_dask.model.neighbours import TAILS
+from dslide_dask.model.fusion import TAILS
 
 if TYPE_CHECKING:
     from dslide_dask.distributed import DistributedTrainer
@@ -112,6 +112,7 @@ class FittedMixin(EstimatorState):
         weight = saved.pop("neighbour_weight_", None)
         tail = saved.pop("tail_exponent_", 0.0)  # 0: saved before the tail boost
         classes = saved.pop("classes", None)
+        saved.setdefault("neighbour_mix", 0.0)  # saved before it: the hidden space alone
         if "seed" in saved:  # saved before the parameter was random_state
             saved["random_state"] = saved.pop("seed")
         names = cls._get_param_names()

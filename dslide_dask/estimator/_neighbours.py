@@ -21,13 +21,8 @@ from dslide_dask.estimator._inputs import _plain
 from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.metrics import xc_metrics
 from dslide_dask.model.config import check_float, check_int
-from dslide_dask.model.neighbours import (
-    CANDIDATES,
-    TAILS,
-    NeighbourIndex,
-    choose_weights,
-    fused_topk,
-)
+from dslide_dask.model.fusion import TAILS, choose_weights, fused_topk
+from dslide_dask.model.neighbours import CANDIDATES, NeighbourIndex
 
 #: Rows held out of the network's training to choose the weight on: 5% of the rows, at
 #: most this many (enough to tell weights 0.1 apart); none below HELD_MIN_POINTS rows (under
@@ -51,6 +46,11 @@ class NeighboursMixin(EstimatorState):
         k = _plain(self.neighbours)
         check_int("neighbours", k, 0, 1 << 16)
         return k
+
+    def _neighbour_mix(self) -> float:
+        mix = _plain(self.neighbour_mix)
+        check_float("neighbour_mix", mix, 0.0, 1.0)
+        return float(mix)
 
     def _given_weight(self) -> tuple[float, float] | None:
         """``neighbour_weight`` as (input, hidden) weights: a number is the input's."""
@@ -82,6 +82,7 @@ class NeighboursMixin(EstimatorState):
         rows are held when the weight is given, the index is off or the rows are few."""
         self.neighbours_, self.neighbour_weight_ = None, self._given_weight()
         self.tail_exponent_ = self._given_tail()
+        self._neighbour_mix()
         if self._neighbour_k() == 0 or not isinstance(data, XCDataset):
             return data, None
         n_held = data.n_points - self.n_network_rows(data.n_points)
@@ -176,7 +177,8 @@ class NeighboursMixin(EstimatorState):
         k, m = self._neighbour_k(), self._candidates()
         votes = [index.votes(X, k, m)]
         if index.embedding is not None:
-            votes.append(index.embedding_votes(self.trainer_.embed(X), k, m))
+            embedded = self.trainer_.embed(X)
+            votes.append(index.embedding_votes(embedded, k, m, X, self._neighbour_mix()))
         return votes
 
     def _candidates(self) -> int:

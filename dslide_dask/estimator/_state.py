@@ -51,6 +51,7 @@ class EstimatorState:
     run_name: str | None
     neighbours: int
     neighbour_weight: float | tuple[float, float] | None
+    neighbour_mix: float
     tail_exponent: float | None
     _client: Any
 

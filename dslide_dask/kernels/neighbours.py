@@ -183,11 +183,14 @@ def candidate_neighbour_votes(
     n_labels: int,
     k: int,
     m: int,
+    other: np.ndarray,
+    mix: float,
     n_chunks: int = 64,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`dense_neighbour_votes` over each query's ``candidates[i]`` only (point ids,
-    -1: none, a point at most once), their similarities ``query[i] @ points[p]`` computed
-    here: what an approximate search proposes, scored exactly."""
+    -1: none, a point at most once), their similarities ``(1 - mix) * query[i] @
+    points[p] + mix * other[i, j]`` computed here: what an approximate search proposes,
+    scored exactly (``other``: another similarity of the candidates, the input's)."""
     n, n_cand = candidates.shape
     ids = np.full((n, m), -1, np.int64)
     shares = np.zeros((n, m), np.float32)
@@ -204,10 +207,70 @@ def candidate_neighbour_votes(
                 s = 0.0
                 for d in range(query.shape[1]):
                     s += query[i, d] * points[pt, d]
+                s = (1.0 - mix) * s + mix * other[i, j]
                 if s > 0.0 and s > nb_sims[k - 1]:
                     _push(nb_ids, nb_sims, pt, s)
             _vote(nb_ids, nb_sims, 1.0, y_ptr, y_idx, scratch, ids[i], shares[i])
     return ids, shares
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def add_cosines(
+    q_ptr: np.ndarray,
+    q_idx: np.ndarray,
+    q_val: np.ndarray,
+    post_ptr: np.ndarray,
+    post_pts: np.ndarray,
+    post_val: np.ndarray,
+    out: np.ndarray,
+    scale: float,
+) -> None:
+    """``out[i, p] += scale * cosine(query i, point p)`` for every point sharing a
+    feature with the query (queries in CSR with normalised values, points as postings)."""
+    for i in numba.prange(q_ptr.shape[0] - 1):
+        for j in range(q_ptr[i], q_ptr[i + 1]):
+            f = q_idx[j]
+            v = scale * q_val[j]
+            for p in range(post_ptr[f], post_ptr[f + 1]):
+                out[i, post_pts[p]] += v * post_val[p]
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def candidate_cosines(
+    q_ptr: np.ndarray,
+    q_idx: np.ndarray,
+    q_val: np.ndarray,
+    post_ptr: np.ndarray,
+    post_pts: np.ndarray,
+    post_val: np.ndarray,
+    n_points: int,
+    candidates: np.ndarray,
+    n_chunks: int = 64,
+) -> np.ndarray:
+    """The cosine of query ``i`` and each point ``candidates[i, j]`` (-1: 0)."""
+    n, n_cand = candidates.shape
+    out = np.zeros((n, n_cand), np.float32)
+    n_chunks = max(1, min(n, n_chunks))
+    for c in numba.prange(n_chunks):
+        acc = np.zeros(n_points, np.float32)
+        for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
+            lo, hi = q_ptr[i], q_ptr[i + 1]
+            _accumulate(q_idx[lo:hi], q_val[lo:hi], post_ptr, post_pts, post_val, acc, 1.0)
+            for j in range(n_cand):
+                if candidates[i, j] >= 0:
+                    out[i, j] = acc[candidates[i, j]]
+            _accumulate(q_idx[lo:hi], q_val[lo:hi], post_ptr, post_pts, post_val, acc, 0.0)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _accumulate(q_idx, q_val, post_ptr, post_pts, post_val, acc, keep: float) -> None:
+    """``acc[p] = keep * acc[p] + keep * (query . point p)`` over the points sharing a
+    feature with one query: 1 accumulates its cosines, 0 clears what it touched."""
+    for j in range(q_idx.shape[0]):
+        f = q_idx[j]
+        for p in range(post_ptr[f], post_ptr[f + 1]):
+            acc[post_pts[p]] = keep * (acc[post_pts[p]] + q_val[j] * post_val[p])
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)

@@ -1,0 +1,161 @@
+"""How the network's scores and the neighbours' votes make one ranking.
+
+:func:`fused_topk` mixes the network's softmax over its top candidates with both votes,
+``(1 - a - b) * p + a * share_input + b * share_hidden``, and :func:`choose_weights`
+picks ``(a, b)`` on rows the network did not train on: where the network generalises it
+keeps a share, where labels are too rare for it the neighbours take over.
+
+Both sources still favour frequent labels (the softmax learned their priors, and a
+frequent label sits among more neighbours), so a label's fused score is multiplied by its
+inverse propensity to a power ``tail`` (``p_l ** -tail``, Jain et al.'s propensity from
+the training counts, the one PSP@k weighs by): a logit adjustment that lifts rare labels.
+Chosen with the weights; on all three sets measured it raised P@1 as well as PSP@k
+(docs/accuracy.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dslide_dask.data.csr import CSR
+from dslide_dask.kernels import neighbours as kernels
+
+#: Weights (input neighbours, hidden neighbours) :func:`choose_weights` tries: a 0.1 grid
+#: over the triangle a + b <= 1 (the network gets the rest).
+WEIGHTS = tuple((round(0.1 * a, 1), round(0.1 * b, 1)) for a in range(11) for b in range(11 - a))
+#: Exponents of the inverse propensity :func:`choose_weights` tries (0: no tail boost).
+TAILS = (0.0, 0.1, 0.2, 0.3, 0.4)
+
+
+def softmax_of_top(logits: np.ndarray) -> np.ndarray:
+    """The network's probabilities, the softmax over each row's top logits (-inf: none)."""
+    top = np.where(np.isfinite(logits), logits, -np.inf).astype(np.float64)
+    top -= np.max(np.where(np.isfinite(top), top, -1e300), axis=1, keepdims=True)
+    p = np.exp(top)
+    return (p / np.maximum(p.sum(axis=1, keepdims=True), 1e-300)).astype(np.float32)
+
+
+def fused_topk(
+    net_ids: np.ndarray,
+    net_logits: np.ndarray,
+    votes: list[tuple[np.ndarray, np.ndarray]],
+    weights: tuple[float, ...],
+    k: int,
+    tail: float = 0.0,
+    inverse_propensity: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best labels of each row by ``((1 - sum(weights)) * p_network + sum of
+    weights[i] * share_i) * inverse_propensity ** tail`` over the votes given (weights
+    past them ignored), and those scores (-inf where fewer than ``k`` labels were found)."""
+    ids, scores = _stacked(net_ids, net_logits, votes)
+    if tail:
+        if inverse_propensity is None:
+            raise ValueError("a tail boost needs the labels' inverse propensities")
+        _boost(ids, scores, inverse_propensity, tail)
+    return kernels.fuse(ids, scores, _source_weights(weights[: len(votes)]), k)
+
+
+def choose_weights(
+    net_ids: np.ndarray,
+    net_logits: np.ndarray,
+    votes: list[tuple[np.ndarray, np.ndarray]],
+    Y: CSR,
+    inverse_propensity: np.ndarray | None = None,
+    weights: tuple[float, float] | None = None,
+    tail: float | None = None,
+) -> tuple[tuple[float, float], float]:
+    """The weights of :data:`WEIGHTS` (input, hidden; the hidden one 0 when only the
+    input's votes are given) and the tail exponent of :data:`TAILS` (0 without
+    ``inverse_propensity``) whose fused top 5 scores best on rows with true labels ``Y``
+    (mean of P@1, P@3, P@5; the first tried on a tie, smaller exponents first).
+    ``weights`` or ``tail`` given: only that one is tried."""
+    labels, values = _union(*_stacked(net_ids, net_logits, votes))
+    found = labels >= 0
+    hits = np.where(found, _hits(labels, Y), -1).astype(np.int8)
+    pairs = WEIGHTS if weights is None else (weights,)
+    tails = (tail,) if tail is not None else TAILS if inverse_propensity is not None else (0.0,)
+    best, best_score = (pairs[0], tails[0]), -1.0
+    for exponent in tails:
+        boosted = values
+        if exponent:
+            if inverse_propensity is None:
+                raise ValueError("a tail boost needs the labels' inverse propensities")
+            factor = inverse_propensity[np.where(found, labels, 0)] ** np.float32(exponent)
+            boosted = values * factor
+        for pair in pairs:
+            if len(votes) < 2 and pair[1] > 0 and weights is None:
+                continue
+            w = _source_weights(pair[: len(votes)])
+            score = _mean_precision(kernels.hits_by_rank(boosted, hits, w, 5), len(labels))
+            if score > best_score + 1e-12:
+                best, best_score = (pair, exponent), score
+    return best
+
+
+def _union(ids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's candidates over all sources, once: ``(n, width)`` label ids (-1 past
+    a row's) and ``(sources, n, width)`` each source's score of them (0 where it did not
+    list the label). Weighing the sources is then one product per weight tried, where
+    :func:`~dslide_dask.kernels.neighbours.fuse` would gather and sort again."""
+    n_sources, n, m = ids.shape
+    flat = ids.transpose(1, 0, 2).reshape(n, n_sources * m)
+    order = np.argsort(flat, axis=1, kind="stable")
+    sorted_ids = np.take_along_axis(flat, order, 1)
+    new = np.ones(sorted_ids.shape, bool)
+    new[:, 1:] = sorted_ids[:, 1:] != sorted_ids[:, :-1]
+    new &= sorted_ids >= 0
+    slot = np.cumsum(new, axis=1) - 1  # the union slot of each sorted entry
+    labels = np.full(flat.shape, -1, np.int64)
+    rows = np.broadcast_to(np.arange(n)[:, None], flat.shape)
+    labels[rows[new], slot[new]] = sorted_ids[new]
+    values = np.zeros((n_sources, *flat.shape), np.float32)
+    source = order // m  # the entry's source, in the row's flattened order
+    keep = sorted_ids >= 0
+    flat_scores = scores.transpose(1, 0, 2).reshape(n, n_sources * m)
+    np.add.at(
+        values,
+        (source[keep], rows[keep], slot[keep]),
+        np.take_along_axis(flat_scores, order, 1)[keep],
+    )
+    return labels, values
+
+
+def _hits(labels: np.ndarray, Y: CSR) -> np.ndarray:
+    """Whether each ``labels[i, j]`` is one of row ``i``'s labels in ``Y``."""
+    width = np.int64(Y.n_cols) + 1
+    truth = np.repeat(np.arange(Y.n_rows, dtype=np.int64), np.diff(Y.indptr)) * width
+    keys = np.arange(labels.shape[0], dtype=np.int64)[:, None] * width + labels
+    return np.isin(keys, truth + Y.indices)
+
+
+def _mean_precision(hits_by_rank: np.ndarray, n_rows: int) -> float:
+    """Mean of P@1, P@3 and P@5 from the rows' right labels at each rank of their top 5."""
+    got = np.cumsum(hits_by_rank)
+    return float(np.mean([got[k - 1] / (k * max(n_rows, 1)) for k in (1, 3, 5)]))
+
+
+def _stacked(
+    net_ids: np.ndarray, net_logits: np.ndarray, votes: list[tuple[np.ndarray, np.ndarray]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The network's softmax and each list of votes as one ``(sources, rows, m)`` array
+    of ids (-1: none) and one of scores, for :func:`~dslide_dask.kernels.neighbours.fuse`."""
+    lists = [(net_ids, softmax_of_top(net_logits)), *votes]
+    n, m = net_ids.shape[0], max(ids.shape[1] for ids, _ in lists)
+    ids = np.full((len(lists), n, m), -1, np.int64)
+    scores = np.zeros((len(lists), n, m), np.float32)
+    for s, (i, v) in enumerate(lists):
+        ids[s, :, : i.shape[1]] = i
+        scores[s, :, : v.shape[1]] = v
+    return ids, scores
+
+
+def _boost(ids: np.ndarray, scores: np.ndarray, inverse_propensity: np.ndarray, tail: float):
+    """Multiply each candidate's score by its label's ``inverse_propensity ** tail`` (in
+    place): fusing is linear, so boosting every source's score boosts the sum."""
+    found = ids >= 0
+    scores[found] *= inverse_propensity[ids[found]] ** np.float32(tail)
+
+
+def _source_weights(weights: tuple[float, ...]) -> np.ndarray:
+    """The network's weight (the rest of 1) before the votes' own."""
+    return np.array([1.0 - sum(weights), *weights], np.float32)
