@@ -118,24 +118,8 @@ class NeighbourIndex:
         """Per row of ``X``: the ``m`` labels its ``k`` nearest points vote for most and
         their share of the vote (ids -1 and share 0 where fewer), best first (from the
         serving postings once set: :meth:`with_serving_postings`)."""
-        if X.n_cols > self.n_features:
-            raise ValueError(f"X has {X.n_cols} features, the index {self.n_features}")
-        values = X.values()
-        q_val = kernels.normalised(X.indptr, values)
-        ptr, pts, val = self.serving or (self.post_ptr, self.post_pts, self.post_val)
         return kernels.neighbour_votes(
-            X.indptr,
-            X.indices,
-            q_val,
-            ptr,
-            pts,
-            val,
-            self.y_ptr,
-            self.y_idx,
-            self.n_labels,
-            k,
-            1.0,
-            m,
+            *self._query_postings(X), self.y_ptr, self.y_idx, self.n_labels, k, 1.0, m
         )
 
     def with_serving_postings(self, max_share: float) -> NeighbourIndex:
@@ -166,7 +150,11 @@ class NeighbourIndex:
         query = _unit_rows(np.asarray(hidden, np.float32))
         if query.shape[1:] != self.embedding.shape[1:]:
             raise ValueError(f"hidden vectors of width {query.shape[1:]}, the index {self.width}")
-        mixed = self._mixed_input(X, len(query)) if mix > 0 else None
+        mixed = None
+        if mix > 0:
+            if X is None or X.n_rows != len(query):
+                raise ValueError("mixing in the input's cosine needs the input rows of the queries")
+            mixed = self._query_postings(X)
         if self.search is not None:
             found = self.search.candidates(query, max(self.search.settings.candidates, k))
             other = (
@@ -201,10 +189,9 @@ class NeighbourIndex:
             parts[1].append(shares)
         return np.concatenate(parts[0]), np.concatenate(parts[1])
 
-    def _mixed_input(self, X: CSR | None, n_rows: int) -> tuple[np.ndarray, ...]:
-        """The queries' normalised input rows and the postings to score them against."""
-        if X is None or X.n_rows != n_rows:
-            raise ValueError("mixing in the input's cosine needs the input rows of the queries")
+    def _query_postings(self, X: CSR) -> tuple[np.ndarray, ...]:
+        """The rows of ``X`` in CSR with normalised values, and the postings to score them
+        against (the serving postings once set: :meth:`with_serving_postings`)."""
         if X.n_cols > self.n_features:
             raise ValueError(f"X has {X.n_cols} features, the index {self.n_features}")
         q_val = kernels.normalised(X.indptr, X.values())
