@@ -46,6 +46,10 @@ EMBEDDING = "embedding"
 #: Query rows scored against every point's hidden vector at once (a BLAS product).
 EMBED_BLOCK = 1024
 
+# A query's rows (indptr, indices, normalised values) and the postings (ptr, points,
+# values) they are scored against.
+_QueryPostings = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
 
 @dataclass(frozen=True, eq=False)
 class NeighbourIndex:
@@ -179,9 +183,9 @@ class NeighbourIndex:
             stop = min(start + EMBED_BLOCK, query.shape[0])
             sims = query[start:stop] @ self.embedding.T
             if mixed is not None:
-                q_ptr, *rest = mixed
+                q_ptr, q_idx, q_val, ptr, pts, val = mixed
                 sims *= np.float32(1.0 - mix)
-                kernels.add_cosines(q_ptr[start : stop + 1], *rest, sims, mix)
+                kernels.add_cosines(q_ptr[start : stop + 1], q_idx, q_val, ptr, pts, val, sims, mix)
             ids, shares = kernels.dense_neighbour_votes(
                 sims, self.y_ptr, self.y_idx, self.n_labels, k, m
             )
@@ -189,7 +193,7 @@ class NeighbourIndex:
             parts[1].append(shares)
         return np.concatenate(parts[0]), np.concatenate(parts[1])
 
-    def _query_postings(self, X: CSR) -> tuple[np.ndarray, ...]:
+    def _query_postings(self, X: CSR) -> _QueryPostings:
         """The rows of ``X`` in CSR with normalised values, and the postings to score them
         against (the serving postings once set: :meth:`with_serving_postings`)."""
         if X.n_cols > self.n_features:
