@@ -11,7 +11,7 @@ from dslide_dask.checkpoint.arrays import CheckpointError
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.kernels import neighbours as kernels
-from dslide_dask.model.fusion import choose_weights, fused_topk, softmax_of_top
+from dslide_dask.model.fusion import fused_topk
 from dslide_dask.model.neighbours import NeighbourIndex
 
 PARAMS = dict(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2, batch_size=128, seed=0)
@@ -44,18 +44,28 @@ def _assert_votes(ids, shares, sims, labels, k: int) -> None:
     for i in range(len(sims)):
         near = np.argsort(-sims[i], kind="stable")[:k]
         near = near[sims[i, near] > 0]
+        if len(near) == 0:
+            assert np.all(ids[i] == -1)  # no point shares a feature: no vote
+            continue
         want = sims[i, near] @ labels[near] / sims[i, near].sum()
         got = np.zeros(labels.shape[1])
         got[ids[i][ids[i] >= 0]] = shares[i][ids[i] >= 0]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
-def test_votes_are_the_k_nearest_rows_labels_weighed_by_cosine():
+@pytest.mark.parametrize("n_features, dense", [(16, True), (4000, False)])
+def test_votes_are_the_k_nearest_rows_labels_weighed_by_cosine(n_features, dense):
     rng = np.random.default_rng(0)
-    X, Y = _random_csr(rng, 300, 40, 6), _random_csr(rng, 300, 25, 3, binary=True)
-    Q = _random_csr(rng, 20, 40, 6)
+    X, Y = _random_csr(rng, 300, n_features, 6), _random_csr(rng, 300, 25, 3, binary=True)
+    Q = _random_csr(rng, 40, n_features, 6)
     k, m = 7, 25
-    ids, shares = NeighbourIndex.build(X, Y).votes(Q, k, m)
+    index = NeighbourIndex.build(X, Y)
+    # A query whose postings reach many points is scanned densely, the others point by point.
+    reach = np.add.reduceat(np.diff(index.post_ptr)[Q.indices], Q.indptr[:-1])
+    assert np.all(reach * kernels.DENSE_REACH >= X.n_rows) == dense
+    assert np.any(reach * kernels.DENSE_REACH >= X.n_rows) == dense
+    ids, shares = index.votes(Q, k, m)
+    assert (ids[:, 0] >= 0).sum() >= Q.n_rows // 4  # rows with votes to compare
     sims = _unit(_dense(Q)) @ _unit(_dense(X)).T
     _assert_votes(ids, shares, sims, _dense(Y), k)
     for i in range(Q.n_rows):
@@ -92,25 +102,6 @@ def test_hidden_votes_mixed_with_the_input_cosine_are_those_of_the_mixed_similar
         index.embedding_votes(queries, k, m, None, mix)
 
 
-def test_fusion_of_three_lists_is_the_weighted_sum_over_their_union():
-    rng = np.random.default_rng(3)
-    lists = [
-        (rng.permutation(12)[:6].reshape(2, 3), rng.random((2, 3)).astype(np.float32))
-        for _ in range(3)
-    ]
-    weights = np.array([0.5, 0.2, 0.3], np.float32)
-    ids = np.stack([i for i, _ in lists])
-    scores = np.stack([v for _, v in lists])
-    top, got = kernels.fuse(ids, scores, weights, 5)
-    for r in range(2):
-        want = np.zeros(12)
-        for (i, v), w in zip(lists, weights, strict=True):
-            np.add.at(want, i[r], w * v[r])
-        best = np.argsort(-want, kind="stable")[:5]
-        np.testing.assert_allclose(got[r], want[best], rtol=1e-6)
-        assert set(top[r]) == set(best) or np.allclose(want[top[r]], want[best])
-
-
 def test_postings_hold_the_normalised_rows_by_column():
     rng = np.random.default_rng(1)
     X = _random_csr(rng, 50, 30, 5)
@@ -119,84 +110,6 @@ def test_postings_hold_the_normalised_rows_by_column():
     for c in range(X.n_cols):
         dense[pts[ptr[c] : ptr[c + 1]], c] = val[ptr[c] : ptr[c + 1]]
     np.testing.assert_allclose(dense, _unit(_dense(X)), rtol=1e-6)
-
-
-def test_fusion_mixes_softmax_and_votes_over_both_candidate_lists():
-    net_ids = np.array([[3, 1, 4], [0, 2, -1]])
-    logits = np.array([[2.0, 1.0, 0.0], [1.0, 0.5, -np.inf]], np.float32)
-    nb_ids = np.array([[4, 9, -1], [5, 0, 2]])
-    shares = np.array([[0.75, 0.25, 0.0], [0.5, 0.3, 0.2]], np.float32)
-    w = 0.4
-    top, scores = fused_topk(net_ids, logits, [(nb_ids, shares)], (w,), 4)
-    p = softmax_of_top(logits)
-    for i in range(2):
-        want = {}
-        for lab, pr in zip(net_ids[i], p[i], strict=True):
-            if lab >= 0:
-                want[lab] = (1 - w) * pr
-        for lab, sh in zip(nb_ids[i], shares[i], strict=True):
-            if lab >= 0:
-                want[lab] = want.get(lab, 0.0) + w * sh
-        best = sorted(want.items(), key=lambda kv: -kv[1])[:4]
-        assert list(top[i][: len(best)]) == [b[0] for b in best]
-        np.testing.assert_allclose(scores[i][: len(best)], [b[1] for b in best], rtol=1e-6)
-    np.testing.assert_allclose(p.sum(axis=1), 1.0, rtol=1e-6)
-
-
-def test_the_weight_chosen_is_the_one_that_scores_best():
-    truth = CSR(np.array([0, 1, 2]), np.array([7, 8]), None, 10)
-    net_ids = np.array([[1, 2], [8, 3]])
-    logits = np.array([[0.0, 0.0], [6.0, 0.0]], np.float32)
-    nb = (np.array([[7, -1], [3, -1]]), np.array([[1.0, 0.0], [1.0, 0.0]], np.float32))
-    # the network alone gets row 1, the votes alone row 0; only w in (1/3, 0.4987) both
-    w, tail = choose_weights(net_ids, logits, [nb], truth)
-    assert w == pytest.approx((0.4, 0.0)) and tail == 0.0  # no propensities: no boost
-    top, _ = fused_topk(net_ids, logits, [nb], w, 1)
-    assert list(top[:, 0]) == [7, 8]
-    # a second list of votes that alone gets both rows is given weight
-    both = (np.array([[7, -1], [8, -1]]), np.array([[1.0, 0.0], [1.0, 0.0]], np.float32))
-    w, _ = choose_weights(net_ids, logits, [nb, both], truth)
-    assert w[1] > 0 and list(fused_topk(net_ids, logits, [nb, both], w, 1)[0][:, 0]) == [7, 8]
-
-
-def test_the_tail_boost_multiplies_each_fused_score_by_its_inverse_propensity():
-    rng = np.random.default_rng(3)
-    net_ids = np.array([[3, 1, 4], [0, 2, -1]])
-    logits = np.array([[2.0, 1.0, 0.0], [1.0, 0.5, -np.inf]], np.float32)
-    votes = [(np.array([[4, 9, -1], [5, 0, 2]]), rng.random((2, 3)).astype(np.float32))]
-    inverse = (1.0 + 9.0 * rng.random(10)).astype(np.float32)
-    top, scores = fused_topk(net_ids, logits, votes, (0.3,), 5, 0.3, inverse)
-    plain_top, plain = fused_topk(net_ids, logits, votes, (0.3,), 10)
-    for i in range(2):
-        found = plain_top[i] >= 0
-        want = {
-            lab: v * inverse[lab] ** 0.3
-            for lab, v in zip(plain_top[i][found], plain[i][found], strict=True)
-        }
-        best = sorted(want.items(), key=lambda kv: -kv[1])[:5]
-        assert list(top[i][: len(best)]) == [b[0] for b in best]
-        np.testing.assert_allclose(scores[i][: len(best)], [b[1] for b in best], rtol=1e-5)
-    with pytest.raises(ValueError, match="inverse propensities"):
-        fused_topk(net_ids, logits, votes, (0.3,), 5, 0.3)
-
-
-def test_a_tail_exponent_is_chosen_where_rare_labels_are_the_right_ones():
-    # label 0 is common, 1 rare; the network slightly prefers 0 but the rows are 1's
-    truth = CSR(np.array([0, 1, 2]), np.array([1, 1]), None, 2)
-    net_ids = np.array([[0, 1], [0, 1]])
-    logits = np.array([[0.2, 0.0], [0.2, 0.0]], np.float32)
-    nb = (np.full((2, 1), -1), np.zeros((2, 1), np.float32))
-    inverse = np.array([1.0, 4.0], np.float32)
-    (w, tail) = choose_weights(net_ids, logits, [nb], truth, inverse)
-    assert tail > 0 and list(fused_topk(net_ids, logits, [nb], w, 1, tail, inverse)[0][:, 0]) == [
-        1,
-        1,
-    ]
-    # given settings are kept
-    assert choose_weights(net_ids, logits, [nb], truth, inverse, (0.1, 0.0), 0.0) == (
-        (0.1, 0.0),
-        0.0,
-    )
 
 
 def test_the_index_inverse_propensities_are_those_of_its_label_counts():
@@ -234,6 +147,30 @@ def test_the_neighbours_add_what_the_network_misses_and_survive_save_and_load(sm
     np.testing.assert_array_equal(a[1], b[1])
     assert loaded.neighbour_weight_ == fused.neighbour_weight_
     assert loaded.tail_exponent_ == fused.tail_exponent_
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("a source of weight 0 was asked for its votes")
+
+
+@pytest.mark.parametrize("weight", [(0.4, 0.0), (0.0, 0.4)])
+def test_a_source_of_weight_0_is_not_asked_and_changes_no_answer(small, weight, monkeypatch):
+    train, test = small
+    clf = SlideClassifier(
+        epochs=1, neighbour_weight=weight, tail_exponent=0.2, client=False, **PARAMS
+    ).fit(train.X, train.Y)
+    X, index = test.X.slice_rows(0, 200), clf.neighbours_
+    k, m = clf._neighbour_k(), clf._candidates()
+    every = [
+        index.votes(X, k, m),
+        index.embedding_votes(clf.trainer_.embed(X), k, m, X, clf.neighbour_mix),
+    ]
+    ids, logits = clf._network_topk(X, m, True)
+    want = fused_topk(ids, logits, every, weight, 5, 0.2, index.inverse_propensity)
+    monkeypatch.setattr(NeighbourIndex, "votes" if weight[0] == 0 else "embedding_votes", _refuse)
+    got = clf.predict_topk(X, 5, return_scores=True)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
 
 
 def test_a_damaged_neighbour_index_is_named_on_load(small, tmp_path):
@@ -277,35 +214,6 @@ def test_damaged_fusion_settings_are_named_on_load(small, tmp_path, key, value, 
         SlideClassifier.load(url)
 
 
-def test_the_weights_are_scored_as_the_fused_top_5_scores():
-    """choose_weights scores every setting on one union of the candidates: the same
-    P@k as fusing each setting from the lists."""
-    from dslide_dask.metrics import precision_at_k
-    from dslide_dask.model import fusion
-
-    rng = np.random.default_rng(5)
-    n, labels = 300, 60
-    net_ids = np.stack([rng.choice(labels, 20, replace=False) for _ in range(n)])
-    logits = rng.normal(size=(n, 20)).astype(np.float32)
-    votes = []
-    for _ in range(2):
-        ids = np.stack([rng.choice(labels, 20, replace=False) for _ in range(n)])
-        ids[rng.random(ids.shape) < 0.2] = -1
-        votes.append((ids, rng.random((n, 20)).astype(np.float32)))
-    Y = _random_csr(rng, n, labels, 3)
-    inverse = (1 + 5 * rng.random(labels)).astype(np.float32)
-    union, values = fusion._union(*fusion._stacked(net_ids, logits, votes))
-    found = union >= 0
-    hits = np.where(found, fusion._hits(union, Y), -1).astype(np.int8)
-    for pair, tail in [((0.0, 0.0), 0.0), ((0.3, 0.2), 0.0), ((0.1, 0.7), 0.3), ((1.0, 0.0), 0.4)]:
-        top, _ = fused_topk(net_ids, logits, votes, pair, 5, tail, inverse)
-        want = np.mean(list(precision_at_k(top, Y, (1, 3, 5)).values()))
-        boosted = values * inverse[np.where(found, union, 0)] ** np.float32(tail)
-        ranks = kernels.hits_by_rank(boosted, hits, fusion._source_weights(pair), 5)
-        got = fusion._mean_precision(ranks, n)
-        assert got == pytest.approx(want, abs=1e-9), (pair, tail)
-
-
 def test_served_votes_leave_out_the_features_most_points_hold():
     """The votes of the serving postings are those of the cosine (each side normalised
     over all its features) summed over the features held by at most that share."""
@@ -341,3 +249,31 @@ def test_a_model_saved_before_the_mix_loads_with_the_hidden_space_alone(small, t
     np.testing.assert_array_equal(loaded.predict_topk(test.X, 5), model.predict_topk(test.X, 5))
     with pytest.raises(ValueError, match="neighbour_mix"):
         SlideClassifier(epochs=1, client=False, neighbour_mix=1.5, **PARAMS).fit(train.X, train.Y)
+
+
+def test_bench_topk_times_the_whole_fused_answer(small, tmp_path):
+    pytest.importorskip("faiss", reason='the output index needs faiss: pip install -e ".[test]"')
+    from dslide_dask.data.xc_text import write_xc
+    from dslide_workflows.cli import main
+
+    train, test = small
+    clf = SlideClassifier(epochs=1, client=False, **PARAMS).fit(train.X, train.Y)
+    model = clf.save(str(tmp_path / "model"))
+    write_xc(str(tmp_path / "test.txt"), test.slice(0, 40))
+    out = tmp_path / "bench.json"
+    argv = ["bench", "topk", "--model", model, "--data", str(tmp_path / "test.txt")]
+    argv += ["--setting", "0:0", "--latency-rows", "3", "--repeat", "1", "--json", str(out)]
+    assert main([*argv, "--index-setting", "lists=16"]) == 0
+    rows = {r["setting"]: r for r in json.loads(out.read_text())["results"]}
+    exact, served = rows["fused exact"], rows["fused, indexes"]
+    assert exact["recall"] == 1.0 and 0.0 <= served["recall"] <= 1.0 and served["build_s"] > 0
+    want = clf.predict_topk(test.X.slice_rows(0, 40), 5)  # answered as the estimator does
+    assert exact["P@1"] == pytest.approx(float(np.mean(_hit_at_1(want, test.Y))))
+    assert exact["latency_ms_p50"] > 0 and served["rows_per_s"] > 0
+    assert main([*argv, "--no-index", "--no-fused"]) == 0
+    settings = [r["setting"] for r in json.loads(out.read_text())["results"]]
+    assert settings == ["exact", "0:0"]
+
+
+def _hit_at_1(top: np.ndarray, Y: CSR) -> list[bool]:
+    return [top[i, 0] in set(Y.row(i)) for i in range(len(top))]

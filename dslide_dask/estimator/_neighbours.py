@@ -169,16 +169,26 @@ class NeighboursMixin(EstimatorState):
             self._embed_step = self._step
         return index
 
-    def _votes(self, X: CSR) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _votes(
+        self, X: CSR, weight: tuple[float, float] = (1.0, 1.0)
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """The votes of the points nearest each row in the input, and in the hidden space
         once the index has the points' hidden vectors (during a fit: of the network as it
-        is now, computed again when it has stepped since)."""
+        is now, computed again when it has stepped since). A source of ``weight`` 0 is
+        not asked: its list is empty (on amazon-670k the fit gives the hidden votes 0,
+        and asking them would double a served row's time)."""
         index = self._index_now()
-        k, m = self._neighbour_k(), self._candidates()
-        votes = [index.votes(X, k, m)]
-        if index.embedding is not None:
+        k, m, mix = self._neighbour_k(), self._candidates(), self._neighbour_mix()
+        hidden = index.embedding is not None and weight[1] > 0
+        none = (np.full((X.n_rows, 0), -1, np.int64), np.zeros((X.n_rows, 0), np.float32))
+        near = None
+        votes = [none]
+        if weight[0] > 0 or (hidden and mix > 0 and index.search is not None):
+            ids, shares, near = index.votes_and_points(X, k, m)
+            votes = [(ids, shares) if weight[0] > 0 else none]
+        if hidden:
             embedded = self.trainer_.embed(X)
-            votes.append(index.embedding_votes(embedded, k, m, X, self._neighbour_mix()))
+            votes.append(index.embedding_votes(embedded, k, m, X, mix, near if mix > 0 else None))
         return votes
 
     def _candidates(self) -> int:
@@ -189,7 +199,8 @@ class NeighboursMixin(EstimatorState):
         weight, tail = self._choose_weight()
         ids, logits = self._network_topk(X, max(k, self._candidates()), exact)
         index = self._index_now()
-        return fused_topk(ids, logits, self._votes(X), weight, k, tail, index.inverse_propensity)
+        votes = self._votes(X, weight)
+        return fused_topk(ids, logits, votes, weight, k, tail, index.inverse_propensity)
 
     def _fused_metrics(self, data: XCDataset, ks: tuple[int, ...], exact: bool) -> dict:
         """P@k, nDCG@k and PSP@k of the fused top-k (propensities from the indexed rows:

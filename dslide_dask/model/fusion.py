@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from dslide_dask.data.csr import CSR
-from dslide_dask.kernels import neighbours as kernels
+from dslide_dask.kernels import fusion as kernels
 
 #: Weights (input neighbours, hidden neighbours) :func:`choose_weights` tries: a 0.1 grid
 #: over the triangle a + b <= 1 (the network gets the rest).
@@ -96,7 +96,7 @@ def _union(ids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     """Each row's candidates over all sources, once: ``(n, width)`` label ids (-1 past
     a row's) and ``(sources, n, width)`` each source's score of them (0 where it did not
     list the label). Weighing the sources is then one product per weight tried, where
-    :func:`~dslide_dask.kernels.neighbours.fuse` would gather and sort again."""
+    :func:`~dslide_dask.kernels.fusion.fuse` would gather and sort again."""
     n_sources, n, m = ids.shape
     flat = ids.transpose(1, 0, 2).reshape(n, n_sources * m)
     order = np.argsort(flat, axis=1, kind="stable")
@@ -138,7 +138,7 @@ def _stacked(
     net_ids: np.ndarray, net_logits: np.ndarray, votes: list[tuple[np.ndarray, np.ndarray]]
 ) -> tuple[np.ndarray, np.ndarray]:
     """The network's softmax and each list of votes as one ``(sources, rows, m)`` array
-    of ids (-1: none) and one of scores, for :func:`~dslide_dask.kernels.neighbours.fuse`."""
+    of ids (-1: none) and one of scores, for :func:`~dslide_dask.kernels.fusion.fuse`."""
     lists = [(net_ids, softmax_of_top(net_logits)), *votes]
     n, m = net_ids.shape[0], max(ids.shape[1] for ids, _ in lists)
     ids = np.full((len(lists), n, m), -1, np.int64)

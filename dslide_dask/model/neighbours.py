@@ -122,6 +122,13 @@ class NeighbourIndex:
         """Per row of ``X``: the ``m`` labels its ``k`` nearest points vote for most and
         their share of the vote (ids -1 and share 0 where fewer), best first (from the
         serving postings once set: :meth:`with_serving_postings`)."""
+        ids, shares, _ = self.votes_and_points(X, k, m)
+        return ids, shares
+
+    def votes_and_points(
+        self, X: CSR, k: int, m: int = CANDIDATES
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`votes`, and the ``k`` nearest points themselves (-1 where fewer)."""
         return kernels.neighbour_votes(
             *self._query_postings(X), self.y_ptr, self.y_idx, self.n_labels, k, 1.0, m
         )
@@ -144,11 +151,14 @@ class NeighbourIndex:
         m: int = CANDIDATES,
         X: CSR | None = None,
         mix: float = 0.0,
+        near: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`votes` of the points nearest each row's hidden vector (cosine): every
-        point scored, or those the search proposes (:meth:`with_search`). With ``mix`` >
-        0, nearest by ``(1 - mix) * cos_hidden + mix * cos_input`` of the rows ``X``
-        (their input cosine from the postings :meth:`votes` reads)."""
+        point scored, or those the search proposes (:meth:`with_search`) and the points
+        ``near[i]`` (-1: none). With ``mix`` > 0, nearest by ``(1 - mix) * cos_hidden +
+        mix * cos_input`` of the rows ``X`` (their input cosine from the postings
+        :meth:`votes` reads): a point the search's cells miss may then still be nearest,
+        for its input, so ``near`` takes the input's nearest (:meth:`votes_and_points`)."""
         if self.embedding is None:
             raise ValueError("the neighbour index has no hidden vectors")
         query = _unit_rows(np.asarray(hidden, np.float32))
@@ -161,6 +171,8 @@ class NeighbourIndex:
             mixed = self._query_postings(X)
         if self.search is not None:
             found = self.search.candidates(query, max(self.search.settings.candidates, k))
+            if near is not None:
+                found = _distinct(np.concatenate([found, near], axis=1))
             other = (
                 kernels.candidate_cosines(*mixed, self.n_points, found)
                 if mixed is not None
@@ -257,3 +269,10 @@ def _unit_rows(a: np.ndarray) -> np.ndarray:
     """``a`` with each row scaled to unit L2 norm (an all-zero row stays zero)."""
     norms = np.linalg.norm(a, axis=1, keepdims=True)
     return np.ascontiguousarray(a / np.where(norms > 0, norms, 1), np.float32)
+
+
+def _distinct(candidates: np.ndarray) -> np.ndarray:
+    """Each row's point ids once (sorted; -1 for a repeat or a none)."""
+    out = np.sort(candidates, axis=1)
+    out[:, 1:][out[:, 1:] == out[:, :-1]] = -1
+    return out

@@ -12,6 +12,11 @@ on ``--threads`` threads (numba's and faiss's; default 1: one core):
   with each ``--probes P`` (default: as built); its candidates are scored exactly.
   ``--no-index`` leaves it out (it needs faiss: ``pip install "dslide-dask[serve]"``).
 
+A model saved with neighbours (the default) also gets its whole answer timed, the
+network's candidates and the neighbours' votes fused, exactly and through the serving
+indexes, the latter's recall against the former (:mod:`dslide_workflows.bench.topk_fused`;
+``--no-fused`` leaves them out).
+
 ``--trees TRAIN`` adds omikuji and napkinXC, trained on the model's training rows (a local
 XC text file), answering the same rows with their own tree search: anchors, what users
 would serve instead (:mod:`dslide_workflows.bench.tree_anchors`).
@@ -33,8 +38,6 @@ import argparse
 import json
 import time
 from pathlib import Path
-
-import numpy as np
 
 from dslide_workflows.args import (
     add_storage_arguments,
@@ -99,6 +102,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also omikuji and napkinXC (those installed), trained on this local XC text "
         "file (the model's training rows), answering the same rows: anchors",
     )
+    p.add_argument(
+        "--no-fused",
+        action="store_true",
+        help="leave out the whole answer of a model with neighbours (network and votes "
+        "fused, exact and through the serving indexes)",
+    )
     p.add_argument("--threads", type=positive_int, default=1, help="threads (default: 1)")
     p.add_argument("--batch", type=positive_int, default=256, help="rows a batch (default: 256)")
     p.add_argument(
@@ -134,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
     from dslide_dask.inference.serving import reindex
     from dslide_dask.metrics import precision_at_k
     from dslide_dask.model.lsh_index import LSHQuery
+    from dslide_workflows.bench.latency import timed_answers
 
     so = storage_options(args.storage_option)
     ckpt = resolve(args.model, so)
@@ -157,26 +167,10 @@ def run(args: argparse.Namespace) -> int:
     )
 
     def measure(spec: PredictSpec) -> dict:
-        predict_topk_scores(net, X.slice_rows(0, 1), spec)  # compile
-        ids, best = None, float("inf")
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            ids, _ = predict_topk_scores(net, X, spec, batch_size=args.batch)
-            best = min(best, time.perf_counter() - t0)
-        out = {"ids": ids, "rows_per_s": X.n_rows / best}
-        n_lat = min(args.latency_rows, X.n_rows)
-        if n_lat:
-            lat = np.empty(n_lat)
-            for i in range(n_lat):
-                row = X.slice_rows(i, i + 1)
-                t0 = time.perf_counter()
-                predict_topk_scores(net, row, spec)
-                lat[i] = time.perf_counter() - t0
-            out.update(
-                latency_ms_p50=float(np.median(lat) * 1e3),
-                latency_ms_p99=float(np.quantile(lat, 0.99) * 1e3),
-            )
-        return out
+        def answer(rows):
+            return predict_topk_scores(net, rows, spec, batch_size=args.batch)[0]
+
+        return timed_answers(answer, X, args.batch, args.repeat, args.latency_rows)
 
     h, _ = net.hidden.forward(X)
 
@@ -210,13 +204,18 @@ def run(args: argparse.Namespace) -> int:
 
         train = local_text(args.trees)
         rows += tree_anchors(train, X, args.k, args.threads, args.latency_rows, args.repeat)
+    if not args.no_fused:
+        from dslide_workflows.bench.topk_fused import fused_rows
+
+        rows += fused_rows(ckpt.url, so, X, args.k, args)
     exact, labels = rows[0]["ids"], data.Y.slice_rows(0, X.n_rows)
     for r in rows:
         ids = r.pop("ids")
         anchor = r.get("anchor", False)
         r["P@1"] = precision_at_k(ids, labels, (1,))["P@1"]
-        r["recall"] = float("nan") if anchor else recall_at_k(ids, exact)
-        r["recall@1"] = float("nan") if anchor else recall_at_k(ids[:, :1], exact[:, :1])
+        if "recall" not in r:  # the fused rows': against the fused exact answer
+            r["recall"] = float("nan") if anchor else recall_at_k(ids, exact)
+            r["recall@1"] = float("nan") if anchor else recall_at_k(ids[:, :1], exact[:, :1])
         r["speedup"] = r["rows_per_s"] / rows[0]["rows_per_s"]
     print(table(rows, args.k))
     if args.json:
@@ -275,14 +274,14 @@ def output_indexes(args: argparse.Namespace, ckpt, net):
 
 def table(rows: list[dict], k: int) -> str:
     head = (
-        f"{'setting':<14}{'P@1':>7}{'recall@1':>9}{'recall@' + str(k):>10}{'scored/row':>12}"
+        f"{'setting':<16}{'P@1':>7}{'recall@1':>9}{'recall@' + str(k):>10}{'scored/row':>12}"
         f"{'rows/s':>11}{'x exact':>9}{'p50 ms':>9}{'p99 ms':>9}{'build s':>9}{'MB':>8}"
     )
     lines = [head]
     nan = float("nan")
     for r in rows:
         lines.append(
-            f"{r['setting']:<14}{r['P@1']:>7.4f}{r['recall@1']:>9.4f}{r['recall']:>10.4f}"
+            f"{r['setting']:<16}{r['P@1']:>7.4f}{r['recall@1']:>9.4f}{r['recall']:>10.4f}"
             f"{r['scored_per_row']:>12.0f}{r['rows_per_s']:>11.0f}{r['speedup']:>9.2f}"
             f"{r.get('latency_ms_p50', nan):>9.3f}{r.get('latency_ms_p99', nan):>9.3f}"
             f"{r.get('build_s', nan):>9.1f}{r.get('bytes', nan) / 1e6:>8.1f}"

@@ -1,0 +1,136 @@
+"""How the network's softmax and the neighbours' votes make one ranking: the fusion
+kernels and the choice of the weights and the tail exponent, against dense numpy."""
+
+import numpy as np
+import pytest
+
+from dslide_dask.data.csr import CSR
+from dslide_dask.kernels import fusion as fusion_kernels
+from dslide_dask.model.fusion import choose_weights, fused_topk, softmax_of_top
+from tests.test_neighbours import _random_csr
+
+
+def test_fusion_of_three_lists_is_the_weighted_sum_over_their_union():
+    rng = np.random.default_rng(3)
+    lists = [
+        (rng.permutation(12)[:6].reshape(2, 3), rng.random((2, 3)).astype(np.float32))
+        for _ in range(3)
+    ]
+    weights = np.array([0.5, 0.2, 0.3], np.float32)
+    ids = np.stack([i for i, _ in lists])
+    scores = np.stack([v for _, v in lists])
+    top, got = fusion_kernels.fuse(ids, scores, weights, 5)
+    for r in range(2):
+        want = np.zeros(12)
+        for (i, v), w in zip(lists, weights, strict=True):
+            np.add.at(want, i[r], w * v[r])
+        best = np.argsort(-want, kind="stable")[:5]
+        np.testing.assert_allclose(got[r], want[best], rtol=1e-6)
+        assert set(top[r]) == set(best) or np.allclose(want[top[r]], want[best])
+
+
+def test_fusion_mixes_softmax_and_votes_over_both_candidate_lists():
+    net_ids = np.array([[3, 1, 4], [0, 2, -1]])
+    logits = np.array([[2.0, 1.0, 0.0], [1.0, 0.5, -np.inf]], np.float32)
+    nb_ids = np.array([[4, 9, -1], [5, 0, 2]])
+    shares = np.array([[0.75, 0.25, 0.0], [0.5, 0.3, 0.2]], np.float32)
+    w = 0.4
+    top, scores = fused_topk(net_ids, logits, [(nb_ids, shares)], (w,), 4)
+    p = softmax_of_top(logits)
+    for i in range(2):
+        want = {}
+        for lab, pr in zip(net_ids[i], p[i], strict=True):
+            if lab >= 0:
+                want[lab] = (1 - w) * pr
+        for lab, sh in zip(nb_ids[i], shares[i], strict=True):
+            if lab >= 0:
+                want[lab] = want.get(lab, 0.0) + w * sh
+        best = sorted(want.items(), key=lambda kv: -kv[1])[:4]
+        assert list(top[i][: len(best)]) == [b[0] for b in best]
+        np.testing.assert_allclose(scores[i][: len(best)], [b[1] for b in best], rtol=1e-6)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, rtol=1e-6)
+
+
+def test_the_weight_chosen_is_the_one_that_scores_best():
+    truth = CSR(np.array([0, 1, 2]), np.array([7, 8]), None, 10)
+    net_ids = np.array([[1, 2], [8, 3]])
+    logits = np.array([[0.0, 0.0], [6.0, 0.0]], np.float32)
+    nb = (np.array([[7, -1], [3, -1]]), np.array([[1.0, 0.0], [1.0, 0.0]], np.float32))
+    # the network alone gets row 1, the votes alone row 0; only w in (1/3, 0.4987) both
+    w, tail = choose_weights(net_ids, logits, [nb], truth)
+    assert w == pytest.approx((0.4, 0.0)) and tail == 0.0  # no propensities: no boost
+    top, _ = fused_topk(net_ids, logits, [nb], w, 1)
+    assert list(top[:, 0]) == [7, 8]
+    # a second list of votes that alone gets both rows is given weight
+    both = (np.array([[7, -1], [8, -1]]), np.array([[1.0, 0.0], [1.0, 0.0]], np.float32))
+    w, _ = choose_weights(net_ids, logits, [nb, both], truth)
+    assert w[1] > 0 and list(fused_topk(net_ids, logits, [nb, both], w, 1)[0][:, 0]) == [7, 8]
+
+
+def test_the_tail_boost_multiplies_each_fused_score_by_its_inverse_propensity():
+    rng = np.random.default_rng(3)
+    net_ids = np.array([[3, 1, 4], [0, 2, -1]])
+    logits = np.array([[2.0, 1.0, 0.0], [1.0, 0.5, -np.inf]], np.float32)
+    votes = [(np.array([[4, 9, -1], [5, 0, 2]]), rng.random((2, 3)).astype(np.float32))]
+    inverse = (1.0 + 9.0 * rng.random(10)).astype(np.float32)
+    top, scores = fused_topk(net_ids, logits, votes, (0.3,), 5, 0.3, inverse)
+    plain_top, plain = fused_topk(net_ids, logits, votes, (0.3,), 10)
+    for i in range(2):
+        found = plain_top[i] >= 0
+        want = {
+            lab: v * inverse[lab] ** 0.3
+            for lab, v in zip(plain_top[i][found], plain[i][found], strict=True)
+        }
+        best = sorted(want.items(), key=lambda kv: -kv[1])[:5]
+        assert list(top[i][: len(best)]) == [b[0] for b in best]
+        np.testing.assert_allclose(scores[i][: len(best)], [b[1] for b in best], rtol=1e-5)
+    with pytest.raises(ValueError, match="inverse propensities"):
+        fused_topk(net_ids, logits, votes, (0.3,), 5, 0.3)
+
+
+def test_a_tail_exponent_is_chosen_where_rare_labels_are_the_right_ones():
+    # label 0 is common, 1 rare; the network slightly prefers 0 but the rows are 1's
+    truth = CSR(np.array([0, 1, 2]), np.array([1, 1]), None, 2)
+    net_ids = np.array([[0, 1], [0, 1]])
+    logits = np.array([[0.2, 0.0], [0.2, 0.0]], np.float32)
+    nb = (np.full((2, 1), -1), np.zeros((2, 1), np.float32))
+    inverse = np.array([1.0, 4.0], np.float32)
+    (w, tail) = choose_weights(net_ids, logits, [nb], truth, inverse)
+    assert tail > 0 and list(fused_topk(net_ids, logits, [nb], w, 1, tail, inverse)[0][:, 0]) == [
+        1,
+        1,
+    ]
+    # given settings are kept
+    assert choose_weights(net_ids, logits, [nb], truth, inverse, (0.1, 0.0), 0.0) == (
+        (0.1, 0.0),
+        0.0,
+    )
+
+
+def test_the_weights_are_scored_as_the_fused_top_5_scores():
+    """choose_weights scores every setting on one union of the candidates: the same
+    P@k as fusing each setting from the lists."""
+    from dslide_dask.metrics import precision_at_k
+    from dslide_dask.model import fusion
+
+    rng = np.random.default_rng(5)
+    n, labels = 300, 60
+    net_ids = np.stack([rng.choice(labels, 20, replace=False) for _ in range(n)])
+    logits = rng.normal(size=(n, 20)).astype(np.float32)
+    votes = []
+    for _ in range(2):
+        ids = np.stack([rng.choice(labels, 20, replace=False) for _ in range(n)])
+        ids[rng.random(ids.shape) < 0.2] = -1
+        votes.append((ids, rng.random((n, 20)).astype(np.float32)))
+    Y = _random_csr(rng, n, labels, 3)
+    inverse = (1 + 5 * rng.random(labels)).astype(np.float32)
+    union, values = fusion._union(*fusion._stacked(net_ids, logits, votes))
+    found = union >= 0
+    hits = np.where(found, fusion._hits(union, Y), -1).astype(np.int8)
+    for pair, tail in [((0.0, 0.0), 0.0), ((0.3, 0.2), 0.0), ((0.1, 0.7), 0.3), ((1.0, 0.0), 0.4)]:
+        top, _ = fused_topk(net_ids, logits, votes, pair, 5, tail, inverse)
+        want = np.mean(list(precision_at_k(top, Y, (1, 3, 5)).values()))
+        boosted = values * inverse[np.where(found, union, 0)] ** np.float32(tail)
+        ranks = fusion_kernels.hits_by_rank(boosted, hits, fusion._source_weights(pair), 5)
+        got = fusion._mean_precision(ranks, n)
+        assert got == pytest.approx(want, abs=1e-9), (pair, tail)

@@ -1,0 +1,54 @@
+"""The whole answer of a model with neighbours, in ``dslide bench topk``.
+
+A default model fuses the network's top candidates with the votes of a row's nearest
+training points (``docs/accuracy.md``), so what a user is served is more than the output
+layer's top k. When the model was saved with its neighbour index, the benchmark also
+answers the rows as :meth:`SlideClassifier.predict_topk` does: every label and every
+point scored ("fused exact"), then through the serving indexes
+:meth:`~SlideClassifier.build_index` makes (the output index, the points' hidden-space
+search, the input's postings less the common features'). The second row's recall is
+against the first: the share of the fused exact top k it returns.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+def fused_rows(url: str, storage_options: dict, X, k: int, args) -> list[dict]:
+    """The two fused contenders' rows (``ids``, rows/s, one-row latency, build seconds,
+    ``recall`` against the fused exact answer), or none when the model keeps no
+    neighbours."""
+    from dslide_dask import SlideClassifier
+    from dslide_dask.inference.recall import recall_at_k
+    from dslide_workflows.bench.latency import timed_answers
+
+    clf = SlideClassifier.load(url, storage_options=storage_options)
+    if clf.neighbours_ is None or clf.neighbour_weight_ is None:
+        return []
+    clf.set_params(n_threads=args.threads)
+    a, b = clf.neighbour_weight_
+    print(
+        f"neighbours: {clf.neighbours_.n_points} points, weights input {a} / hidden {b}, "
+        f"tail {clf.tail_exponent_}, mix {clf.neighbour_mix}"
+    )
+
+    def measure() -> dict:
+        def answer(rows):
+            return clf.predict_topk(rows, k)
+
+        return timed_answers(answer, X, args.batch, args.repeat, args.latency_rows)
+
+    exact = measure()
+    t0 = time.perf_counter()
+    clf.build_index()
+    build_s = time.perf_counter() - t0
+    served = measure()
+    served.update(build_s=build_s, recall=recall_at_k(served["ids"], exact["ids"]))
+    served["recall@1"] = recall_at_k(served["ids"][:, :1], exact["ids"][:, :1])
+    exact.update(recall=1.0, **{"recall@1": 1.0})
+    nan = float("nan")  # candidates a row are the network's and the votes': not one count
+    return [
+        {"setting": "fused exact", "scored_per_row": nan, **exact},
+        {"setting": "fused, indexes", "scored_per_row": nan, **served},
+    ]
