@@ -214,9 +214,11 @@ def test_damaged_fusion_settings_are_named_on_load(small, tmp_path, key, value, 
         SlideClassifier.load(url)
 
 
-def test_served_votes_leave_out_the_features_most_points_hold():
-    """The votes of the serving postings are those of the cosine (each side normalised
-    over all its features) summed over the features held by at most that share."""
+@pytest.mark.parametrize("rescored", [10, 300])
+def test_served_votes_rescore_exactly_the_points_the_uncommon_features_find(rescored):
+    """A served row's neighbours are the ``k`` nearest by the exact cosine of the
+    ``rescored`` points nearest by the cosine over the features held by at most the
+    share given (each side normalised over all its features)."""
     rng = np.random.default_rng(5)
     X, Y = _random_csr(rng, 300, 40, 6), _random_csr(rng, 300, 25, 3, binary=True)
     Q = _random_csr(rng, 20, 40, 6)
@@ -224,12 +226,21 @@ def test_served_votes_leave_out_the_features_most_points_hold():
     held = (_dense(X) != 0).sum(axis=0)
     share = np.median(held) / 300  # about half the features are left out
     index = NeighbourIndex.build(X, Y)
-    served = index.with_serving_postings(share)
-    ids, shares = served.votes(Q, k, m)
+    served = index.with_serving_postings(share, rescored)
+    ids, shares, points = served.votes_and_points(Q, k, m)
     kept = held <= share * 300
     assert 0 < kept.sum() < 40
-    sims = _unit(_dense(Q)) @ (_unit(_dense(X)) * kept).T
+    exact = _unit(_dense(Q)) @ _unit(_dense(X)).T
+    found = _unit(_dense(Q)) @ (_unit(_dense(X)) * kept).T
+    proposed = np.argsort(-found, axis=1, kind="stable")[:, :rescored]
+    sims = np.zeros_like(exact)
+    for i, row in enumerate(proposed):
+        row = row[found[i, row] > 0]
+        sims[i, row] = exact[i, row]
     _assert_votes(ids, shares, sims, _dense(Y), k)
+    assert np.all((points >= 0).sum(axis=1) == np.minimum(k, (sims > 0).sum(axis=1)))
+    reached = np.where(found > 0, exact, 0.0)  # every point the uncommon features reach
+    assert np.allclose(sims, reached) == (rescored >= X.n_rows)
     assert served.state().keys() == index.state().keys()  # nothing more is stored
     np.testing.assert_array_equal(served.post_pts, index.post_pts)
 
@@ -277,3 +288,20 @@ def test_bench_topk_times_the_whole_fused_answer(small, tmp_path):
 
 def _hit_at_1(top: np.ndarray, Y: CSR) -> list[bool]:
     return [top[i, 0] in set(Y.row(i)) for i in range(len(top))]
+
+
+def test_served_input_cosines_of_candidates_are_the_exact_cosines():
+    """Mixing the input into the hidden similarity of the points a search proposes reads
+    their cosines from the points' rows once served: the cosines of every feature."""
+    rng = np.random.default_rng(7)
+    X, Y = _random_csr(rng, 300, 40, 6), _random_csr(rng, 300, 25, 3, binary=True)
+    Q = _random_csr(rng, 20, 40, 6)
+    found = np.stack([rng.permutation(300)[:50] for _ in range(20)])
+    found[:, -5:] = -1
+    served = NeighbourIndex.build(X, Y).with_serving_postings(0.05)
+    bounds = zip(Q.indptr[:-1], Q.indptr[1:], strict=True)
+    order = np.concatenate([np.arange(b - 1, a - 1, -1) for a, b in bounds])
+    backwards = CSR(Q.indptr, Q.indices[order], Q.values()[order], Q.n_cols)  # any order
+    got = kernels.row_cosines(*served._query(backwards), *served.serving.rows, found)
+    want = np.take_along_axis(_unit(_dense(Q)) @ _unit(_dense(X)).T, np.maximum(found, 0), 1)
+    np.testing.assert_allclose(got, np.where(found >= 0, want, 0.0), rtol=1e-5, atol=1e-6)

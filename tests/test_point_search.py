@@ -9,7 +9,7 @@ import pytest
 from dslide_dask import SlideClassifier
 from dslide_dask.data.csr import CSR
 from dslide_dask.estimator import _serving
-from dslide_dask.kernels import neighbours as kernels
+from dslide_dask.kernels import hidden_votes
 from dslide_dask.model.neighbours import NeighbourIndex
 from dslide_dask.model.output_index import IndexSettings
 
@@ -57,7 +57,7 @@ def test_candidate_votes_are_the_nearest_candidates_labels_weighed_by_cosine():
     Y = _labels(rng, 200, 30)
     cand = np.stack([rng.permutation(200)[:40] for _ in range(15)])
     cand[:, -5:] = -1  # fewer than asked
-    ids, shares = kernels.candidate_neighbour_votes(
+    ids, shares = hidden_votes.candidate_neighbour_votes(
         query, points, cand, Y.indptr, Y.indices, 30, 6, 20, np.zeros(cand.shape, np.float32), 0.0
     )
     allowed = np.zeros((15, 200), bool)

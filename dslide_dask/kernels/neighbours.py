@@ -5,10 +5,10 @@ a handful of Adam steps; its two points, though, are still there. These kernels 
 query against every training point through an inverted index (feature -> points holding
 it, with their values), keep the ``k`` most similar points, and let each vote for its
 labels with its similarity. Both inputs are L2-normalised, so a similarity is a cosine.
-The same votes come from dense similarities (:func:`dense_neighbour_votes`: the network's
-hidden vectors, scored against the training points' by a matrix product beforehand), or
-from the points an approximate search proposes (:func:`candidate_neighbour_votes`, which
-scores them exactly); :mod:`dslide_dask.kernels.fusion` mixes such candidate lists.
+A served row may read part of the postings and score the points they find exactly from
+the points' own rows (:func:`neighbour_votes`, :func:`row_cosines`).
+:mod:`~dslide_dask.kernels.hidden_votes` gives the same votes in the network's hidden
+space, :mod:`~dslide_dask.kernels.fusion` mixes such candidate lists.
 """
 
 import numba
@@ -101,22 +101,31 @@ def neighbour_votes(
     post_ptr: np.ndarray,
     post_pts: np.ndarray,
     post_val: np.ndarray,
+    row_ptr: np.ndarray,
+    row_idx: np.ndarray,
+    row_val: np.ndarray,
     y_ptr: np.ndarray,
     y_idx: np.ndarray,
     n_labels: int,
     k: int,
-    power: float,
     m: int,
+    n_cand: int,
     n_chunks: int = 64,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each query row, the ``m`` labels its ``k`` nearest training points vote for
-    most, with their share of the vote (similarity ** ``power``, normalised to sum to 1
-    over the neighbours): ids (-1 where fewer) and shares, best first; and those ``k``
-    points (-1 where fewer), nearest first.
+    most, with their share of the vote (similarity normalised to sum to 1 over the
+    neighbours): ids (-1 where fewer) and shares, best first; and those ``k`` points (-1
+    where fewer), nearest first.
 
     Queries in CSR (``q_*``), training points as an inverted index (``post_*``: CSC of the
-    training matrix), their labels in CSR (``y_*``). Rows are processed in parallel, in
-    ``n_chunks`` chunks that each own an accumulator over points and one over labels."""
+    training matrix), their labels in CSR (``y_*``). ``n_cand`` 0: the neighbours are the
+    nearest through the postings. Else the postings may leave features out (a served
+    row's: the common ones, whose long lists cost a pass over every point while their
+    small values barely move which points are nearest), and the neighbours are the ``k``
+    most similar by the exact cosine, from the points' rows (``row_*``, CSR, features
+    ascending), of the ``n_cand`` the postings find most similar. Rows are processed in
+    parallel, in ``n_chunks`` chunks that each own an accumulator over points and one
+    over labels."""
     n = q_ptr.shape[0] - 1
     n_points = y_ptr.shape[0] - 1
     ids = np.full((n, m), -1, np.int64)
@@ -127,24 +136,78 @@ def neighbour_votes(
         acc = np.zeros(n_points, np.float32)
         seen = np.zeros(n_points, np.bool_)
         touched = np.empty(n_points, np.int32)
+        cand_ids = np.empty(max(n_cand, 1), np.int64)
+        cand_sims = np.empty(max(n_cand, 1), np.float32)
         nb_ids, nb_sims, scratch = _vote_scratch(n_labels, k, m)
         for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
             lo, hi = q_ptr[i], q_ptr[i + 1]
+            found = (cand_ids, cand_sims) if n_cand else (nb_ids, nb_sims)
             _neighbours_of_row(
-                q_idx[lo:hi],
-                q_val[lo:hi],
-                post_ptr,
-                post_pts,
-                post_val,
-                acc,
-                seen,
-                touched,
-                nb_ids,
-                nb_sims,
+                q_idx[lo:hi], q_val[lo:hi], post_ptr, post_pts, post_val, acc, seen, touched, *found
             )
-            _vote(nb_ids, nb_sims, power, y_ptr, y_idx, scratch, ids[i], shares[i])
+            if n_cand:
+                feats, vals = _sorted_row(q_idx[lo:hi], q_val[lo:hi])
+                nb_ids[:] = -1
+                nb_sims[:] = -np.inf
+                for a in range(n_cand):
+                    pt = cand_ids[a]
+                    if pt < 0:
+                        break
+                    s = _dot(feats, vals, row_idx, row_val, row_ptr[pt], row_ptr[pt + 1])
+                    if s > 0.0 and s > nb_sims[k - 1]:
+                        _push(nb_ids, nb_sims, pt, s)
+            _vote(nb_ids, nb_sims, y_ptr, y_idx, scratch, ids[i], shares[i])
             points[i] = nb_ids
     return ids, shares, points
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def row_cosines(
+    q_ptr: np.ndarray,
+    q_idx: np.ndarray,
+    q_val: np.ndarray,
+    row_ptr: np.ndarray,
+    row_idx: np.ndarray,
+    row_val: np.ndarray,
+    candidates: np.ndarray,
+) -> np.ndarray:
+    """The cosine of query ``i`` and each point ``candidates[i, j]`` (-1: 0), from the
+    points' rows (as :func:`neighbour_votes`'): a merge of two short lists a candidate,
+    no pass over postings."""
+    n, n_cand = candidates.shape
+    out = np.zeros((n, n_cand), np.float32)
+    for i in numba.prange(n):
+        feats, vals = _sorted_row(q_idx[q_ptr[i] : q_ptr[i + 1]], q_val[q_ptr[i] : q_ptr[i + 1]])
+        for a in range(n_cand):
+            pt = candidates[i, a]
+            if pt >= 0:
+                out[i, a] = _dot(feats, vals, row_idx, row_val, row_ptr[pt], row_ptr[pt + 1])
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _sorted_row(idx, val):
+    """A query row's features ascending, with their values (rows may come in any order)."""
+    order = np.argsort(idx)
+    return idx[order], val[order]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _dot(feats, vals, row_idx, row_val, start, stop) -> float:
+    """The query (``feats`` ascending, ``vals``) times a point's row (its entries
+    ``start:stop`` of ``row_*``, features ascending): a merge of the two lists."""
+    s = 0.0
+    a, e = 0, start
+    while a < feats.shape[0] and e < stop:
+        if feats[a] == row_idx[e]:
+            s += vals[a] * row_val[e]
+            a += 1
+            e += 1
+        elif feats[a] < row_idx[e]:
+            a += 1
+        else:
+            e += 1
+    return s
 
 
 @numba.njit(cache=True, nogil=True)
@@ -161,9 +224,9 @@ def _vote_scratch(n_labels: int, k: int, m: int):
 
 
 @numba.njit(cache=True, nogil=True)
-def _vote(nb_ids, nb_sims, power, y_ptr, y_idx, scratch, out_ids, out_shares):
+def _vote(nb_ids, nb_sims, y_ptr, y_idx, scratch, out_ids, out_shares):
     """The labels the neighbours (``nb_ids``, -1 past the last) vote for most into
-    ``out_ids``/``out_shares`` (their share of the summed similarity ** ``power``);
+    ``out_ids``/``out_shares`` (their share of the summed similarity);
     ``scratch`` is :func:`_vote_scratch`'s, its votes zeroed again on return."""
     votes, voted, top_ids, top_votes = scratch
     total = 0.0
@@ -171,7 +234,7 @@ def _vote(nb_ids, nb_sims, power, y_ptr, y_idx, scratch, out_ids, out_shares):
     for j in range(nb_ids.shape[0]):
         if nb_ids[j] < 0:
             break
-        w = nb_sims[j] ** power
+        w = nb_sims[j]
         total += w
         pt = nb_ids[j]
         for e in range(y_ptr[pt], y_ptr[pt + 1]):
@@ -191,92 +254,6 @@ def _vote(nb_ids, nb_sims, power, y_ptr, y_idx, scratch, out_ids, out_shares):
             break
         out_ids[j] = top_ids[j]
         out_shares[j] = top_votes[j] / total
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def dense_neighbour_votes(
-    sims: np.ndarray,
-    y_ptr: np.ndarray,
-    y_idx: np.ndarray,
-    n_labels: int,
-    k: int,
-    m: int,
-    n_chunks: int = 64,
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`neighbour_votes` from a dense block of similarities, ``sims[i, p]`` of query
-    ``i`` and training point ``p`` (points of similarity <= 0 do not vote)."""
-    n, n_points = sims.shape
-    ids = np.full((n, m), -1, np.int64)
-    shares = np.zeros((n, m), np.float32)
-    n_chunks = max(1, min(n, n_chunks))
-    for c in numba.prange(n_chunks):
-        nb_ids, nb_sims, scratch = _vote_scratch(n_labels, k, m)
-        for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
-            _scan_top(sims[i], nb_ids, nb_sims)
-            _vote(nb_ids, nb_sims, 1.0, y_ptr, y_idx, scratch, ids[i], shares[i])
-    return ids, shares
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def candidate_neighbour_votes(
-    query: np.ndarray,
-    points: np.ndarray,
-    candidates: np.ndarray,
-    y_ptr: np.ndarray,
-    y_idx: np.ndarray,
-    n_labels: int,
-    k: int,
-    m: int,
-    other: np.ndarray,
-    mix: float,
-    n_chunks: int = 64,
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`dense_neighbour_votes` over each query's ``candidates[i]`` only (point ids,
-    -1: none, a point at most once), their similarities ``(1 - mix) * query[i] @
-    points[p] + mix * other[i, j]`` computed here: what an approximate search proposes,
-    scored exactly (``other``: another similarity of the candidates, the input's)."""
-    n, n_cand = candidates.shape
-    ids = np.full((n, m), -1, np.int64)
-    shares = np.zeros((n, m), np.float32)
-    n_chunks = max(1, min(n, n_chunks))
-    for c in numba.prange(n_chunks):
-        nb_ids, nb_sims, scratch = _vote_scratch(n_labels, k, m)
-        for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
-            nb_ids[:] = -1
-            nb_sims[:] = -np.inf
-            for j in range(n_cand):
-                pt = candidates[i, j]
-                if pt < 0:
-                    continue
-                s = 0.0
-                for d in range(query.shape[1]):
-                    s += query[i, d] * points[pt, d]
-                s = (1.0 - mix) * s + mix * other[i, j]
-                if s > 0.0 and s > nb_sims[k - 1]:
-                    _push(nb_ids, nb_sims, pt, s)
-            _vote(nb_ids, nb_sims, 1.0, y_ptr, y_idx, scratch, ids[i], shares[i])
-    return ids, shares
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def add_cosines(
-    q_ptr: np.ndarray,
-    q_idx: np.ndarray,
-    q_val: np.ndarray,
-    post_ptr: np.ndarray,
-    post_pts: np.ndarray,
-    post_val: np.ndarray,
-    out: np.ndarray,
-    scale: float,
-) -> None:
-    """``out[i, p] += scale * cosine(query i, point p)`` for every point sharing a
-    feature with the query (queries in CSR with normalised values, points as postings)."""
-    for i in numba.prange(q_ptr.shape[0] - 1):
-        for j in range(q_ptr[i], q_ptr[i + 1]):
-            f = q_idx[j]
-            v = scale * q_val[j]
-            for p in range(post_ptr[f], post_ptr[f + 1]):
-                out[i, post_pts[p]] += v * post_val[p]
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -340,7 +317,15 @@ def postings(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The inverted index of a CSR matrix with L2-normalised rows: per column, the rows
     holding it (ascending) and their normalised values (CSC)."""
-    scaled = normalised(indptr, values)
+    return transpose(indptr, indices, normalised(indptr, values), n_cols)
+
+
+@numba.njit(cache=True, nogil=True)
+def transpose(
+    indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, n_cols: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The CSR matrix ``(indptr, indices, values)`` by columns: per column, the rows
+    holding it (ascending, int32) and their values."""
     ptr = np.zeros(n_cols + 1, np.int64)
     for e in range(indices.shape[0]):
         ptr[indices[e] + 1] += 1
@@ -353,6 +338,6 @@ def postings(
         for e in range(indptr[i], indptr[i + 1]):
             c = indices[e]
             pts[fill[c]] = i
-            val[fill[c]] = scaled[e]
+            val[fill[c]] = values[e]
             fill[c] += 1
     return ptr, pts, val

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from dslide_dask.data.csr import CSR
+from dslide_dask.kernels import hidden_votes
 from dslide_dask.kernels import neighbours as kernels
 from dslide_dask.metrics import propensity
 from dslide_dask.model.output_index import IndexSettings
@@ -45,10 +46,22 @@ ARRAYS = {
 EMBEDDING = "embedding"
 #: Query rows scored against every point's hidden vector at once (a BLAS product).
 EMBED_BLOCK = 1024
+#: No points' rows: the votes through every posting need none.
+_NO_ROWS = (np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32))
+#: Points a served row's postings propose, scored exactly
+#: (:meth:`NeighbourIndex.with_serving_postings`).
+RESCORED = 64
 
-# A query's rows (indptr, indices, normalised values) and the postings (ptr, points,
-# values) they are scored against.
-_QueryPostings = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+@dataclass(frozen=True, eq=False)
+class ServedPostings:
+    """What a served row reads: the postings less the common features' (``postings``:
+    ptr, points, values), and every training row, normalised, in CSR (``rows``: ptr,
+    features, values) to score exactly the ``rescored`` points those propose."""
+
+    postings: tuple[np.ndarray, np.ndarray, np.ndarray]
+    rows: tuple[np.ndarray, np.ndarray, np.ndarray]
+    rescored: int
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,11 +79,9 @@ class NeighbourIndex:
     #: An approximate search over :attr:`embedding` (:meth:`with_search`), or None: every
     #: point is scored. Derived from the vectors, never stored.
     search: PointSearch | None = dataclasses.field(default=None, repr=False)
-    #: The postings a served row reads (:meth:`with_serving_postings`): these, less the
-    #: features most points hold, as ``(ptr, pts, val)``; None: all. Never stored.
-    serving: tuple[np.ndarray, np.ndarray, np.ndarray] | None = dataclasses.field(
-        default=None, repr=False
-    )
+    #: What a served row reads (:meth:`with_serving_postings`), or None: every posting.
+    #: Derived from the postings, never stored.
+    serving: ServedPostings | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def build(cls, X: CSR, Y: CSR) -> NeighbourIndex:
@@ -129,20 +140,30 @@ class NeighbourIndex:
         self, X: CSR, k: int, m: int = CANDIDATES
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`votes`, and the ``k`` nearest points themselves (-1 where fewer)."""
+        query = self._query(X)
+        labels = self.y_ptr, self.y_idx, self.n_labels
+        served = self.serving
+        if served is None:
+            postings = self.post_ptr, self.post_pts, self.post_val
+            return kernels.neighbour_votes(*query, *postings, *_NO_ROWS, *labels, k, m, 0)
+        n_cand = max(k, served.rescored)
         return kernels.neighbour_votes(
-            *self._query_postings(X), self.y_ptr, self.y_idx, self.n_labels, k, 1.0, m
+            *query, *served.postings, *served.rows, *labels, k, m, n_cand
         )
 
-    def with_serving_postings(self, max_share: float) -> NeighbourIndex:
+    def with_serving_postings(self, max_share: float, rescored: int = RESCORED) -> NeighbourIndex:
         """This index answering from its postings less those of the features held by
-        more than ``max_share`` of the points (a row's common words reach nearly every
-        point, so the nearest points cost a pass over all of them, while their small
-        values barely move which points are nearest: ``docs/serving.md``)."""
+        more than ``max_share`` of the points, the ``rescored`` points they find most
+        similar scored exactly from the points' rows (a row's common words reach nearly
+        every point, so the nearest points cost a pass over all of them, while their
+        small values barely move which points are nearest: ``docs/serving.md``)."""
         lengths = np.diff(self.post_ptr)
         keep = lengths <= max_share * self.n_points
         ptr = np.concatenate([[0], np.cumsum(np.where(keep, lengths, 0))]).astype(np.int64)
         held = np.repeat(keep, lengths)
-        return dataclasses.replace(self, serving=(ptr, self.post_pts[held], self.post_val[held]))
+        rows = kernels.transpose(self.post_ptr, self.post_pts, self.post_val, self.n_points)
+        served = ServedPostings((ptr, self.post_pts[held], self.post_val[held]), rows, rescored)
+        return dataclasses.replace(self, serving=served)
 
     def embedding_votes(
         self,
@@ -168,17 +189,13 @@ class NeighbourIndex:
         if mix > 0:
             if X is None or X.n_rows != len(query):
                 raise ValueError("mixing in the input's cosine needs the input rows of the queries")
-            mixed = self._query_postings(X)
+            mixed = self._query(X)
         if self.search is not None:
             found = self.search.candidates(query, max(self.search.settings.candidates, k))
             if near is not None:
                 found = _distinct(np.concatenate([found, near], axis=1))
-            other = (
-                kernels.candidate_cosines(*mixed, self.n_points, found)
-                if mixed is not None
-                else np.zeros(found.shape, np.float32)
-            )
-            return kernels.candidate_neighbour_votes(
+            other = self._input_cosines(mixed, found)
+            return hidden_votes.candidate_neighbour_votes(
                 query,
                 self.embedding,
                 found,
@@ -195,24 +212,36 @@ class NeighbourIndex:
             stop = min(start + EMBED_BLOCK, query.shape[0])
             sims = query[start:stop] @ self.embedding.T
             if mixed is not None:
-                q_ptr, q_idx, q_val, ptr, pts, val = mixed
+                q_ptr, q_idx, q_val = mixed
+                postings = self.post_ptr, self.post_pts, self.post_val
                 sims *= np.float32(1.0 - mix)
-                kernels.add_cosines(q_ptr[start : stop + 1], q_idx, q_val, ptr, pts, val, sims, mix)
-            ids, shares = kernels.dense_neighbour_votes(
+                hidden_votes.add_cosines(
+                    q_ptr[start : stop + 1], q_idx, q_val, *postings, sims, mix
+                )
+            ids, shares = hidden_votes.dense_neighbour_votes(
                 sims, self.y_ptr, self.y_idx, self.n_labels, k, m
             )
             parts[0].append(ids)
             parts[1].append(shares)
         return np.concatenate(parts[0]), np.concatenate(parts[1])
 
-    def _query_postings(self, X: CSR) -> _QueryPostings:
-        """The rows of ``X`` in CSR with normalised values, and the postings to score them
-        against (the serving postings once set: :meth:`with_serving_postings`)."""
+    def _query(self, X: CSR) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The rows of ``X`` in CSR with normalised values."""
         if X.n_cols > self.n_features:
             raise ValueError(f"X has {X.n_cols} features, the index {self.n_features}")
-        q_val = kernels.normalised(X.indptr, X.values())
-        ptr, pts, val = self.serving or (self.post_ptr, self.post_pts, self.post_val)
-        return X.indptr, X.indices, q_val, ptr, pts, val
+        return X.indptr, X.indices, kernels.normalised(X.indptr, X.values())
+
+    def _input_cosines(
+        self, query: tuple[np.ndarray, np.ndarray, np.ndarray] | None, found: np.ndarray
+    ) -> np.ndarray:
+        """The input cosine of each query row (:meth:`_query`; None: zeros) and the
+        points ``found[i]``: from the points' rows once served, else the postings."""
+        if query is None:
+            return np.zeros(found.shape, np.float32)
+        if self.serving is not None:
+            return kernels.row_cosines(*query, *self.serving.rows, found)
+        postings = self.post_ptr, self.post_pts, self.post_val
+        return kernels.candidate_cosines(*query, *postings, self.n_points, found)
 
     @property
     def width(self) -> int | None:

@@ -1,0 +1,100 @@
+"""Votes of the training points nearest a query in the network's hidden space.
+
+The hidden vectors are dense: a block of queries is scored against every point by one
+matrix product (:func:`dense_neighbour_votes` takes the similarities), or against the few
+points an approximate search proposes (:func:`candidate_neighbour_votes` scores them
+here). Either similarity can have the input's cosine mixed in (:func:`add_cosines`, or the
+``other`` similarities of the candidates), so a point near in both spaces is nearer.
+"""
+
+import numba
+import numpy as np
+
+from dslide_dask.kernels.neighbours import _scan_top, _vote, _vote_scratch
+from dslide_dask.kernels.topk import _push
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def dense_neighbour_votes(
+    sims: np.ndarray,
+    y_ptr: np.ndarray,
+    y_idx: np.ndarray,
+    n_labels: int,
+    k: int,
+    m: int,
+    n_chunks: int = 64,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`neighbour_votes` from a dense block of similarities, ``sims[i, p]`` of query
+    ``i`` and training point ``p`` (points of similarity <= 0 do not vote)."""
+    n, n_points = sims.shape
+    ids = np.full((n, m), -1, np.int64)
+    shares = np.zeros((n, m), np.float32)
+    n_chunks = max(1, min(n, n_chunks))
+    for c in numba.prange(n_chunks):
+        nb_ids, nb_sims, scratch = _vote_scratch(n_labels, k, m)
+        for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
+            _scan_top(sims[i], nb_ids, nb_sims)
+            _vote(nb_ids, nb_sims, y_ptr, y_idx, scratch, ids[i], shares[i])
+    return ids, shares
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def candidate_neighbour_votes(
+    query: np.ndarray,
+    points: np.ndarray,
+    candidates: np.ndarray,
+    y_ptr: np.ndarray,
+    y_idx: np.ndarray,
+    n_labels: int,
+    k: int,
+    m: int,
+    other: np.ndarray,
+    mix: float,
+    n_chunks: int = 64,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`dense_neighbour_votes` over each query's ``candidates[i]`` only (point ids,
+    -1: none, a point at most once), their similarities ``(1 - mix) * query[i] @
+    points[p] + mix * other[i, j]`` computed here: what an approximate search proposes,
+    scored exactly (``other``: another similarity of the candidates, the input's)."""
+    n, n_cand = candidates.shape
+    ids = np.full((n, m), -1, np.int64)
+    shares = np.zeros((n, m), np.float32)
+    n_chunks = max(1, min(n, n_chunks))
+    for c in numba.prange(n_chunks):
+        nb_ids, nb_sims, scratch = _vote_scratch(n_labels, k, m)
+        for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
+            nb_ids[:] = -1
+            nb_sims[:] = -np.inf
+            for j in range(n_cand):
+                pt = candidates[i, j]
+                if pt < 0:
+                    continue
+                s = 0.0
+                for d in range(query.shape[1]):
+                    s += query[i, d] * points[pt, d]
+                s = (1.0 - mix) * s + mix * other[i, j]
+                if s > 0.0 and s > nb_sims[k - 1]:
+                    _push(nb_ids, nb_sims, pt, s)
+            _vote(nb_ids, nb_sims, y_ptr, y_idx, scratch, ids[i], shares[i])
+    return ids, shares
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def add_cosines(
+    q_ptr: np.ndarray,
+    q_idx: np.ndarray,
+    q_val: np.ndarray,
+    post_ptr: np.ndarray,
+    post_pts: np.ndarray,
+    post_val: np.ndarray,
+    out: np.ndarray,
+    scale: float,
+) -> None:
+    """``out[i, p] += scale * cosine(query i, point p)`` for every point sharing a
+    feature with the query (queries in CSR with normalised values, points as postings)."""
+    for i in numba.prange(q_ptr.shape[0] - 1):
+        for j in range(q_ptr[i], q_ptr[i + 1]):
+            f = q_idx[j]
+            v = scale * q_val[j]
+            for p in range(post_ptr[f], post_ptr[f + 1]):
+                out[i, post_pts[p]] += v * post_val[p]
