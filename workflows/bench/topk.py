@@ -17,9 +17,10 @@ network's candidates and the neighbours' votes fused, exactly and through the se
 indexes, the latter's recall against the former (:mod:`dslide_workflows.bench.topk_fused`;
 ``--no-fused`` leaves them out).
 
-``--trees TRAIN`` adds omikuji and napkinXC, trained on the model's training rows (a local
-XC text file), answering the same rows with their own tree search: anchors, what users
-would serve instead (:mod:`dslide_workflows.bench.tree_anchors`).
+``--trees TRAIN`` adds omikuji, napkinXC and PECOS XR-Linear (those installed), trained
+on the model's training rows (a local XC text file), answering the same rows with their
+own tree search: anchors, what users would serve instead
+(:mod:`dslide_workflows.bench.tree_anchors`).
 
 For each: P@1 on the rows' labels, recall@1 and recall@k against the exact top-k (the
 share of the exact best k found; none for the trees), rows/s scoring the rows in
@@ -99,7 +100,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--trees",
         default=None,
         metavar="TRAIN",
-        help="also omikuji and napkinXC (those installed), trained on this local XC text "
+        help="also omikuji, napkinXC and PECOS (those installed), trained on this local XC text "
         "file (the model's training rows), answering the same rows: anchors",
     )
     p.add_argument(

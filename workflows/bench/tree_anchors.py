@@ -1,7 +1,8 @@
 """Label trees as anchors of ``dslide bench topk``: what users would serve instead.
 
-omikuji (Parabel-style trees) and napkinXC (probabilistic label trees), each with its
-default hyper-parameters and where installed, are trained on the model's own training
+omikuji (Parabel-style trees), napkinXC (probabilistic label trees) and PECOS XR-Linear
+(where its numpy and scipy pins hold: an environment of its own), each with its default
+hyper-parameters and where installed, are trained on the model's own training
 rows (``--trees TRAIN``, the XC text file: omikuji's only input, so a local file), then
 answer the benchmark's rows with their own tree search, one row a call from Python as
 their APIs serve them, on the benchmark's thread count. Rows are converted to each
@@ -36,12 +37,17 @@ def tree_anchors(train: Path, X, k: int, threads: int, latency_rows: int, repeat
     ValueError saying how to install them when neither is."""
     import importlib.util
 
-    found = [name for name in ("omikuji", "napkinxc") if importlib.util.find_spec(name)]
+    from dslide_workflows.bench.trees import pecos_conflict
+
+    found = [name for name in ("omikuji", "napkinxc", "pecos") if importlib.util.find_spec(name)]
+    if "pecos" in found and pecos_conflict():
+        print(f"pecos left out: {pecos_conflict()}")
+        found.remove("pecos")
     if not found:
         raise ValueError(
             "--trees needs omikuji or napkinXC: pip install 'dslide-dask[bench-trees]'"
         )
-    build = {"omikuji": _omikuji, "napkinxc": _napkinxc}
+    build = {"omikuji": _omikuji, "napkinxc": _napkinxc, "pecos": _pecos}
     rows = []
     for name in found:
         print(f"training {name} on", train, "...", flush=True)
@@ -85,6 +91,27 @@ def _napkinxc(train: Path, X, threads: int):
         rows = scipy_csr(X)
         queries = [rows[i] for i in range(rows.shape[0])]
         yield seconds, queries, lambda q, k: model.predict(q, top_k=k)[0]
+
+
+@contextlib.contextmanager
+def _pecos(train: Path, X, threads: int):
+    """PECOS XR-Linear (its quick start's settings) trained on every core, answering one
+    row at a time by beam search (beam 10) on ``threads``."""
+    from dslide_dask.data.xc_text import read_xc
+    from dslide_workflows.bench.trees import scipy_csr, train_pecos
+
+    data = read_xc(str(train))
+    t0 = time.perf_counter()
+    model = train_pecos(data, os.cpu_count() or 1, 0)
+    seconds = time.perf_counter() - t0
+    rows = scipy_csr(X, np.float32)
+    queries = [rows[i] for i in range(rows.shape[0])]
+
+    def answer(q, k: int) -> np.ndarray:
+        scores = model.predict(q, beam_size=10, only_topk=k, threads=threads).tocsr()
+        return scores.indices[np.argsort(-scores.data, kind="stable")]
+
+    yield seconds, queries, answer
 
 
 def _timed(name: str, build: float, queries: list, answer, k: int, latency_rows: int, repeat: int):

@@ -140,21 +140,27 @@ def run_napkinxc(train, test, config: dict[str, Any]) -> dict[str, Any]:
 def run_pecos(train, test, config: dict[str, Any]) -> dict[str, Any]:
     """PECOS XR-Linear with its default settings, from float32 scipy CSR X and Y: PIFA
     label features, hierarchical k-means, ``XLinearModel.train``; beam size 10."""
-    from pecos.xmc import Indexer, LabelEmbeddingFactory
-    from pecos.xmc.xlinear.model import XLinearModel
-
     c = config["classifier"]
     threads, seed = c["n_threads"], make_classifier(c).config().seed
-    X, Y = scipy_csr(train.X, np.float32), scipy_csr(train.Y, np.float32)
     t0 = time.perf_counter()
-    label_feat = LabelEmbeddingFactory.create(Y, X, method="pifa", threads=threads)
-    chain = Indexer.gen(label_feat, indexer_type="hierarchicalkmeans", threads=threads, seed=seed)
-    model = XLinearModel.train(X, Y, C=chain, threads=threads)
+    model = train_pecos(train, threads, seed)
     seconds = time.perf_counter() - t0
     pred = model.predict(
         scipy_csr(test.X, np.float32), beam_size=10, only_topk=max(KS), threads=threads
     ).tocsr()
     return _tree_result("pecos", seconds, scorer(train, test, config)(_csr_topk(pred, max(KS))))
+
+
+def train_pecos(train, threads: int, seed: int):
+    """An ``XLinearModel`` of PECOS's quick start on the data set ``train``: PIFA label
+    features, a hierarchical k-means chain, default training."""
+    from pecos.xmc import Indexer, LabelEmbeddingFactory
+    from pecos.xmc.xlinear.model import XLinearModel
+
+    X, Y = scipy_csr(train.X, np.float32), scipy_csr(train.Y, np.float32)
+    label_feat = LabelEmbeddingFactory.create(Y, X, method="pifa", threads=threads)
+    chain = Indexer.gen(label_feat, indexer_type="hierarchicalkmeans", threads=threads, seed=seed)
+    return XLinearModel.train(X, Y, C=chain, threads=threads)
 
 
 def _csr_topk(scores, k: int) -> np.ndarray:
