@@ -236,6 +236,26 @@ def test_exact_and_lsh_topk_agree_when_all_neurons_retrieved():
     np.testing.assert_array_equal(net.topk(X, 5, exact=True), net.topk(X, 5, exact=False))
 
 
+def test_blocks_merged_into_a_running_topk_are_the_exact_topk():
+    """Streaming the scores block by block keeps each row's k best (the first on a tie,
+    as numpy's stable sort), whatever the blocks' widths (not multiples of the scan's)."""
+    from dslide_dask.kernels import topk
+
+    rng = np.random.default_rng(11)
+    scores = rng.integers(0, 40, size=(9, 1000)).astype(np.float32)  # many ties
+    scores[3] = -np.inf  # a row with nothing to keep
+    scores[4, :500] = 50.0 - np.arange(500) / 100  # the best first: few pushes
+    ids = np.full((9, 7), -1, np.int64)
+    best = np.full((9, 7), -np.inf, np.float32)
+    for start, stop in ((0, 37), (37, 600), (600, 1000)):
+        topk.merge_block(scores[:, start:stop].copy(), np.arange(start, stop), ids, best)
+    want = np.argsort(-scores, axis=1, kind="stable")[:, :7]
+    live = np.isfinite(scores).any(axis=1)
+    np.testing.assert_array_equal(ids[live], want[live])
+    np.testing.assert_array_equal(best[live], np.take_along_axis(scores, want, 1)[live])
+    assert np.all(ids[~live] == -1)
+
+
 def test_beta1_zero_keeps_no_first_moments():
     """With beta1 = 0 the first moments are never written (their pages are never
     touched); with beta1 > 0 they are."""

@@ -14,14 +14,12 @@ space, :mod:`~dslide_dask.kernels.fusion` mixes such candidate lists.
 import numba
 import numpy as np
 
-from dslide_dask.kernels.topk import _push
+from dslide_dask.kernels.topk import _push, merge_scan
 
 #: A query's postings reaching more than 1 / DENSE_REACH of the points are summed into
 #: the accumulator without tracking which points they touched, which is then scanned
 #: whole: a branch and a list append per posting cost more than a pass over every point.
 DENSE_REACH = 8
-#: Points :func:`_scan_top` checks at once.
-SCAN_BLOCK = 32
 
 
 @numba.njit(cache=True, nogil=True)
@@ -74,23 +72,10 @@ def _dense(q_idx, post_ptr, n_points: int) -> bool:
 @numba.njit(cache=True, nogil=True)
 def _scan_top(sims, nb_ids, nb_sims) -> None:
     """Fill ``nb_ids``/``nb_sims`` (descending, -1 past the last; the lower point first on
-    a tie) with the points of highest ``sims[p]`` above 0. A block of points is read
-    once without a branch per point (a loop the compiler vectorises) and walked only
-    when one beats the top's last: 4x faster than a branch per point."""
+    a tie) with the points of highest ``sims[p]`` above 0."""
     nb_ids[:] = -1
     nb_sims[:] = -np.inf
-    last = nb_sims.shape[0] - 1
-    n = sims.shape[0]
-    for start in range(0, n, SCAN_BLOCK):
-        stop = min(start + SCAN_BLOCK, n)
-        bar = max(nb_sims[last], 0.0)
-        above = False
-        for pt in range(start, stop):
-            above |= sims[pt] > bar
-        if above:
-            for pt in range(start, stop):
-                if sims[pt] > 0.0 and sims[pt] > nb_sims[last]:
-                    _push(nb_ids, nb_sims, pt, sims[pt])
+    merge_scan(sims, None, nb_ids, nb_sims, 0.0)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
