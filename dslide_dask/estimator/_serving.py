@@ -37,10 +37,10 @@ from dslide_dask.model.output_index import IndexSettings, OutputIndex
 #: points are too few to fall into tight cells (5,000 points of the tiny preset: fused
 #: recall@5 0.93 at the default cells).
 MIN_POINTS = 20_000
-#: Features held by more than this share of the training points are left out of a served
-#: row's input votes: the votes take 0.85 -> 0.45 ms a row, P@1 moves -0.0002 (Debian-26K)
-#: and -0.0006 (debian-files), PSP@5 0 and -0.0001; at 0.02, 0.15 ms but P@1 -0.0024 on
-#: debian-files (docs/serving.md).
+#: Features held by more than this share of the training points are left out of the
+#: postings a served row's input votes read (the points they propose are then scored
+#: exactly): chosen before that re-score, when the votes went 0.85 -> 0.45 ms a row for
+#: P@1 -0.0002 (Debian-26K) and -0.0006 (debian-files) (docs/serving.md).
 COMMON_SHARE = 0.1
 
 
