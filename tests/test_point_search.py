@@ -109,6 +109,11 @@ def test_a_search_over_a_few_cells_finds_most_of_the_nearest_points():
     one = index.with_search(IndexSettings(lists=16, probes=1, candidates=1))
     _, shares = one.embedding_votes(queries, 20, 5)
     np.testing.assert_allclose(shares[:, 0], 1.0, rtol=1e-6)  # one point proposed: one voter
+    near = np.tile(np.arange(4000), (200, 1))  # every point given besides: all scored, once
+    ids, shares = one.embedding_votes(queries, 20, 5, near=near)
+    want_ids, want_shares = index.embedding_votes(queries, 20, 5)
+    want = _as_dense(want_ids, want_shares, 32)
+    np.testing.assert_allclose(_as_dense(ids, shares, 32), want, atol=1e-5)
 
 
 def test_a_served_model_searches_its_points_and_again_after_load(tiny, tmp_path, monkeypatch):
