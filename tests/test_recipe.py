@@ -61,6 +61,12 @@ def test_lr_left_to_the_data_follows_the_number_of_labels():
     assert (mine.lr, mine.input_lr, mine.output_lr) == (0.05, 0.1, 0.01)
 
 
+def test_table_rebuilds_left_to_the_data_follow_the_number_of_labels():
+    assert SlideConfig().for_data(26_556).rebuild_every == 50
+    assert SlideConfig().for_data(670_091).rebuild_every == 200  # a rebuild hashes every row
+    assert SlideConfig(rebuild_every=7).for_data(670_091).rebuild_every == 7
+
+
 @pytest.mark.parametrize(
     "params, message",
     [

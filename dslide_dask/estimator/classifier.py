@@ -252,9 +252,10 @@ class SlideClassifier(
         Weigh the random padding in the softmax as the neurons it stands for (the
         sampled-softmax correction: ``log(neurons not found / neurons padded)`` added to
         their logits). False: each padding neuron counts once.
-    rebuild_every : int, default=50
+    rebuild_every : int or None, default=None
         Steps between rebuilds of the hash tables from the output rows, in [1, 2**40]:
-        the rows move as they train, and the tables go stale.
+        the rows move as they train, and the tables go stale. None: 50 below 100,000
+        labels, 200 from there (where a rebuild hashes every row and costs most).
     rebuild_growth : float, default=0.0
         Lengthens the intervals between rebuilds: the k-th interval is
         ``rebuild_every * exp(rebuild_growth * k)`` steps (SLIDE's decaying rebuild
@@ -469,7 +470,7 @@ class SlideClassifier(
         max_active: int = _D.max_active,
         negatives: str = _D.negatives,
         pad_correction: bool = _D.pad_correction,
-        rebuild_every: int = _D.rebuild_every,
+        rebuild_every: int | None = _D.rebuild_every,
         rebuild_growth: float = _D.rebuild_growth,
         redraw_every: int = _D.redraw_every,
         init_std: float = _D.init_std,

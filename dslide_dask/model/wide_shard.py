@@ -123,6 +123,7 @@ class WideShard(ShardRows):
         self.index = LSHIndex(dim_in, cfg, seed, self.n_local)
         if initialize:
             self.index.rebuild(self.W)
+        assert cfg.rebuild_every is not None  # for_data chose it
         self.schedule = RebuildSchedule(cfg.rebuild_every, cfg.rebuild_growth, cfg.redraw_every)
         self._scratch = np.zeros((0, self.n_local), np.int32)
         self._shared_pos = np.zeros(0, np.int32)  # each row's index among the shared, or -1
