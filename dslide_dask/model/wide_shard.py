@@ -97,7 +97,7 @@ class WideShard(ShardRows):
         if not 0 <= shard_index < layout.n_shards:
             raise ValueError(f"shard_index must be in [0, {layout.n_shards}), got {shard_index}")
         self.cfg = cfg = cfg.for_data(layout.n_neurons)  # negatives and their count
-        assert cfg.min_active is not None  # for_data chose it
+        assert cfg.min_active is not None and cfg.rebuild_every is not None  # for_data chose
         self.min_active: int = cfg.min_active
         self.dim_in = dim_in
         self.layout = layout
@@ -123,7 +123,6 @@ class WideShard(ShardRows):
         self.index = LSHIndex(dim_in, cfg, seed, self.n_local)
         if initialize:
             self.index.rebuild(self.W)
-        assert cfg.rebuild_every is not None  # for_data chose it
         self.schedule = RebuildSchedule(cfg.rebuild_every, cfg.rebuild_growth, cfg.redraw_every)
         self._scratch = np.zeros((0, self.n_local), np.int32)
         self._shared_pos = np.zeros(0, np.int32)  # each row's index among the shared, or -1
