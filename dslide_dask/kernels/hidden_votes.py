@@ -10,7 +10,7 @@ here). Either similarity can have the input's cosine mixed in (:func:`add_cosine
 import numba
 import numpy as np
 
-from dslide_dask.kernels.neighbours import _scan_top, _vote, _vote_scratch
+from dslide_dask.kernels.neighbours import _accumulate, _scan_top, _vote, _vote_scratch
 from dslide_dask.kernels.topk import _push
 
 
@@ -93,8 +93,5 @@ def add_cosines(
     """``out[i, p] += scale * cosine(query i, point p)`` for every point sharing a
     feature with the query (queries in CSR with normalised values, points as postings)."""
     for i in numba.prange(q_ptr.shape[0] - 1):
-        for j in range(q_ptr[i], q_ptr[i + 1]):
-            f = q_idx[j]
-            v = scale * q_val[j]
-            for p in range(post_ptr[f], post_ptr[f + 1]):
-                out[i, post_pts[p]] += v * post_val[p]
+        lo, hi = q_ptr[i], q_ptr[i + 1]
+        _accumulate(q_idx[lo:hi], q_val[lo:hi], post_ptr, post_pts, post_val, out[i], scale)

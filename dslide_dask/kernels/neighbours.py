@@ -30,11 +30,7 @@ def _neighbours_of_row(
     a tie when the scan is dense) with the points most similar to one query; ``acc`` and
     ``seen`` are zeroed scratch over points, zeroed again on return."""
     if _dense(q_idx, post_ptr, acc.shape[0]):
-        for j in range(q_idx.shape[0]):
-            f = q_idx[j]
-            v = q_val[j]
-            for p in range(post_ptr[f], post_ptr[f + 1]):
-                acc[post_pts[p]] += v * post_val[p]
+        _accumulate(q_idx, q_val, post_ptr, post_pts, post_val, acc, 1.0)
         _scan_top(acc, nb_ids, nb_sims)
         acc[:] = 0.0
         return
@@ -267,19 +263,21 @@ def candidate_cosines(
                     out[i, j] = acc[candidates[i, j]]
             if _dense(q_idx[lo:hi], post_ptr, n_points):
                 acc[:] = 0.0
-            else:
-                _accumulate(q_idx[lo:hi], q_val[lo:hi], post_ptr, post_pts, post_val, acc, 0.0)
+            else:  # only what the query touched
+                for j in range(lo, hi):
+                    acc[post_pts[post_ptr[q_idx[j]] : post_ptr[q_idx[j] + 1]]] = 0.0
     return out
 
 
 @numba.njit(cache=True, nogil=True)
-def _accumulate(q_idx, q_val, post_ptr, post_pts, post_val, acc, keep: float) -> None:
-    """``acc[p] = keep * acc[p] + keep * (query . point p)`` over the points sharing a
-    feature with one query: 1 accumulates its cosines, 0 clears what it touched."""
+def _accumulate(q_idx, q_val, post_ptr, post_pts, post_val, acc, scale: float) -> None:
+    """``acc[p] += scale * (query . point p)`` over the points sharing a feature with
+    one query (its features ``q_idx``, values ``q_val``)."""
     for j in range(q_idx.shape[0]):
         f = q_idx[j]
+        v = scale * q_val[j]
         for p in range(post_ptr[f], post_ptr[f + 1]):
-            acc[post_pts[p]] = keep * (acc[post_pts[p]] + q_val[j] * post_val[p])
+            acc[post_pts[p]] += v * post_val[p]
 
 
 @numba.njit(cache=True, nogil=True)

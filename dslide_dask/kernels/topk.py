@@ -38,8 +38,8 @@ def merge_scan(values, value_ids, ids, scores, floor: float) -> None:
     """Merge ``values[j]`` (of id ``value_ids[j]``, or ``j`` when None) above ``floor``
     into one descending top-k row. A block of values is compared with the top's last at
     once, without a branch per value (a loop the compiler vectorises), and walked only
-    when one beats it: most values of a long row never do, and this runs 4x faster than
-    a branch per value."""
+    when one beats it: most values of a long row never do (the neighbours' scan of 50K
+    points: 4x faster than a branch per value)."""
     last = ids.shape[0] - 1
     n = values.shape[0]
     for start in range(0, n, SCAN_BLOCK):

@@ -177,9 +177,9 @@ class NeighbourIndex:
         """:meth:`votes` of the points nearest each row's hidden vector (cosine): every
         point scored, or those the search proposes (:meth:`with_search`) and the points
         ``near[i]`` (-1: none). With ``mix`` > 0, nearest by ``(1 - mix) * cos_hidden +
-        mix * cos_input`` of the rows ``X`` (their input cosine from the postings
-        :meth:`votes` reads): a point the search's cells miss may then still be nearest,
-        for its input, so ``near`` takes the input's nearest (:meth:`votes_and_points`)."""
+        mix * cos_input`` of the rows ``X`` (their exact input cosine): a point the
+        search's cells miss may then still be nearest, for its input, so ``near`` takes
+        the input's nearest (:meth:`votes_and_points`)."""
         if self.embedding is None:
             raise ValueError("the neighbour index has no hidden vectors")
         query = _unit_rows(np.asarray(hidden, np.float32))
