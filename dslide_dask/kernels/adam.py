@@ -270,7 +270,7 @@ def adam_given_rows(
             )
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, inline="always")
 def step_row(
     r, grad, gb, W, W_m, W_v, bias, bias_m, bias_v, W_n, lr, beta1, beta2, eps, salt, bits
 ):
@@ -286,6 +286,7 @@ def step_row(
     b1 = np.float32(beta1)
     b2 = np.float32(beta2)
     one = np.float32(1.0)
+    eps = np.float32(eps)  # a float64 eps would widen every element's division
     v = load_row(W_v, r, v_bits)
     if beta1 != 0.0:
         m = load_row(W_m, r, m_bits)

@@ -10,6 +10,7 @@ import numba
 import numpy as np
 
 from dslide_dask.kernels.active_sets import SHARED_LABEL, SHARED_RANDOM
+from dslide_dask.kernels.fast_exp import exp32
 
 # Dot products may be reassociated (vectorised); inf/nan semantics are kept.
 _FAST = {"reassoc", "contract"}
@@ -75,7 +76,7 @@ def forward_grouped(
             mx = max(mx, logits[b, j])
         total = np.float32(0.0)
         for j in range(n_active[b]):
-            total += np.exp(logits[b, j] - mx)
+            total += exp32(logits[b, j] - mx)
         lab = np.float32(0.0)
         for j in range(n_label[b]):
             lab += logits[b, j]
@@ -85,7 +86,7 @@ def forward_grouped(
     return logits, row_max, row_sumexp, label_part
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@numba.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
 def logit_gradients(
     n_active: np.ndarray,
     n_label: np.ndarray,
@@ -96,12 +97,12 @@ def logit_gradients(
 ) -> None:
     """Overwrite ``logits`` with ``d loss / d logit = (softmax - target) * scale``, the
     target putting ``label_weight`` on each label (the first ``n_label`` entries)."""
+    scale32 = np.float32(scale)  # a float64 factor would widen every element
     for b in numba.prange(logits.shape[0]):
+        row, shift, n_lab, target = logits[b], lse[b], n_label[b], label_weight[b]
         for j in range(n_active[b]):
-            g = np.exp(logits[b, j] - lse[b])
-            if j < n_label[b]:
-                g -= label_weight[b]
-            logits[b, j] = g * scale
+            g = exp32(row[j] - shift)
+            row[j] = (g - (target if j < n_lab else np.float32(0.0))) * scale32
 
 
 @numba.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
@@ -112,45 +113,60 @@ def shared_logits(
     shift: np.ndarray,
     weight: np.ndarray,
     row_max: np.ndarray,
+    row_sumexp: np.ndarray,
     label_part: np.ndarray,
 ) -> None:
     """A batch's shared neurons' logits, in place: ``logits`` ``[B, n]`` holds ``h @
     W[shared].T`` and gains ``bias`` (the shared rows') and, where ``kind`` is
-    SHARED_RANDOM, ``shift[b]``; ``-inf`` for examples of weight 0. ``row_max`` and
-    ``label_part`` (:func:`forward_grouped`'s) take the shared neurons in; the sums of
-    exponentials are left to numpy, whose ``exp`` is vectorised."""
+    SHARED_RANDOM, ``shift[b]``; ``-inf`` for examples of weight 0. The softmax
+    partials of :func:`forward_grouped` (``row_max``, ``row_sumexp``, ``label_part``)
+    take the shared neurons in."""
     B, n = logits.shape
     for b in numba.prange(B):
         row = logits[b]
         if weight[b] == 0:
             row[:] = -np.inf
             continue
-        mx = row_max[b]
+        old = row_max[b]
+        mx = old
         lab = np.float32(0.0)
+        kinds, pad = kind[b], shift[b]
         for j in range(n):
-            x = row[j] + bias[j]
-            if kind[b, j] == SHARED_RANDOM:
-                x += shift[b]
-            elif kind[b, j] == SHARED_LABEL:
-                lab += x
+            x = row[j] + bias[j] + (pad if kinds[j] == SHARED_RANDOM else np.float32(0.0))
+            lab += x if kinds[j] == SHARED_LABEL else np.float32(0.0)
             row[j] = x
             mx = max(mx, x)
+        safe = mx if np.isfinite(mx) else np.float32(0.0)
+        total = np.float32(0.0)
+        if row_sumexp[b] > 0:
+            total = row_sumexp[b] * exp32(old - safe)
+        for j in range(n):
+            total += exp32(row[j] - safe)
         row_max[b] = mx
+        row_sumexp[b] = total
         label_part[b] += lab * weight[b]
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def shared_gradients(probs: np.ndarray, kind: np.ndarray, weight: np.ndarray, scale: float) -> None:
-    """Turn the shared block's softmax ``probs`` (``exp(logit - lse)``) into logit
-    gradients in place: ``(probs - target) * scale``, the target putting ``weight[b]``
-    on the example's labels (``kind`` SHARED_LABEL), 0 for examples of weight 0."""
-    B, n = probs.shape
+@numba.njit(cache=True, nogil=True, parallel=True, fastmath=_FAST)
+def shared_gradients(
+    logits: np.ndarray,
+    lse: np.ndarray,
+    kind: np.ndarray,
+    weight: np.ndarray,
+    scale: float,
+) -> None:
+    """Turn the shared block's ``logits`` into their gradients in place: ``(softmax -
+    target) * scale`` with ``softmax = exp(logit - lse)``, the target putting
+    ``weight[b]`` on the example's labels (``kind`` SHARED_LABEL), 0 for examples of
+    weight 0."""
+    B, n = logits.shape
+    scale32 = np.float32(scale)  # a float64 factor would widen every element
     for b in numba.prange(B):
+        row = logits[b]
         if weight[b] == 0:
-            probs[b, :] = 0
+            row[:] = 0
             continue
+        shift, kinds, target = lse[b], kind[b], weight[b]
         for j in range(n):
-            g = probs[b, j]
-            if kind[b, j] == SHARED_LABEL:
-                g -= weight[b]
-            probs[b, j] = g * scale
+            g = exp32(row[j] - shift)
+            row[j] = (g - (target if kinds[j] == SHARED_LABEL else np.float32(0.0))) * scale32

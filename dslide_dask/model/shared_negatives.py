@@ -58,15 +58,10 @@ def forward(
     """Score the shared neurons for every labelled example and fold them into its softmax
     partials (updated in place); the logits are kept on ``block`` for :func:`backward`."""
     block.W = W[block.rows]
-    logits = block.logits = h @ block.W.T
-    old_max = row_max.copy()
+    block.logits = h @ block.W.T
     wide_layer.shared_logits(
-        logits, bias[block.rows], block.kind, shift, weight, row_max, label_part
+        block.logits, bias[block.rows], block.kind, shift, weight, row_max, row_sumexp, label_part
     )
-    safe = np.where(np.isfinite(row_max), row_max, 0).astype(np.float32)
-    with np.errstate(invalid="ignore", over="ignore"):
-        rescaled = np.where(row_sumexp > 0, row_sumexp * np.exp(old_max - safe), 0)
-    row_sumexp[:] = rescaled + np.exp(logits - safe[:, None]).sum(axis=1)
 
 
 def backward(
@@ -76,9 +71,7 @@ def backward(
     neurons: ``(softmax - target) * scale`` per entry, then two matrix products."""
     assert block.logits is not None and block.W is not None
     g = block.logits
-    g -= lse[:, None]
-    np.exp(g, out=g)
-    wide_layer.shared_gradients(g, block.kind, weight, scale)
+    wide_layer.shared_gradients(g, lse, block.kind, weight, scale)
     return g.T @ h, g.sum(axis=0), g @ block.W
 
 
