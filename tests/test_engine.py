@@ -266,3 +266,26 @@ def test_beta1_zero_keeps_no_first_moments():
         net.train_step(X, Y)
         moments = [net.shards[0].W_m, net.shards[0].bias_m, net.hidden.moments[0][0]]
         assert all(bool(m.any()) == kept for m in moments)
+
+
+@pytest.mark.parametrize("n_rows", [1, 3, 50, 1000])
+def test_entries_are_grouped_by_row_in_example_order(n_rows):
+    """The banded counting sort equals a stable sort of the entries by row."""
+    from dslide_dask.kernels.adam import group_rows
+
+    rng = np.random.default_rng(n_rows)
+    sizes = rng.integers(0, 12, size=9)  # some examples have no entries
+    starts = np.concatenate([[0], np.cumsum(sizes + 2)[:-1]]).astype(np.int64)
+    ends = starts + sizes
+    rows = rng.integers(0, n_rows, size=int(ends[-1]) + 2)
+    pos = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends, strict=True)]).astype(
+        np.int64
+    )
+    order = np.argsort(rows[pos], kind="stable")
+    offsets, entry_pos, entry_vec, touched = group_rows(starts, ends, rows, n_rows)
+    assert np.array_equal(entry_pos, pos[order])
+    assert np.array_equal(entry_vec, np.repeat(np.arange(9), sizes)[order])
+    assert np.array_equal(
+        offsets, np.concatenate([[0], np.cumsum(np.bincount(rows[pos], minlength=n_rows))])
+    )
+    assert np.array_equal(touched, np.unique(rows[pos]))

@@ -30,41 +30,74 @@ N_CHUNKS = 32
 #: so the buffers stay near the cache instead of streaming 32 MB a step at H = 1024.
 PARTIAL_FLOATS = 1 << 21
 MIN_CHUNKS = 8
+#: :func:`group_rows` sorts this many bands of rows side by side (each reads every entry).
+GROUP_BANDS = 4
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, parallel=True)
 def group_rows(
     starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, n_rows: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Entries grouped by the row they touch (a counting sort): ``(offsets, entry_pos,
     entry_vec, touched)``. Row r's entries are ``offsets[r]:offsets[r+1]`` of
     ``entry_pos`` (their positions in the flat ``rows``) and ``entry_vec`` (their
-    examples, in example order); ``touched`` lists the rows with entries, ascending."""
+    examples, in example order); ``touched`` lists the rows with entries, ascending.
+
+    Each thread sorts one band of rows, reading every entry and keeping its own: the
+    counters then stay in the core's cache (one array over 670K rows is 5 MB of random
+    increments). The result is the same for any number of bands.
+    """
     B = starts.shape[0]
-    offsets = np.zeros(n_rows + 1, np.int64)
-    for b in range(B):
-        for p in range(starts[b], ends[b]):
-            offsets[rows[p] + 1] += 1
-    n_touched = 0
-    for r in range(n_rows):
-        if offsets[r + 1] > 0:
-            n_touched += 1
-        offsets[r + 1] += offsets[r]
-    entry_pos = np.empty(offsets[n_rows], np.int64)
-    entry_vec = np.empty(offsets[n_rows], np.int32)
-    cursor = offsets[:-1].copy()
-    for b in range(B):
-        for p in range(starts[b], ends[b]):
-            q = cursor[rows[p]]
-            entry_pos[q] = p
-            entry_vec[q] = b
-            cursor[rows[p]] = q + 1
-    touched = np.empty(n_touched, np.int64)
-    i = 0
-    for r in range(n_rows):
-        if offsets[r + 1] > offsets[r]:
-            touched[i] = r
-            i += 1
+    n_bands = max(1, min(GROUP_BANDS, n_rows))
+    band = (n_rows + n_bands - 1) // n_bands
+    offsets = np.empty(n_rows + 1, np.int64)
+    offsets[0] = 0
+    ends_at = np.zeros(n_bands + 1, np.int64)  # entries, then touched rows, before a band
+    touched_at = np.zeros(n_bands + 1, np.int64)
+    for g in numba.prange(n_bands):  # count: offsets within the band
+        lo, hi = g * band, min(n_rows, (g + 1) * band)
+        count = np.zeros(max(0, hi - lo), np.int32)
+        for b in range(B):
+            for p in range(starts[b], ends[b]):
+                r = rows[p] - lo
+                if 0 <= r < hi - lo:
+                    count[r] += 1
+        total = 0
+        n_touched = 0
+        for r in range(hi - lo):
+            total += count[r]
+            n_touched += count[r] > 0
+            offsets[lo + r + 1] = total
+        ends_at[g + 1] = total
+        touched_at[g + 1] = n_touched
+    for g in range(n_bands):
+        ends_at[g + 1] += ends_at[g]
+        touched_at[g + 1] += touched_at[g]
+    entry_pos = np.empty(ends_at[n_bands], np.int64)
+    entry_vec = np.empty(ends_at[n_bands], np.int32)
+    touched = np.empty(touched_at[n_bands], np.int64)
+    for g in numba.prange(n_bands):  # place: offsets made global, entries in example order
+        lo, hi = g * band, min(n_rows, (g + 1) * band)
+        base = ends_at[g]
+        cursor = np.empty(max(0, hi - lo), np.int32)  # within the band: stays in cache
+        i = touched_at[g]
+        start = 0
+        for r in range(hi - lo):
+            end = offsets[lo + r + 1]
+            cursor[r] = start
+            if end > start:
+                touched[i] = lo + r
+                i += 1
+            offsets[lo + r + 1] = base + end
+            start = end
+        for b in range(B):
+            for p in range(starts[b], ends[b]):
+                r = rows[p] - lo
+                if 0 <= r < hi - lo:
+                    q = cursor[r]
+                    entry_pos[base + q] = p
+                    entry_vec[base + q] = b
+                    cursor[r] = q + 1
     return offsets, entry_pos, entry_vec, touched
 
 
