@@ -302,6 +302,7 @@ def test_served_input_cosines_of_candidates_are_the_exact_cosines():
     bounds = zip(Q.indptr[:-1], Q.indptr[1:], strict=True)
     order = np.concatenate([np.arange(b - 1, a - 1, -1) for a, b in bounds])
     backwards = CSR(Q.indptr, Q.indices[order], Q.values()[order], Q.n_cols)  # any order
-    got = kernels.row_cosines(*served._query(backwards), *served.serving.rows, found)
+    query = served._query(backwards)
+    got = kernels.row_cosines(*query, *served.serving.rows, found, served.n_features)
     want = np.take_along_axis(_unit(_dense(Q)) @ _unit(_dense(X)).T, np.maximum(found, 0), 1)
     np.testing.assert_allclose(got, np.where(found >= 0, want, 0.0), rtol=1e-5, atol=1e-6)

@@ -38,7 +38,7 @@ def dense_neighbour_votes(
     return ids, shares
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
 def candidate_neighbour_votes(
     query: np.ndarray,
     points: np.ndarray,
@@ -69,7 +69,7 @@ def candidate_neighbour_votes(
                 pt = candidates[i, j]
                 if pt < 0:
                     continue
-                s = 0.0
+                s = np.float32(0.0)  # float32 lanes: the dot product runs as SIMD
                 for d in range(query.shape[1]):
                     s += query[i, d] * points[pt, d]
                 s = (1.0 - mix) * s + mix * other[i, j]

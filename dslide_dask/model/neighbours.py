@@ -239,7 +239,7 @@ class NeighbourIndex:
         if query is None:
             return np.zeros(found.shape, np.float32)
         if self.serving is not None:
-            return kernels.row_cosines(*query, *self.serving.rows, found)
+            return kernels.row_cosines(*query, *self.serving.rows, found, self.n_features)
         postings = self.post_ptr, self.post_pts, self.post_val
         return kernels.candidate_cosines(*query, *postings, self.n_points, found)
 
