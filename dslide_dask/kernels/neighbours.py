@@ -182,7 +182,7 @@ def _spread(q_idx, q_val, query) -> None:
 
 
 @numba.njit(cache=True, nogil=True, inline="always", fastmath={"reassoc", "contract"})
-def _row_dot(query, row_idx, row_val, start, stop) -> np.float32:
+def _row_dot(query, row_idx, row_val, start, stop):
     """The dense ``query`` times a point's row (its entries ``start:stop`` of ``row_*``):
     a gather over the row's entries, with no branch to mispredict as a merge of two sorted
     lists has (that merge was half a served row's input votes at 670K labels)."""
