@@ -268,8 +268,9 @@ def test_beta1_zero_keeps_no_first_moments():
         assert all(bool(m.any()) == kept for m in moments)
 
 
+@pytest.mark.parametrize("n_bands", [1, 2, 4])
 @pytest.mark.parametrize("n_rows", [1, 3, 50, 1000])
-def test_entries_are_grouped_by_row_in_example_order(n_rows):
+def test_entries_are_grouped_by_row_in_example_order(n_rows, n_bands):
     """The banded counting sort equals a stable sort of the entries by row."""
     from dslide_dask.kernels.adam import group_rows
 
@@ -282,7 +283,7 @@ def test_entries_are_grouped_by_row_in_example_order(n_rows):
         np.int64
     )
     order = np.argsort(rows[pos], kind="stable")
-    offsets, entry_pos, entry_vec, touched = group_rows(starts, ends, rows, n_rows)
+    offsets, entry_pos, entry_vec, touched = group_rows(starts, ends, rows, n_rows, n_bands)
     assert np.array_equal(entry_pos, pos[order])
     assert np.array_equal(entry_vec, np.repeat(np.arange(9), sizes)[order])
     assert np.array_equal(

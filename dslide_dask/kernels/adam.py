@@ -30,25 +30,24 @@ N_CHUNKS = 32
 #: so the buffers stay near the cache instead of streaming 32 MB a step at H = 1024.
 PARTIAL_FLOATS = 1 << 21
 MIN_CHUNKS = 8
-#: :func:`group_rows` sorts this many bands of rows side by side (each reads every entry).
-GROUP_BANDS = 4
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def group_rows(
-    starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, n_rows: int
+    starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, n_rows: int, n_bands: int = 1
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Entries grouped by the row they touch (a counting sort): ``(offsets, entry_pos,
     entry_vec, touched)``. Row r's entries are ``offsets[r]:offsets[r+1]`` of
     ``entry_pos`` (their positions in the flat ``rows``) and ``entry_vec`` (their
     examples, in example order); ``touched`` lists the rows with entries, ascending.
 
-    Each thread sorts one band of rows, reading every entry and keeping its own: the
-    counters then stay in the core's cache (one array over 670K rows is 5 MB of random
-    increments). The result is the same for any number of bands.
+    ``n_bands`` bands of rows are sorted side by side, each reading every entry and
+    keeping its own: with a band a thread, the counters stay in the core's cache (one
+    array over 670K rows is 5 MB of random increments); one thread is fastest with one
+    band. The result is the same for any number of bands.
     """
     B = starts.shape[0]
-    n_bands = max(1, min(GROUP_BANDS, n_rows))
+    n_bands = max(1, min(n_bands, n_rows))
     band = (n_rows + n_bands - 1) // n_bands
     offsets = np.empty(n_rows + 1, np.int64)
     offsets[0] = 0

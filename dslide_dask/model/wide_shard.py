@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from dslide_dask.data.csr import CSR
@@ -277,25 +278,11 @@ class WideShard(ShardRows):
         sums of :func:`~dslide_dask.kernels.wide_layer.forward_grouped`."""
         width = active.shape[1]
         starts = np.arange(len(h), dtype=np.int64) * width
-        groups = adam.group_rows(starts, starts + n_active, active.ravel(), self.n_local)
-        offsets, entry_pos, entry_vec, touched = groups
-        bounds = adam.chunk_bounds(offsets, touched, adam.N_CHUNKS)
-        out = wide_layer.forward_grouped(
-            h,
-            self.W,
-            self.bias,
-            n_active,
-            n_label,
-            weight,
-            pad_start,
-            pad_shift,
-            width,
-            offsets,
-            entry_pos,
-            entry_vec,
-            touched,
-            bounds,
-        )
+        bands = numba.get_num_threads()  # a band a thread (same groups whatever the count)
+        groups = adam.group_rows(starts, starts + n_active, active.ravel(), self.n_local, bands)
+        bounds = adam.chunk_bounds(groups[0], groups[3], adam.N_CHUNKS)
+        head = (h, self.W, self.bias, n_active, n_label, weight, pad_start, pad_shift, width)
+        out = wide_layer.forward_grouped(*head, *groups, bounds)
         return groups, out
 
     def backward(self, lse: np.ndarray) -> np.ndarray:
