@@ -280,7 +280,8 @@ class WideShard(ShardRows):
         starts = np.arange(len(h), dtype=np.int64) * width
         bands = numba.get_num_threads()  # a band a thread (same groups whatever the count)
         groups = adam.group_rows(starts, starts + n_active, active.ravel(), self.n_local, bands)
-        bounds = adam.chunk_bounds(groups[0], groups[3], adam.N_CHUNKS)
+        offsets, _, _, touched = groups
+        bounds = adam.chunk_bounds(offsets, touched, adam.N_CHUNKS)
         head = (h, self.W, self.bias, n_active, n_label, weight, pad_start, pad_shift, width)
         out = wide_layer.forward_grouped(*head, *groups, bounds)
         return groups, out
