@@ -236,24 +236,34 @@ def test_exact_and_lsh_topk_agree_when_all_neurons_retrieved():
     np.testing.assert_array_equal(net.topk(X, 5, exact=True), net.topk(X, 5, exact=False))
 
 
-def test_blocks_merged_into_a_running_topk_are_the_exact_topk():
-    """Streaming the scores block by block keeps each row's k best (the first on a tie,
-    as numpy's stable sort), whatever the blocks' widths (not multiples of the scan's)."""
-    from dslide_dask.kernels import topk
+@pytest.mark.parametrize("n_rows", [1, 9, 300])
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_exact_topk_equals_a_stable_sort_of_the_scores(n_rows, n_threads, monkeypatch):
+    """Tile by tile, on one thread or several (300 rows: more tasks than threads), each
+    row keeps its k best (the lower id first on a tie, as numpy's stable sort), whatever
+    the tiles' widths; a NaN score never enters and a row with too few finite scores
+    ends in -1/-inf."""
+    from dslide_dask.model import exact_topk as module
 
+    monkeypatch.setattr(module, "TILE_LABELS", 37)  # not a multiple of the scan's block
+    monkeypatch.setattr(module, "ROWS_PER_TILE", 64)
+    monkeypatch.setattr(module, "THREADED_ROWS", 2)
     rng = np.random.default_rng(11)
-    scores = rng.integers(0, 40, size=(9, 1000)).astype(np.float32)  # many ties
-    scores[3] = -np.inf  # a row with nothing to keep
-    scores[4, :500] = 50.0 - np.arange(500) / 100  # the best first: few pushes
-    ids = np.full((9, 7), -1, np.int64)
-    best = np.full((9, 7), -np.inf, np.float32)
-    for start, stop in ((0, 37), (37, 600), (600, 1000)):
-        topk.merge_block(scores[:, start:stop].copy(), np.arange(start, stop), ids, best)
-    want = np.argsort(-scores, axis=1, kind="stable")[:, :7]
-    live = np.isfinite(scores).any(axis=1)
-    np.testing.assert_array_equal(ids[live], want[live])
-    np.testing.assert_array_equal(best[live], np.take_along_axis(scores, want, 1)[live])
-    assert np.all(ids[~live] == -1)
+    n_labels, k = 1000, 7
+    h = rng.integers(0, 3, size=(n_rows, 4)).astype(np.float32)
+    W = rng.integers(0, 3, size=(n_labels, 4)).astype(np.float32)  # many ties
+    bias = rng.integers(0, 3, size=n_labels).astype(np.float32)
+    bias[5] = np.nan
+    bias[:500] -= np.arange(500)  # the best late: many pushes
+    scores = h @ W.T + bias
+    h[0] = np.nan  # a row with nothing to keep
+    ids, best = module.exact_topk(h, W, bias, k, n_threads)
+    assert np.all(ids[0] == -1) and np.all(best[0] == -np.inf)
+    want = np.argsort(-np.nan_to_num(scores[1:], nan=-np.inf), axis=1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(ids[1:], want)
+    np.testing.assert_array_equal(best[1:], np.take_along_axis(scores[1:], want, 1))
+    few, few_best = module.exact_topk(h[1:], W[:3], bias[:3], 5, n_threads)
+    assert np.all(few[:, 3:] == -1) and np.all(few_best[:, 3:] == -np.inf)
 
 
 def test_beta1_zero_keeps_no_first_moments():

@@ -19,16 +19,6 @@ def _push(ids: np.ndarray, scores: np.ndarray, cand: int, score: float) -> None:
     ids[j] = cand
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def merge_block(
-    block: np.ndarray, block_ids: np.ndarray, top_ids: np.ndarray, top_scores: np.ndarray
-) -> None:
-    """Merge score columns ``block[:, j]`` (of neurons ``block_ids[j]``) into the running
-    descending top-k ``top_ids``/``top_scores`` (initialise scores to -inf, ids to -1)."""
-    for i in numba.prange(block.shape[0]):
-        merge_scan(block[i], block_ids, top_ids[i], top_scores[i], -np.inf)
-
-
 #: Scores :func:`merge_scan` compares at once.
 SCAN_BLOCK = 32
 
@@ -52,6 +42,39 @@ def merge_scan(values, value_ids, ids, scores, floor: float) -> None:
             for j in range(start, stop):
                 if values[j] > floor:
                     _push(ids, scores, j if value_ids is None else value_ids[j], values[j])
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"nnan", "nsz", "reassoc"})
+def merge_tile(
+    block: np.ndarray, bias: np.ndarray, offset: int, top_ids: np.ndarray, top_scores: np.ndarray
+) -> None:
+    """Merge ``block[i, j] + bias[j]`` (the score of neuron ``offset + j``) into row i's
+    running descending top-k ``top_ids[i]``/``top_scores[i]`` (initialise scores to -inf,
+    ids to -1); one thread. The bias is added as the scores are read: one pass over a
+    tile the matrix product has just left in cache. A block of scores is compared with
+    the top's last through its maximum (a reduction the compiler vectorises: 2x the
+    branch-free comparison of :func:`merge_scan` on exact scores of 670K labels), and
+    walked only when it beats it; NaN scores never enter."""
+    k = top_ids.shape[1]
+    n = block.shape[1]
+    for i in range(block.shape[0]):
+        values, ids, scores = block[i], top_ids[i], top_scores[i]
+        for start in range(0, n, SCAN_BLOCK):
+            stop = min(start + SCAN_BLOCK, n)
+            best = np.float32(-np.inf)
+            for j in range(start, stop):
+                best = max(best, values[j] + bias[j])
+            if best > scores[k - 1]:
+                _walk(values, bias, start, stop, offset, ids, scores)
+
+
+@numba.njit(cache=True, nogil=True)
+def _walk(values, bias, start, stop, offset, ids, scores) -> None:
+    """:func:`merge_tile`'s pushes, without its fast-math flags: a NaN never beats."""
+    for j in range(start, stop):
+        score = values[j] + bias[j]
+        if score > scores[-1]:
+            _push(ids, scores, offset + j, score)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)

@@ -25,6 +25,7 @@ from dslide_dask.kernels.bfloat16 import STORAGE
 from dslide_dask.kernels.tables import mix64
 from dslide_dask.model import shared_negatives
 from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.exact_topk import exact_topk
 from dslide_dask.model.init import init_rows
 from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.lsh_index import LSHIndex, LSHQuery, MIPSIndex, RebuildSchedule
@@ -37,7 +38,6 @@ _STRATEGY = {
     "topk": active_kernels.TOPK,
     "threshold": active_kernels.THRESHOLD,
 }
-_SCORE_BLOCK = 1 << 14
 
 
 @dataclass
@@ -361,15 +361,8 @@ class WideShard(ShardRows):
             local_ids, scores, _ = self.serving_tables().search(h, self.W, self.bias, query)
             return np.where(local_ids >= 0, self.global_ids(local_ids), -1), scores
         if exact:
-            top_ids = np.full((n, k), -1, np.int64)
-            top_scores = np.full((n, k), -np.inf, np.float32)
-            for start in range(0, self.n_local, _SCORE_BLOCK):
-                stop = min(start + _SCORE_BLOCK, self.n_local)
-                block = h @ self.W[start:stop].T
-                block += self.bias[start:stop]
-                ids = self.global_ids(np.arange(start, stop))
-                topk.merge_block(block, ids, top_ids, top_scores)
-            return top_ids, top_scores
+            local_ids, scores = exact_topk(h, self.W, self.bias, k, numba.get_num_threads())
+            return np.where(local_ids >= 0, self.global_ids(local_ids), -1), scores
         empty = np.zeros(n + 1, np.int64), np.zeros(0, np.int32)
         active, n_active, n_label, _ = self._active(h, *empty, train=False)
         zeros = np.zeros(n, np.float32)
