@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from dslide_dask.data.csr import CSR
@@ -170,6 +171,7 @@ class HiddenLayers:
             cfg.optimizer == "dense-adam",
             np.zeros((0, 0), np.float32),
             cfg.seed + self.step,
+            numba.get_num_threads(),
         )
         self._adam(n, grad.sum(axis=0), lr_t)
 
