@@ -300,3 +300,24 @@ def test_entries_are_grouped_by_row_in_example_order(n_rows, n_bands):
         offsets, np.concatenate([[0], np.cumsum(np.bincount(rows[pos], minlength=n_rows))])
     )
     assert np.array_equal(touched, np.unique(rows[pos]))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint16, np.float64])
+@pytest.mark.parametrize("width", [1, 17, 128])
+def test_prefetching_a_row_compiles_for_every_storage_and_changes_nothing(dtype, width):
+    """The prefetch intrinsic (its LLVM name differs across LLVM versions) compiles for
+    the weights' and moments' dtypes and any row width, and only asks the cache."""
+    import numba
+
+    from dslide_dask.kernels.prefetch import prefetch_row, prefetch_row_read
+
+    @numba.njit
+    def touch(arr):
+        for r in range(arr.shape[0]):
+            prefetch_row(arr, r)
+            prefetch_row_read(arr, r)
+
+    arr = np.arange(5 * width).astype(dtype).reshape(5, width)
+    before = arr.copy()
+    touch(arr)
+    np.testing.assert_array_equal(arr, before)

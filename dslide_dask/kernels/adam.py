@@ -21,6 +21,7 @@ import numba
 import numpy as np
 
 from dslide_dask.kernels.bfloat16 import load_row, store_row
+from dslide_dask.kernels.prefetch import AHEAD, prefetch_row
 
 #: Rows are split into this many chunks whatever the thread count, so that the summation
 #: order (and so every bit of the result) does not depend on the number of threads.
@@ -218,6 +219,12 @@ def adam_grouped(
         bits = np.empty((2, H), np.uint32)  # bfloat16 moments widened (unused for float32)
         for i in range(bounds[c], bounds[c + 1]):
             r = todo[i]
+            if i + AHEAD < bounds[c + 1]:
+                ahead = todo[i + AHEAD]
+                prefetch_row(W, ahead)
+                prefetch_row(W_v, ahead)
+                if beta1 != 0.0:
+                    prefetch_row(W_m, ahead)
             w = W[r]
             grad[:] = 0
             gb = np.float32(0.0)

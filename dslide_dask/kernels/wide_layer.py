@@ -11,6 +11,7 @@ import numpy as np
 
 from dslide_dask.kernels.active_sets import SHARED_LABEL, SHARED_RANDOM
 from dslide_dask.kernels.fast_exp import exp32
+from dslide_dask.kernels.prefetch import AHEAD, prefetch_row_read
 
 # Dot products may be reassociated (vectorised); inf/nan semantics are kept.
 _FAST = {"reassoc", "contract"}
@@ -56,6 +57,8 @@ def forward_grouped(
     for c in numba.prange(bounds.shape[0] - 1):
         for i in range(bounds[c], bounds[c + 1]):
             r = touched[i]
+            if i + AHEAD < bounds[c + 1]:
+                prefetch_row_read(W, touched[i + AHEAD])
             w = W[r]
             for q in range(offsets[r], offsets[r + 1]):
                 b = entry_vec[q]
