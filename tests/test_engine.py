@@ -266,6 +266,29 @@ def test_exact_topk_equals_a_stable_sort_of_the_scores(n_rows, n_threads, monkey
     assert np.all(few[:, 3:] == -1) and np.all(few_best[:, 3:] == -np.inf)
 
 
+@pytest.mark.parametrize("n", [5, 32, 33, 100, 5000])
+@pytest.mark.parametrize("k", [1, 7, 64])
+def test_scan_top_equals_a_stable_sort_above_the_floor(n, k):
+    """The k best values above the floor, the lower index first on a tie (numpy's stable
+    sort), whether the blocks' bar or the floor decides which blocks are walked; fewer
+    than k above the floor end in -1/-inf."""
+    from dslide_dask.kernels.topk import scan_top
+
+    rng = np.random.default_rng(n + k)
+    for values in (
+        rng.integers(0, 4, n).astype(np.float32),  # many ties, many at or below the floor
+        rng.standard_normal(n).astype(np.float32),
+        np.where(np.arange(n) % 97 == 0, 2.0, 0.0).astype(np.float32),  # few above
+    ):
+        ids, scores = np.empty(k, np.int64), np.empty(k, np.float32)
+        scan_top(values, ids, scores, 0.0)
+        order = np.argsort(-values, kind="stable")
+        want = order[values[order] > 0.0][:k]
+        np.testing.assert_array_equal(ids[: len(want)], want)
+        np.testing.assert_array_equal(scores[: len(want)], values[want])
+        assert np.all(ids[len(want) :] == -1) and np.all(scores[len(want) :] == -np.inf)
+
+
 def test_beta1_zero_keeps_no_first_moments():
     """With beta1 = 0 the first moments are never written (their pages are never
     touched); with beta1 > 0 they are."""
@@ -305,19 +328,24 @@ def test_entries_are_grouped_by_row_in_example_order(n_rows, n_bands):
 @pytest.mark.parametrize("dtype", [np.float32, np.uint16, np.float64])
 @pytest.mark.parametrize("width", [1, 17, 128])
 def test_prefetching_a_row_compiles_for_every_storage_and_changes_nothing(dtype, width):
-    """The prefetch intrinsic (its LLVM name differs across LLVM versions) compiles for
-    the weights' and moments' dtypes and any row width, and only asks the cache."""
+    """The prefetch intrinsics (their LLVM name differs across LLVM versions) compile for
+    the weights' and moments' dtypes, rows of any width and spans of 1-D arrays, and
+    only ask the cache, even past an array's end."""
     import numba
 
-    from dslide_dask.kernels.prefetch import prefetch_row, prefetch_row_read
+    from dslide_dask.kernels.prefetch import prefetch_row, prefetch_row_read, prefetch_span_read
 
     @numba.njit
-    def touch(arr):
+    def touch(arr, flat):
         for r in range(arr.shape[0]):
             prefetch_row(arr, r)
             prefetch_row_read(arr, r)
+        prefetch_span_read(flat, 0, flat.shape[0])
+        prefetch_span_read(flat, flat.shape[0], flat.shape[0] + 1000)  # past the end
 
     arr = np.arange(5 * width).astype(dtype).reshape(5, width)
+    flat = arr[1].copy()
     before = arr.copy()
-    touch(arr)
+    touch(arr, flat)
     np.testing.assert_array_equal(arr, before)
+    np.testing.assert_array_equal(flat, before[1])

@@ -14,7 +14,8 @@ space, :mod:`~dslide_dask.kernels.fusion` mixes such candidate lists.
 import numba
 import numpy as np
 
-from dslide_dask.kernels.topk import _push, merge_scan
+from dslide_dask.kernels.prefetch import AHEAD, prefetch_span_read
+from dslide_dask.kernels.topk import _push, scan_top
 
 #: A query's postings reaching more than 1 / DENSE_REACH of the points are summed into
 #: the accumulator without tracking which points they touched, which is then scanned
@@ -69,9 +70,7 @@ def _dense(q_idx, post_ptr, n_points: int) -> bool:
 def _scan_top(sims, nb_ids, nb_sims) -> None:
     """Fill ``nb_ids``/``nb_sims`` (descending, -1 past the last; the lower point first on
     a tie) with the points of highest ``sims[p]`` above 0."""
-    nb_ids[:] = -1
-    nb_sims[:] = -np.inf
-    merge_scan(sims, None, nb_ids, nb_sims, 0.0)
+    scan_top(sims, nb_ids, nb_sims, 0.0)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -134,6 +133,8 @@ def neighbour_votes(
                     pt = cand_ids[a]
                     if pt < 0:
                         break
+                    if a + AHEAD < n_cand and cand_ids[a + AHEAD] >= 0:
+                        _prefetch_row(row_ptr, row_idx, row_val, cand_ids[a + AHEAD])
                     s = _row_dot(query, row_idx, row_val, row_ptr[pt], row_ptr[pt + 1])
                     if s > 0.0 and s > nb_sims[k - 1]:
                         _push(nb_ids, nb_sims, pt, s)
@@ -172,6 +173,13 @@ def row_cosines(
                     out[i, a] = _row_dot(query, row_idx, row_val, row_ptr[pt], row_ptr[pt + 1])
             query[q_idx[lo:hi]] = 0.0
     return out
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _prefetch_row(row_ptr, row_idx, row_val, pt) -> None:
+    """Ask the cache for a point's row, to be scored a few points later."""
+    prefetch_span_read(row_idx, row_ptr[pt], row_ptr[pt + 1])
+    prefetch_span_read(row_val, row_ptr[pt], row_ptr[pt + 1])
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

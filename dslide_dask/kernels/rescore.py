@@ -8,6 +8,7 @@ label found has the logit the exact top-k gives it.
 import numba
 import numpy as np
 
+from dslide_dask.kernels.prefetch import AHEAD, prefetch_row_read
 from dslide_dask.kernels.topk import _push
 
 #: Up to this many rows are scored on the calling thread: a parallel launch costs more
@@ -30,20 +31,31 @@ def _dot(h, w) -> np.float32:
 
 @numba.njit(cache=True, nogil=True)
 def _rescore_row(h, W, bias, candidates, ids, scores) -> None:
-    """``ids``/``scores`` (descending, -1/-inf filled): the best of ``candidates``."""
+    """``ids``/``scores`` (descending, -1/-inf filled): the best of ``candidates``. A
+    repeat is looked for only when a score would enter (a repeat that left the top has
+    its own score, too low to come back); the rows are asked for ``AHEAD`` candidates
+    early, as each is a cache miss in a layer far larger than the cache."""
     k = ids.shape[0]
-    for j in range(candidates.shape[0]):
+    n = candidates.shape[0]
+    for j in range(min(AHEAD, n)):
+        if candidates[j] >= 0:
+            prefetch_row_read(W, candidates[j])
+    for j in range(n):
+        if j + AHEAD < n and candidates[j + AHEAD] >= 0:
+            prefetch_row_read(W, candidates[j + AHEAD])
         c = candidates[j]
         if c < 0:
+            continue
+        score = bias[c] + _dot(h, W[c])
+        if score <= scores[k - 1]:
             continue
         seen = False
         for t in range(k):
             if ids[t] == c:
                 seen = True
                 break
-        if seen:
-            continue
-        _push(ids, scores, c, bias[c] + _dot(h, W[c]))
+        if not seen:
+            _push(ids, scores, c, score)
 
 
 @numba.njit(cache=True, nogil=True)
