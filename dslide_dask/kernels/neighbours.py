@@ -25,18 +25,17 @@ DENSE_REACH = 8
 
 @numba.njit(cache=True, nogil=True)
 def _neighbours_of_row(
-    q_idx, q_val, post_ptr, post_pts, post_val, acc, seen, touched, nb_ids, nb_sims
+    q_idx, q_val, post_ptr, post_pts, post_val, acc, seen, touched, sims, nb_ids, nb_sims
 ) -> None:
-    """Fill ``nb_ids``/``nb_sims`` (descending, -1 past the last; the lower point first on
-    a tie when the scan is dense) with the points most similar to one query; ``acc`` and
-    ``seen`` are zeroed scratch over points, zeroed again on return."""
+    """Fill ``nb_ids``/``nb_sims`` (descending, -1 past the last; on a tie the lower point
+    first when the scan is dense, else the one reached first) with the points most
+    similar to one query; ``acc`` and ``seen`` are zeroed scratch over points, zeroed
+    again on return, ``touched`` and ``sims`` scratch as long."""
     if _dense(q_idx, post_ptr, acc.shape[0]):
         _accumulate(q_idx, q_val, post_ptr, post_pts, post_val, acc, 1.0)
         _scan_top(acc, nb_ids, nb_sims)
         acc[:] = 0.0
         return
-    nb_ids[:] = -1
-    nb_sims[:] = -np.inf
     n_touched = 0
     for j in range(q_idx.shape[0]):
         f = q_idx[j]
@@ -48,13 +47,15 @@ def _neighbours_of_row(
                 touched[n_touched] = pt
                 n_touched += 1
             acc[pt] += v * post_val[p]
-    for t in range(n_touched):
+    for t in range(n_touched):  # the points reached, in a row the scan selects from
         pt = touched[t]
-        s = acc[pt]
+        sims[t] = acc[pt]
         acc[pt] = 0.0
         seen[pt] = False
-        if s > 0.0:
-            _push(nb_ids, nb_sims, pt, s)
+    _scan_top(sims[:n_touched], nb_ids, nb_sims)
+    for j in range(nb_ids.shape[0]):
+        if nb_ids[j] >= 0:
+            nb_ids[j] = touched[nb_ids[j]]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -115,6 +116,7 @@ def neighbour_votes(
         acc = np.zeros(n_points, np.float32)
         seen = np.zeros(n_points, np.bool_)
         touched = np.empty(n_points, np.int32)
+        sims = np.empty(n_points, np.float32)
         cand_ids = np.empty(max(n_cand, 1), np.int64)
         cand_sims = np.empty(max(n_cand, 1), np.float32)
         query = np.zeros(post_ptr.shape[0] - 1 if n_cand else 0, np.float32)
@@ -123,7 +125,16 @@ def neighbour_votes(
             lo, hi = q_ptr[i], q_ptr[i + 1]
             found = (cand_ids, cand_sims) if n_cand else (nb_ids, nb_sims)
             _neighbours_of_row(
-                q_idx[lo:hi], q_val[lo:hi], post_ptr, post_pts, post_val, acc, seen, touched, *found
+                q_idx[lo:hi],
+                q_val[lo:hi],
+                post_ptr,
+                post_pts,
+                post_val,
+                acc,
+                seen,
+                touched,
+                sims,
+                *found,
             )
             if n_cand:
                 _spread(q_idx[lo:hi], q_val[lo:hi], query)
