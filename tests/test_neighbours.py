@@ -269,12 +269,13 @@ def test_bench_topk_times_the_whole_fused_answer(small, tmp_path):
 
     train, test = small
     clf = SlideClassifier(epochs=1, client=False, **PARAMS).fit(train.X, train.Y)
-    model = clf.save(str(tmp_path / "model"))
+    model = clf.build_index(lists=16).save(str(tmp_path / "model"))  # "exact" drops it
+    clf.drop_index()
     write_xc(str(tmp_path / "test.txt"), test.slice(0, 40))
     out = tmp_path / "bench.json"
     argv = ["bench", "topk", "--model", model, "--data", str(tmp_path / "test.txt")]
     argv += ["--setting", "0:0", "--latency-rows", "3", "--repeat", "1", "--json", str(out)]
-    assert main([*argv, "--index-setting", "lists=16"]) == 0
+    assert main(argv) == 0
     rows = {r["setting"]: r for r in json.loads(out.read_text())["results"]}
     exact, served = rows["fused exact"], rows["fused, indexes"]
     assert exact["recall"] == 1.0 and 0.0 <= served["recall"] <= 1.0 and served["build_s"] > 0

@@ -83,6 +83,16 @@ def test_rescoring_keeps_the_best_k_of_the_candidates_once_each():
     assert (few == -1).all() and np.isneginf(few_scores).all()
 
 
+def test_dropping_the_index_answers_exactly_again(fitted, tiny):
+    _, test = tiny
+    X = test.X.slice_rows(0, 200)
+    exact = fitted.predict_topk(X, 5, return_scores=True)
+    fitted.build_index(**SMALL)
+    assert fitted.drop_index().output_index_ is None
+    for got, want in zip(fitted.predict_topk(X, 5, return_scores=True), exact, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_the_classifier_answers_through_its_index_and_saves_it(fitted, saved, tiny):
     _, test = tiny
     X = test.X.slice_rows(0, 400)

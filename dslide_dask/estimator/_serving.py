@@ -14,6 +14,7 @@ serves a saved model's index there, one part per shard).
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Self
 
@@ -83,6 +84,23 @@ class ServingMixin(EstimatorState):
         self.output_index_ = OutputIndex.build(self.trainer_.network.shards, parsed)
         self._index_step = self._step
         self._search_points(parsed)
+        return self
+
+    def drop_index(self) -> Self:
+        """Answer exactly again: forget the output index and what the neighbours serve
+        through (their points' search and served postings), as a model fitted without
+        :meth:`build_index`, which makes them again.
+
+        Returns
+        -------
+        SlideClassifier
+            This estimator, with ``output_index_`` None.
+        """
+        self._check_fitted()
+        self.output_index_ = None
+        index = getattr(self, "neighbours_", None)
+        if index is not None:
+            self.neighbours_ = dataclasses.replace(index, search=None, serving=None)
         return self
 
     def _search_points(self, settings: IndexSettings) -> None:
