@@ -14,6 +14,7 @@ from dslide_dask.data.csr import CSR, SCORE_ROWS, row_ranges
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.shuffle import ReadStats
 from dslide_dask.data.stream import Stream
+from dslide_dask.malloc import raise_malloc_thresholds
 from dslide_dask.memory import check_memory, model_bytes
 from dslide_dask.metrics import TrainingLabels, xc_metrics
 from dslide_dask.model.config import SlideConfig
@@ -40,6 +41,7 @@ class LocalTrainer:
         restore: Checkpoint | None = None,
     ) -> None:
         passive_wait()
+        raise_malloc_thresholds()  # a step's temporaries reuse pages (dslide_dask.malloc)
         if restore is None:  # sizes from users' data: checked before a byte is allocated
             check_memory(
                 model_bytes(tuple(cfg.hidden), n_features, n_labels),

@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dslide_dask.data.shuffle import iter_batches
     from dslide_dask.data.source import open_source
-    from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds
+    from dslide_dask.malloc import raise_malloc_thresholds
 
     text, conv = bench_files(
         args.preset, args.seed, args.cache_dir, args.refresh_data, args.chunk_points

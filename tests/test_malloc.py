@@ -1,4 +1,5 @@
-"""The actors' malloc setting: large temporaries stop faulting in fresh pages."""
+"""The malloc setting of actors and of the in-process trainer: large temporaries stop
+faulting in fresh pages."""
 
 import os
 import platform
@@ -10,7 +11,7 @@ from distributed import Client, LocalCluster
 
 from dslide_dask import SlideConfig
 from dslide_dask.distributed import DistributedTrainer
-from dslide_dask.distributed.worker_malloc import MMAP_THRESHOLD, raise_malloc_thresholds
+from dslide_dask.malloc import MMAP_THRESHOLD, raise_malloc_thresholds
 
 glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="a glibc setting")
 
@@ -32,7 +33,7 @@ FAULTS_TUNED = FAULTS_UNTUNED // 20
 
 def _faults_in_subprocess(tuned: bool) -> int:
     code = CHURN + (
-        "from dslide_dask.distributed.worker_malloc import raise_malloc_thresholds\n"
+        "from dslide_dask.malloc import raise_malloc_thresholds\n"
         f"assert raise_malloc_thresholds() if {tuned} else True\n"
         "print(churn_faults())\n"
     )
@@ -41,6 +42,44 @@ def _faults_in_subprocess(tuned: bool) -> int:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     return int(out.stdout)
+
+
+#: Allocate 4 arrays of 4 MiB at once, fill and free them 50 times: glibc's own dynamic
+#: thresholds then trim the 16 MiB freed at the heap's top every time.
+CHURN_STEP = """
+import resource
+import numpy as np
+
+def step_faults():
+    [np.ones(1 << 20, np.float32) for _ in range(4)]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(50):
+        arrays = [np.ones(1 << 20, np.float32) for _ in range(4)]
+        sum(float(a.sum()) for a in arrays)
+        del arrays
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+"""
+STEP_FAULTS_UNTUNED = 50 * 4 * 1024 // 4  # a quarter of the pages of every array (half seen)
+
+
+@pytest.mark.slow
+@glibc_only
+@pytest.mark.parametrize("trainer", [False, True])
+def test_the_in_process_trainer_raises_the_thresholds(trainer):
+    """glibc's defaults fault a step's temporaries in afresh each time; building a
+    LocalTrainer (what fit does in-process) stops that."""
+    build = (
+        "from dslide_dask import SlideConfig\n"
+        "from dslide_dask.local_trainer import LocalTrainer\n"
+        "LocalTrainer(SlideConfig(hidden=(8,), K=2, L=2, range_pow=4, seed=0), 20, 30)\n"
+    )
+    code = CHURN_STEP + (build if trainer else "") + "print(step_faults())\n"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    faults = int(out.stdout.split()[-1])
+    assert faults < STEP_FAULTS_UNTUNED // 20 if trainer else faults > STEP_FAULTS_UNTUNED
 
 
 @pytest.mark.slow
