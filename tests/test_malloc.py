@@ -44,22 +44,23 @@ def _faults_in_subprocess(tuned: bool) -> int:
     return int(out.stdout)
 
 
-#: Allocate 4 arrays of 4 MiB at once, fill and free them 50 times: glibc's own dynamic
-#: thresholds then trim the 16 MiB freed at the heap's top every time.
+#: Allocate 6 arrays of 3 MiB at once, fill and free them 50 times: glibc's own dynamic
+#: thresholds then trim the 18 MiB freed at the heap's top every time. (Under 4 MiB, so
+#: numpy does not ask for huge pages, which would fault in 2 MiB at a time.)
 CHURN_STEP = """
 import resource
 import numpy as np
 
 def step_faults():
-    [np.ones(1 << 20, np.float32) for _ in range(4)]
+    [np.ones(3 << 18, np.float32) for _ in range(6)]
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(50):
-        arrays = [np.ones(1 << 20, np.float32) for _ in range(4)]
+        arrays = [np.ones(3 << 18, np.float32) for _ in range(6)]
         sum(float(a.sum()) for a in arrays)
         del arrays
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 """
-STEP_FAULTS_UNTUNED = 50 * 4 * 1024 // 4  # a quarter of the pages of every array (half seen)
+STEP_FAULTS_UNTUNED = 50 * 6 * 768 // 4  # a quarter of the arrays' pages (about half seen)
 
 
 @pytest.mark.slow
