@@ -14,7 +14,7 @@ space, :mod:`~dslide_dask.kernels.fusion` mixes such candidate lists.
 import numba
 import numpy as np
 
-from dslide_dask.kernels.prefetch import AHEAD, prefetch_span_read
+from dslide_dask.kernels.prefetch import AHEAD, prefetch_row_read
 from dslide_dask.kernels.topk import _push, scan_top
 
 #: A query's postings reaching more than 1 / DENSE_REACH of the points are summed into
@@ -82,9 +82,8 @@ def neighbour_votes(
     post_ptr: np.ndarray,
     post_pts: np.ndarray,
     post_val: np.ndarray,
-    row_ptr: np.ndarray,
-    row_idx: np.ndarray,
-    row_val: np.ndarray,
+    common_slot: np.ndarray,
+    common: np.ndarray,
     y_ptr: np.ndarray,
     y_idx: np.ndarray,
     n_labels: int,
@@ -103,9 +102,11 @@ def neighbour_votes(
     nearest through the postings. Else the postings may leave features out (a served
     row's: the common ones, whose long lists cost a pass over every point while their
     small values barely move which points are nearest), and the neighbours are the ``k``
-    most similar by the exact cosine, from the points' rows (``row_*``, CSR), of the
-    ``n_cand`` the postings find most similar. Rows are processed in parallel, in
-    ``n_chunks`` chunks that each own accumulators over points, features and labels."""
+    most similar by the exact cosine of the ``n_cand`` the postings find most similar:
+    their sum over the postings plus the left-out features' part, from ``common[p,
+    common_slot[f]]`` (point p's value of left-out feature f; ``common_slot`` -1 for the
+    others). Rows are processed in parallel, in ``n_chunks`` chunks that each own
+    accumulators over points and labels."""
     n = q_ptr.shape[0] - 1
     n_points = y_ptr.shape[0] - 1
     ids = np.full((n, m), -1, np.int64)
@@ -119,7 +120,8 @@ def neighbour_votes(
         sims = np.empty(n_points, np.float32)
         cand_ids = np.empty(max(n_cand, 1), np.int64)
         cand_sims = np.empty(max(n_cand, 1), np.float32)
-        query = np.zeros(post_ptr.shape[0] - 1 if n_cand else 0, np.float32)
+        q_slots = np.empty(common.shape[1], np.int64)  # a row's left-out features
+        q_vals = np.empty(common.shape[1], np.float32)
         nb_ids, nb_sims, scratch = _vote_scratch(n_labels, k, m)
         for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
             lo, hi = q_ptr[i], q_ptr[i + 1]
@@ -137,19 +139,25 @@ def neighbour_votes(
                 *found,
             )
             if n_cand:
-                _spread(q_idx[lo:hi], q_val[lo:hi], query)
+                n_q = 0
+                for j in range(lo, hi):
+                    if common_slot[q_idx[j]] >= 0:
+                        q_slots[n_q] = common_slot[q_idx[j]]
+                        q_vals[n_q] = q_val[j]
+                        n_q += 1
                 nb_ids[:] = -1
                 nb_sims[:] = -np.inf
                 for a in range(n_cand):
                     pt = cand_ids[a]
                     if pt < 0:
                         break
-                    if a + AHEAD < n_cand and cand_ids[a + AHEAD] >= 0:
-                        _prefetch_row(row_ptr, row_idx, row_val, cand_ids[a + AHEAD])
-                    s = _row_dot(query, row_idx, row_val, row_ptr[pt], row_ptr[pt + 1])
+                    if n_q and a + AHEAD < n_cand and cand_ids[a + AHEAD] >= 0:
+                        prefetch_row_read(common, cand_ids[a + AHEAD])
+                    s = cand_sims[a]
+                    for t in range(n_q):
+                        s += q_vals[t] * common[pt, q_slots[t]]
                     if s > 0.0 and s > nb_sims[k - 1]:
                         _push(nb_ids, nb_sims, pt, s)
-                query[q_idx[lo:hi]] = 0.0
             _vote(nb_ids, nb_sims, y_ptr, y_idx, scratch, ids[i], shares[i])
             points[i] = nb_ids
     return ids, shares, points
@@ -184,13 +192,6 @@ def row_cosines(
                     out[i, a] = _row_dot(query, row_idx, row_val, row_ptr[pt], row_ptr[pt + 1])
             query[q_idx[lo:hi]] = 0.0
     return out
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _prefetch_row(row_ptr, row_idx, row_val, pt) -> None:
-    """Ask the cache for a point's row, to be scored a few points later."""
-    prefetch_span_read(row_idx, row_ptr[pt], row_ptr[pt + 1])
-    prefetch_span_read(row_val, row_ptr[pt], row_ptr[pt + 1])
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

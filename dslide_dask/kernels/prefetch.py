@@ -24,40 +24,38 @@ LINE = 64
 AHEAD = 4
 
 
-def _prefetch_intrinsic(write: int, ndim: int):
-    """An intrinsic asking the cache for the line of ``arr[row, col]`` (``ndim`` 2) or
-    ``arr[row]`` (1) (``write``: 1 to write it, 0 to read it; no fault however far out
-    of bounds)."""
+def _prefetch_intrinsic(write: int):
+    """An intrinsic asking the cache for the line of ``arr[row, col]`` (``write``: 1 to
+    write it, 0 to read it; no fault however far out of bounds)."""
 
-    def codegen(context, builder, signature, args):
-        array_type = signature.args[0]
-        array = context.make_array(array_type)(context, builder, args[0])
-        index = [
-            context.cast(builder, value, kind, types.intp)
-            for value, kind in zip(args[1:], signature.args[1:], strict=True)
-        ]
-        pointer = cgutils.get_item_pointer(context, builder, array_type, array, index)
-        byte_pointer = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        kind = ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32])
-        function = cgutils.get_or_insert_function(builder.module, kind, _PREFETCH)
-        # keep in every cache level (3), data (1)
-        address = builder.bitcast(pointer, byte_pointer)
-        builder.call(function, [address, i32(write), i32(3), i32(1)])
-        return context.get_dummy_value()
+    @intrinsic
+    def prefetch_item(typingctx, arr, row, col):
+        sig = types.void(arr, row, col)
 
-    def prefetch_item_2d(typingctx, arr, row, col):
-        return types.void(arr, row, col), codegen
+        def codegen(context, builder, signature, args):
+            array_type = signature.args[0]
+            array = context.make_array(array_type)(context, builder, args[0])
+            index = [
+                context.cast(builder, value, kind, types.intp)
+                for value, kind in zip(args[1:], signature.args[1:], strict=True)
+            ]
+            pointer = cgutils.get_item_pointer(context, builder, array_type, array, index)
+            byte_pointer = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            kind = ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32])
+            function = cgutils.get_or_insert_function(builder.module, kind, _PREFETCH)
+            # keep in every cache level (3), data (1)
+            address = builder.bitcast(pointer, byte_pointer)
+            builder.call(function, [address, i32(write), i32(3), i32(1)])
+            return context.get_dummy_value()
 
-    def prefetch_item_1d(typingctx, arr, row):
-        return types.void(arr, row), codegen
+        return sig, codegen
 
-    return intrinsic(prefetch_item_2d if ndim == 2 else prefetch_item_1d)
+    return prefetch_item
 
 
-_prefetch_write = _prefetch_intrinsic(1, 2)
-_prefetch_read = _prefetch_intrinsic(0, 2)
-_prefetch_read_1d = _prefetch_intrinsic(0, 1)
+_prefetch_write = _prefetch_intrinsic(1)
+_prefetch_read = _prefetch_intrinsic(0)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -75,11 +73,3 @@ def prefetch_row_read(arr, row) -> None:
     step = max(1, LINE // arr.itemsize)
     for col in range(0, arr.shape[1], step):
         _prefetch_read(arr, row, col)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def prefetch_span_read(arr, start, stop) -> None:
-    """Ask the cache for every line of ``arr[start:stop]`` (1-D), to read it."""
-    step = max(1, LINE // arr.itemsize)
-    for i in range(start, stop, step):
-        _prefetch_read_1d(arr, i)
