@@ -29,6 +29,7 @@ def _shard(n_labels: int, **opts) -> WideShard:
 def test_shared_neurons_leave_the_rows_and_are_marked_by_kind():
     n_labels = 500
     shard = _shard(n_labels, negatives="shared", min_active=200)
+    shard.rehash()  # a fresh shard's tables wait for the first scheduled rebuild
     h, Y = _batch(np.random.default_rng(0), n_labels)
     sets = shard.hash(h, Y)
     block = sets.shared

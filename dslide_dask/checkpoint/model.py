@@ -73,7 +73,7 @@ def write_shard(folder: Folder, shard: WideShard) -> tuple[dict[str, dict], dict
     The shard's hash tables are rebuilt from its weights first, as a restored shard's are:
     training then goes on identically from the live shard and from the checkpoint.
     """
-    shard.index.rebuild(shard.W)
+    shard.rehash()
     arrays, counters = shard.state()
     prefix = shard_prefix(shard.shard_index)
     entries = {

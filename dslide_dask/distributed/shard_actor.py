@@ -183,7 +183,7 @@ class ShardActor:
             "rebuilds": shard.schedule.n_rebuilds,
             "busy_seconds": self.busy_seconds,
             "calls": self.calls,
-            **shard.index.occupancy(),
+            **shard.occupancy(),
         }
 
     @contextmanager

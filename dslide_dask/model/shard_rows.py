@@ -29,7 +29,7 @@ FIRST_MOMENTS = ("W.m", "bias.m")
 class ShardRows:
     """The rows of :class:`~.wide_shard.WideShard` (the attributes it uses: the arrays
     ``W``, ``bias``, ``W_m``, ``W_v``, ``bias_m``, ``bias_v``, ``W_n``, and ``cfg``,
-    ``n_local``, ``step``, ``seed``, ``schedule``, ``index``)."""
+    ``n_local``, ``step``, ``seed``, ``schedule``, ``_index``, :meth:`rehash`)."""
 
     #: Per-neuron arrays, in local row order: what a checkpoint keeps of a shard.
     ROW_ARRAYS = ("W", "bias", "W.m", "W.v", "bias.m", "bias.v", "W.n")
@@ -47,8 +47,12 @@ class ShardRows:
     step: int
     seed: int
     schedule: RebuildSchedule
-    index: LSHIndex
+    _index: LSHIndex
     _best: tuple[np.ndarray, np.ndarray] | None
+
+    def rehash(self) -> None:
+        """Rebuild the hash tables from the rows as they are (the host's)."""
+        raise NotImplementedError
 
     def state(self) -> tuple[dict[str, np.ndarray], dict[str, int]]:
         """``(per-neuron arrays named as ROW_ARRAYS, counters)``. The hash tables are
@@ -66,7 +70,7 @@ class ShardRows:
             "n_rebuilds": sched.n_rebuilds,
             "next_rebuild": sched.next_rebuild,
             "next_redraw": sched.next_redraw or 0,
-            "n_draws": self.index.n_draws,
+            "n_draws": self._index.n_draws,
         }
         return arrays, counters
 
@@ -122,10 +126,10 @@ class ShardRows:
         sched.next_rebuild = int(counters["next_rebuild"])
         sched.next_redraw = int(counters["next_redraw"]) or None
         n_draws = int(counters["n_draws"])
-        if rehash or n_draws != self.index.n_draws:
-            self.index.draw(self.seed + n_draws - 1)
-            self.index.n_draws = n_draws
-            self.index.rebuild(self.W)
+        if rehash or n_draws != self._index.n_draws:
+            self._index.draw(self.seed + n_draws - 1)
+            self._index.n_draws = n_draws
+            self.rehash()
 
     def remember(self) -> None:
         """Keep a copy of the weights and biases (early stopping's best model so far)."""
@@ -138,5 +142,5 @@ class ShardRows:
         if best is None:
             return False
         self.W[...], self.bias[...] = best
-        self.index.rebuild(self.W)
+        self.rehash()
         return True

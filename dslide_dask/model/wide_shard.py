@@ -121,9 +121,10 @@ class WideShard(ShardRows):
         self.bias_v = np.zeros(self.n_local, np.float32)
         self.W_n = np.zeros(self.n_local, np.int32)  # updates of each row (bias correction)
         self.step = 0
-        self.index = LSHIndex(dim_in, cfg, seed, self.n_local)
-        if initialize:
-            self.index.rebuild(self.W)
+        self._index = LSHIndex(dim_in, cfg, seed, self.n_local)
+        # Fresh rows are random, and tables of random rows retrieve random neurons, which
+        # an active set's padding gives anyway: training builds them at the first rebuild.
+        self._unbuilt = initialize
         self.schedule = RebuildSchedule(cfg.rebuild_every, cfg.rebuild_growth, cfg.redraw_every)
         self._scratch = np.zeros((0, self.n_local), np.int32)
         self._shared_pos = np.zeros(0, np.int32)  # each row's index among the shared, or -1
@@ -132,6 +133,22 @@ class WideShard(ShardRows):
         self.last_update: tuple | None = None
         #: tables serving's LSH top-k probes instead of training's (set for serving only)
         self.serving_index: LSHIndex | MIPSIndex | None = None
+
+    @property
+    def index(self) -> LSHIndex:
+        """The training hash tables, built from the rows if no rebuild has yet."""
+        if self._unbuilt:
+            self.rehash()
+        return self._index
+
+    def rehash(self) -> None:
+        """Rebuild the hash tables from the rows as they are."""
+        self._index.rebuild(self.W)
+        self._unbuilt = False
+
+    def occupancy(self) -> dict[str, float]:
+        """The training tables' fill, without building them (empty before a rebuild)."""
+        return self._index.occupancy()
 
     # -- ids ------------------------------------------------------------------------------
     def global_ids(self, local: np.ndarray) -> np.ndarray:
@@ -167,11 +184,12 @@ class WideShard(ShardRows):
             pos, kind = self._shared_pos, shared.kind
             pos[shared.rows] = np.arange(len(shared.rows), dtype=np.int32)
         pad = self._share(self.min_active) if train and shared is None else 0
+        index = self._index if train else self.index  # training reads unbuilt tables as empty
         try:
             return active_kernels.active_sets(
-                self.index.buckets(h),
-                self.index.ids,
-                self.index.counts,
+                index.buckets(h),
+                index.ids,
+                index.counts,
                 label_ptr,
                 label_ids,
                 self.n_local,
@@ -335,9 +353,9 @@ class WideShard(ShardRows):
             grad_h *= keep
         rebuild, redraw = self.schedule.due(self.step)
         if redraw:
-            self.index.draw(self.index.seed + 1)
+            self._index.draw(self._index.seed + 1)
         if rebuild:
-            self.index.rebuild(self.W)
+            self.rehash()
         return grad_h
 
     # -- inference -----------------------------------------------------------------------
