@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from dslide_dask.model.init import init_rows
 from dslide_dask.model.layout import ShardLayout
 
 
@@ -74,3 +75,18 @@ def test_a_rebalanced_layout_moves_only_the_rows_a_share_asks_for(
             mine = new.global_ids(s, here)
             np.testing.assert_array_equal(old.global_ids(j, there), mine)
             assert (old.owner(mine) == j).all()
+
+
+@pytest.mark.parametrize(
+    "layout", [ShardLayout.strided(70_000, 3), ShardLayout.from_capacities(70_000, (2, 1))]
+)
+def test_initial_rows_are_the_same_whatever_the_sharding(layout):
+    """A shard's initial rows are the whole layer's rows it owns (a block of rows drawn
+    straight into place, or gathered from its stream, gives the same values)."""
+    whole = init_rows(5, np.arange(layout.n_neurons), 8, 0.1)
+    assert abs(float(whole.std()) - 0.1) < 0.002
+    for s in range(layout.n_shards):
+        mine = layout.global_ids(s, np.arange(layout.size(s)))
+        np.testing.assert_array_equal(init_rows(5, mine, 8, 0.1), whole[mine])
+    some = np.array([69_999, 3, 65_536, 4])  # out of order, across blocks
+    np.testing.assert_array_equal(init_rows(5, some, 8, 0.1), whole[some])

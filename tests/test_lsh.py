@@ -144,3 +144,33 @@ def test_rebuild_schedule_fixed_and_growing():
     redraw = RebuildSchedule(every=10, redraw_every=25)
     due = [redraw.due(s) for s in range(1, 51)]
     assert [s for s, (_, r) in enumerate(due, 1) if r] == [25, 50]
+
+
+def test_a_fresh_layer_trains_on_padding_until_its_first_rebuild():
+    """Tables of random rows would retrieve random neurons: a fresh shard's stay empty
+    until the schedule's first rebuild, while anything else reading them builds them."""
+    from dslide_dask.data.csr import CSR
+    from dslide_dask.model.layout import ShardLayout
+    from dslide_dask.model.wide_shard import WideShard
+
+    cfg = SlideConfig(
+        hidden=(8,), K=2, L=4, rebuild_every=3, min_active=20, negatives="example"
+    ).for_data(300)
+    rng = np.random.default_rng(0)
+    h = rng.standard_normal((16, 8)).astype(np.float32)
+    Y = CSR.from_lists([[int(i)] for i in rng.integers(0, 300, 16)], 300)
+
+    def found(shard):  # labels or retrieved, per example (the rest is random padding)
+        return shard.hash(h, Y).n_found
+
+    shard = WideShard(cfg, 8, ShardLayout.strided(300, 1))
+    assert shard.occupancy()["max_offered"] == 0  # reading the fill builds nothing
+    for _ in range(3):
+        assert (found(shard) == 1).all()  # its label only
+        shard.forward(h, Y)
+        shard.backward(np.zeros(16, np.float32))
+    assert shard.occupancy()["max_offered"] > 0  # built by the rebuild after step 3
+    assert (found(shard) > 1).any()
+    other = WideShard(cfg, 8, ShardLayout.strided(300, 1))
+    assert other.index.counts.sum() == 300 * cfg.L  # built on first read
+    assert (found(other) > 1).any()
