@@ -95,7 +95,7 @@ def active_for(strategy, threshold=1, min_active=0, max_active=50):
     buckets = np.zeros((1, 2), np.int32)
     label_ptr = np.array([0, 1])
     labels = np.array([9], np.int32)
-    scratch = np.zeros((1, 20), np.int32)
+    scratch, marks = act.scratch(1, 20)
     active, n_active, n_label, _ = act.active_sets(
         buckets,
         table_ids,
@@ -109,10 +109,11 @@ def active_for(strategy, threshold=1, min_active=0, max_active=50):
         max_active,
         0,
         scratch,
+        marks,
         np.zeros(0, np.int32),  # no shared neurons
         np.zeros((1, 0), np.uint8),
     )
-    assert not scratch.any(), "scratch must be left zeroed"
+    assert not scratch.any() and not marks.any(), "scratch must be left zeroed"
     return list(active[0, : n_active[0]]), int(n_label[0])
 
 

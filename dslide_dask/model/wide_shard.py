@@ -126,7 +126,7 @@ class WideShard(ShardRows):
         # an active set's padding gives anyway: training builds them at the first rebuild.
         self._unbuilt = initialize
         self.schedule = RebuildSchedule(cfg.rebuild_every, cfg.rebuild_growth, cfg.redraw_every)
-        self._scratch = np.zeros((0, self.n_local), np.int32)
+        self._scratch = active_kernels.scratch(0, self.n_local)
         self._shared_pos = np.zeros(0, np.int32)  # each row's index among the shared, or -1
         self._pending: tuple | None = None
         self.keep_updates = False  #: backward keeps what its update read (:mod:`.mirror`)
@@ -173,8 +173,8 @@ class WideShard(ShardRows):
     ):
         cfg = self.cfg
         n_chunks = max(1, min(len(h), active_kernels.N_CHUNKS))
-        if self._scratch.shape[0] < n_chunks:
-            self._scratch = np.zeros((n_chunks, self.n_local), np.int32)
+        if self._scratch[0].shape[0] < n_chunks:
+            self._scratch = active_kernels.scratch(n_chunks, self.n_local)
         max_labels = int(np.diff(label_ptr).max(initial=0))
         salt = int(mix64(np.uint64(self.seed) + np.uint64(self.step)) >> 33)
         pos, kind = np.zeros(0, np.int32), np.zeros((len(h), 0), np.uint8)
@@ -198,7 +198,8 @@ class WideShard(ShardRows):
                 pad,
                 max(self._share(cfg.max_active), max_labels),
                 salt,
-                self._scratch[:n_chunks],
+                self._scratch[0][:n_chunks],
+                self._scratch[1][:n_chunks],
                 pos,
                 kind,
             )

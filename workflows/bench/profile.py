@@ -145,8 +145,10 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     """Train ``warmup + steps`` steps and return the phase times of the last ``steps``."""
     import numba
 
+    from dslide_dask.malloc import raise_malloc_thresholds
     from dslide_dask.model.network import SlideNetwork
 
+    raise_malloc_thresholds()  # as the trainers do: a step's temporaries reuse pages
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
     data = _data(args)
     params = {"n_threads": args.threads, "batch_size": args.batch_size, **dict(args.engine_opt)}
