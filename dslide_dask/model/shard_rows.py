@@ -29,7 +29,7 @@ FIRST_MOMENTS = ("W.m", "bias.m")
 class ShardRows:
     """The rows of :class:`~.wide_shard.WideShard` (the attributes it uses: the arrays
     ``W``, ``bias``, ``W_m``, ``W_v``, ``bias_m``, ``bias_v``, ``W_n``, and ``cfg``,
-    ``n_local``, ``step``, ``seed``, ``schedule``, ``_index``, :meth:`rehash`)."""
+    ``n_local``, ``step``, ``seed``, ``schedule``, ``_index``, ``_unbuilt``)."""
 
     #: Per-neuron arrays, in local row order: what a checkpoint keeps of a shard.
     ROW_ARRAYS = ("W", "bias", "W.m", "W.v", "bias.m", "bias.v", "W.n")
@@ -48,11 +48,13 @@ class ShardRows:
     seed: int
     schedule: RebuildSchedule
     _index: LSHIndex
+    _unbuilt: bool  #: the tables wait for a first build (a fresh layer's)
     _best: tuple[np.ndarray, np.ndarray] | None
 
     def rehash(self) -> None:
-        """Rebuild the hash tables from the rows as they are (the host's)."""
-        raise NotImplementedError
+        """Rebuild the hash tables from the rows as they are."""
+        self._index.rebuild(self.W)
+        self._unbuilt = False
 
     def state(self) -> tuple[dict[str, np.ndarray], dict[str, int]]:
         """``(per-neuron arrays named as ROW_ARRAYS, counters)``. The hash tables are

@@ -141,11 +141,6 @@ class WideShard(ShardRows):
             self.rehash()
         return self._index
 
-    def rehash(self) -> None:
-        """Rebuild the hash tables from the rows as they are."""
-        self._index.rebuild(self.W)
-        self._unbuilt = False
-
     def occupancy(self) -> dict[str, float]:
         """The training tables' fill, without building them (empty before a rebuild)."""
         return self._index.occupancy()
@@ -175,6 +170,7 @@ class WideShard(ShardRows):
         n_chunks = max(1, min(len(h), active_kernels.N_CHUNKS))
         if self._scratch[0].shape[0] < n_chunks:
             self._scratch = active_kernels.scratch(n_chunks, self.n_local)
+        counters, marks = self._scratch
         max_labels = int(np.diff(label_ptr).max(initial=0))
         salt = int(mix64(np.uint64(self.seed) + np.uint64(self.step)) >> 33)
         pos, kind = np.zeros(0, np.int32), np.zeros((len(h), 0), np.uint8)
@@ -198,8 +194,8 @@ class WideShard(ShardRows):
                 pad,
                 max(self._share(cfg.max_active), max_labels),
                 salt,
-                self._scratch[0][:n_chunks],
-                self._scratch[1][:n_chunks],
+                counters[:n_chunks],
+                marks[:n_chunks],
                 pos,
                 kind,
             )
