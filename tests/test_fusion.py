@@ -134,3 +134,24 @@ def test_the_weights_are_scored_as_the_fused_top_5_scores():
         ranks = fusion_kernels.hits_by_rank(boosted, hits, fusion._source_weights(pair), 5)
         got = fusion._mean_precision(ranks, n)
         assert got == pytest.approx(want, abs=1e-9), (pair, tail)
+
+
+def test_the_label_classifiers_weight_comes_on_top_and_is_chosen_where_they_are_right():
+    # the network and the neighbours prefer label 0; the classifiers know it is label 1
+    truth = CSR(np.array([0, 1, 2]), np.array([1, 1]), None, 3)
+    net_ids = np.array([[0, 1], [0, 1]])
+    logits = np.array([[1.0, 0.0], [1.0, 0.0]], np.float32)
+    near = (np.array([[0, 2], [0, 2]]), np.array([[0.6, 0.4], [0.6, 0.4]], np.float32))
+    hidden = (np.full((2, 0), -1), np.zeros((2, 0), np.float32))
+    svm = (np.array([[1, 0], [1, 0]]), np.array([[0.9, 0.1], [0.9, 0.1]], np.float32))
+    votes = [near, hidden, svm]
+    w, tail = choose_weights(net_ids, logits, votes, truth, None, (0.3, 0.0), 0.0)
+    assert w[:2] == (0.3, 0.0) and w[2] > 0  # chosen: the smallest that puts 1 first
+    top, scores = fused_topk(net_ids, logits, votes, w, 3, tail)
+    assert list(top[:, 0]) == [1, 1]
+    p = softmax_of_top(logits)
+    want_1 = 0.7 * p[0, 1] + w[2] * 0.9  # the network keeps 1 - 0.3: the third is on top
+    np.testing.assert_allclose(scores[0, 0], want_1, rtol=1e-6)
+    wrong = (np.array([[2, 0], [2, 0]]), svm[1])  # classifiers naming a wrong label
+    w, _ = choose_weights(net_ids, logits, [near, hidden, wrong], truth, None, (0.3, 0.0), 0.0)
+    assert w[2] == 0.0

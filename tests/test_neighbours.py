@@ -135,7 +135,8 @@ def test_the_neighbours_add_what_the_network_misses_and_survive_save_and_load(sm
     fused = SlideClassifier(epochs=2, client=False, **PARAMS).fit(train.X, train.Y)
     assert fused.neighbours_.n_points == train.n_points  # the held rows joined at the end
     assert fused.neighbours_.embedding.shape == (train.n_points, 64)  # hidden vectors too
-    assert len(fused.neighbour_weight_) == 2 and 0.0 <= sum(fused.neighbour_weight_) <= 1.0
+    assert fused.neighbours_.classifiers is not None  # 20 labels of the tiny preset
+    assert len(fused.neighbour_weight_) == 3 and 0.0 <= sum(fused.neighbour_weight_[:2]) <= 1.0
     assert alone.neighbours_ is None
     p_alone, p_fused = alone.score(test.X, test.Y), fused.score(test.X, test.Y)
     assert p_fused > p_alone + 0.02, (p_fused, p_alone)
@@ -147,27 +148,33 @@ def test_the_neighbours_add_what_the_network_misses_and_survive_save_and_load(sm
     np.testing.assert_array_equal(a[1], b[1])
     assert loaded.neighbour_weight_ == fused.neighbour_weight_
     assert loaded.tail_exponent_ == fused.tail_exponent_
+    for name, array in fused.neighbours_.classifiers.state().items():
+        np.testing.assert_array_equal(loaded.neighbours_.classifiers.state()[name], array)
 
 
 def _refuse(*args, **kwargs):
     raise AssertionError("a source of weight 0 was asked for its votes")
 
 
-@pytest.mark.parametrize("weight", [(0.4, 0.0), (0.0, 0.4)])
+@pytest.mark.parametrize("weight", [(0.4, 0.0, 0.5), (0.0, 0.4, 0.5), (0.3, 0.3, 0.0)])
 def test_a_source_of_weight_0_is_not_asked_and_changes_no_answer(small, weight, monkeypatch):
     train, test = small
     clf = SlideClassifier(
-        epochs=1, neighbour_weight=weight, tail_exponent=0.2, client=False, **PARAMS
+        epochs=1, neighbour_weight=weight[:2], tail_exponent=0.2, client=False, **PARAMS
     ).fit(train.X, train.Y)
+    assert clf.neighbour_weight_ == (*weight[:2], 0.5)  # the classifiers' when none chose it
+    clf.neighbour_weight_ = weight
     X, index = test.X.slice_rows(0, 200), clf.neighbours_
     k, m = clf._neighbour_k(), clf._candidates()
     every = [
         index.votes(X, k, m),
         index.embedding_votes(clf.trainer_.embed(X), k, m, X, clf.neighbour_mix),
+        index.classifier_votes(X, m),
     ]
     ids, logits = clf._network_topk(X, m, True)
     want = fused_topk(ids, logits, every, weight, 5, 0.2, index.inverse_propensity)
-    monkeypatch.setattr(NeighbourIndex, "votes" if weight[0] == 0 else "embedding_votes", _refuse)
+    unasked = ["votes", "embedding_votes", "classifier_votes"][weight.index(0.0)]
+    monkeypatch.setattr(NeighbourIndex, unasked, _refuse)
     got = clf.predict_topk(X, 5, return_scores=True)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
@@ -183,6 +190,11 @@ def test_a_damaged_neighbour_index_is_named_on_load(small, tmp_path):
     target = tmp_path / "model"
     manifest = next(target.rglob("neighbours/index.json"))
     entries = json.loads(manifest.read_text())
+    arrays = {k: v for k, v in entries["arrays"].items() if k != "classifier_bias"}
+    manifest.write_text(json.dumps({**entries, "arrays": arrays}))  # one classifier array gone
+    with pytest.raises(CheckpointError, match=r"index.json: neighbour index: classifier arrays"):
+        SlideClassifier.load(url)
+    manifest.write_text(json.dumps(entries))
     with open(manifest.parent / "post_pts.npy", "r+b") as f:  # same size, other bytes
         f.seek(-4, 2)
         f.write(b"\xff\xff\xff\x7f")
@@ -199,6 +211,7 @@ def test_a_damaged_neighbour_index_is_named_on_load(small, tmp_path):
         ("tail_exponent_", 5.0, r"tail_exponent_ must be in \[0, 0.4\]"),
         ("tail_exponent_", "0.2", r"tail_exponent_ must be in \[0, 0.4\]"),
         ("neighbour_weight_", [0.9, 0.9], "neighbour_weight_ must be two weights"),
+        ("neighbour_weight_", [0.2, 0.2, 3.0], "the label classifiers' in \\[0, 1\\]"),
     ],
 )
 def test_damaged_fusion_settings_are_named_on_load(small, tmp_path, key, value, message):

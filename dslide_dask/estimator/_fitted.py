@@ -113,6 +113,7 @@ class FittedMixin(EstimatorState):
         tail = saved.pop("tail_exponent_", 0.0)  # 0: saved before the tail boost
         classes = saved.pop("classes", None)
         saved.setdefault("neighbour_mix", 0.0)  # saved before it: the hidden space alone
+        saved.setdefault("label_classifiers", 0)  # saved before them: none
         if "seed" in saved:  # saved before the parameter was random_state
             saved["random_state"] = saved.pop("seed")
         names = cls._get_param_names()
@@ -155,17 +156,18 @@ class FittedMixin(EstimatorState):
             pair = [weight, 0.0] if isinstance(weight, float | int) else weight  # 1 weight: input
             if not (
                 isinstance(pair, list)
-                and len(pair) == 2
+                and len(pair) in (2, 3)
                 and all(isinstance(w, float | int) and 0.0 <= w <= 1.0 for w in pair)
-                and sum(pair) <= 1.0 + 1e-9
+                and sum(pair[:2]) <= 1.0 + 1e-9
             ):
                 raise CheckpointError(
-                    f"{ckpt.url}: neighbour_weight_ must be two weights in [0, 1], sum <= 1"
+                    f"{ckpt.url}: neighbour_weight_ must be two weights in [0, 1] of sum "
+                    "<= 1, and the label classifiers' in [0, 1]"
                 )
             if not (isinstance(tail, float | int) and 0.0 <= tail <= max(TAILS)):
                 raise CheckpointError(f"{ckpt.url}: tail_exponent_ must be in [0, {max(TAILS)}]")
             clf.neighbours_ = load_neighbours(ckpt.url, storage_options)
-            clf.neighbour_weight_ = (float(pair[0]), float(pair[1]))
+            clf.neighbour_weight_ = tuple(float(w) for w in pair)
             clf.tail_exponent_ = float(tail)
             if clf.neighbours_.n_labels != n_labels:
                 raise CheckpointError(f"{ckpt.url}: the neighbour index has other labels")

@@ -22,6 +22,7 @@ from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.metrics import xc_metrics
 from dslide_dask.model.config import check_float, check_int
 from dslide_dask.model.fusion import TAILS, choose_weights, fused_topk
+from dslide_dask.model.label_classifiers import LabelClassifiers
 from dslide_dask.model.neighbours import CANDIDATES, NeighbourIndex
 
 #: Rows held out of the network's training to choose the weight on: 5% of the rows, at
@@ -34,8 +35,14 @@ HELD_MIN_POINTS = 2000
 #: near the best of the real and synthetic sets measured (Debian-26K (0.1, 0.7),
 #: debian-files (0.1, 0.9), amazon-670k (0.5, 0.5); docs/accuracy.md).
 FALLBACK_WEIGHTS = (0.2, 0.5)
-#: The tail exponent then: 0.2 raised P@1 and PSP@5 on all three sets (docs/accuracy.md).
-FALLBACK_TAIL = 0.2
+#: The tail exponent then: the default's (docs/accuracy.md).
+FALLBACK_TAIL = 0.3
+#: The label classifiers' weight then (the best of Debian-26K's 0.3-0.5 and debian-files'
+#: 1.0; docs/accuracy.md).
+FALLBACK_CLASSIFIER_WEIGHT = 0.5
+#: At most this many labels, the most frequent, get a classifier of their own (each costs
+#: a pass's arithmetic over every row's features; debian-files gives 325 labels 100 rows).
+MAX_CLASSIFIED = 1024
 
 
 class NeighboursMixin(EstimatorState):
@@ -72,6 +79,12 @@ class NeighboursMixin(EstimatorState):
             check_float("tail_exponent", tail, 0.0, max(TAILS))
             tail = float(tail)
         return tail
+
+    def _label_classifiers(self) -> int:
+        """``label_classifiers``: the training rows a label needs for a classifier (0: none)."""
+        count = _plain(self.label_classifiers)
+        check_int("label_classifiers", count, 0, 1 << 40)
+        return count
 
     def _given_fusion(self) -> bool:
         """Whether nothing is left for held rows to choose."""
@@ -121,9 +134,16 @@ class NeighboursMixin(EstimatorState):
             return
         self.neighbours_ = NeighbourIndex.build(data.X, data.Y)
         self._index_rows, self._embed_step, self._weight_step = data.X, -1, -1
+        min_count = self._label_classifiers()
+        if min_count:
+            fit = LabelClassifiers.fit
+            classifiers = fit(data.X, data.Y, min_count, MAX_CLASSIFIED, self.seed_)
+            self.neighbours_ = self.neighbours_.with_classifiers(classifiers)
         if self._held is None:  # given, or too few rows to hold out
             if self.neighbour_weight_ is None:
                 self.neighbour_weight_ = FALLBACK_WEIGHTS
+            if self.neighbours_.classifiers is not None and len(self.neighbour_weight_) == 2:
+                self.neighbour_weight_ = (*self.neighbour_weight_, FALLBACK_CLASSIFIER_WEIGHT)
             if self.tail_exponent_ is None:
                 self.tail_exponent_ = FALLBACK_TAIL
 
@@ -136,12 +156,13 @@ class NeighboursMixin(EstimatorState):
             self._choose_weight()
             held, self._held = self._held, None
             data = stack_datasets([data, held], data.n_features, data.n_labels)
-            self.neighbours_ = NeighbourIndex.build(data.X, data.Y)
+            classifiers = self.neighbours_.classifiers  # trained on the network's rows
+            self.neighbours_ = NeighbourIndex.build(data.X, data.Y).with_classifiers(classifiers)
         self.neighbours_ = self.neighbours_.with_embedding(self.trainer_.embed(data.X))
         self._index_rows, self._embed_step = None, self._step
         return True
 
-    def _choose_weight(self) -> tuple[tuple[float, float], float]:
+    def _choose_weight(self) -> tuple[tuple[float, ...], float]:
         """The fused weights and tail exponent for the network as it is now (what was
         not given is chosen on the held rows)."""
         if self._held is not None and self._weight_step != self._step:
@@ -170,11 +191,12 @@ class NeighboursMixin(EstimatorState):
         return index
 
     def _votes(
-        self, X: CSR, weight: tuple[float, float] = (1.0, 1.0)
+        self, X: CSR, weight: tuple[float, ...] = (1.0, 1.0)
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """The votes of the points nearest each row in the input, and in the hidden space
         once the index has the points' hidden vectors (during a fit: of the network as it
-        is now, computed again when it has stepped since). A source of ``weight`` 0 is
+        is now, computed again when it has stepped since), then the label classifiers'
+        scores if the index has them (a weight of two: all asked). A source of ``weight`` 0 is
         not asked: its list is empty (on amazon-670k the fit gives the hidden votes 0,
         and asking them would double a served row's time)."""
         index = self._index_now()
@@ -189,6 +211,9 @@ class NeighboursMixin(EstimatorState):
         if hidden:
             embedded = self.trainer_.embed(X)
             votes.append(index.embedding_votes(embedded, k, m, X, mix, near if mix > 0 else None))
+        if index.classifiers is not None and (len(weight) < 3 or weight[2] > 0):
+            votes += [none] * (2 - len(votes))  # their place is the third
+            votes.append(index.classifier_votes(X, m))
         return votes
 
     def _candidates(self) -> int:

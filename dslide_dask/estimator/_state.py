@@ -52,6 +52,7 @@ class EstimatorState:
     neighbours: int
     neighbour_weight: float | tuple[float, float] | None
     neighbour_mix: float
+    label_classifiers: int
     tail_exponent: float | None
     _client: Any
 
@@ -64,7 +65,7 @@ class EstimatorState:
     classes_: np.ndarray
     _multiclass: bool
     neighbours_: NeighbourIndex | None
-    neighbour_weight_: tuple[float, float] | None
+    neighbour_weight_: tuple[float, ...] | None
     tail_exponent_: float | None
     _held: XCDataset | None
     _index_rows: CSR | None
@@ -142,7 +143,7 @@ class EstimatorState:
 
         def _finish_neighbours(self, data: Any) -> bool: ...
 
-        def _choose_weight(self) -> tuple[tuple[float, float], float]: ...
+        def _choose_weight(self) -> tuple[tuple[float, ...], float]: ...
 
         def _index_now(self) -> NeighbourIndex: ...
 

@@ -88,7 +88,8 @@ class TrainingMixin(EstimatorState):
         if _plain(self.early_stopping):
             data, validation = self._validation_split(data, eval_set, seed)
         self._start(data, seed, -(-data.n_points // batch_size) * epochs, epochs)
-        self._build_neighbours(data)
+        with self._threads():
+            self._build_neighbours(data)
         if validation is None:
             self._train(data, epochs, True, callback, eval_set, eval_every)
         else:

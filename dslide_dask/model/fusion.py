@@ -25,6 +25,11 @@ from dslide_dask.kernels import fusion as kernels
 WEIGHTS = tuple((round(0.1 * a, 1), round(0.1 * b, 1)) for a in range(11) for b in range(11 - a))
 #: Exponents of the inverse propensity :func:`choose_weights` tries (0: no tail boost).
 TAILS = (0.0, 0.1, 0.2, 0.3, 0.4)
+#: Weights of the label classifiers' scores (a third list of votes, added on top of the
+#: rest) that :func:`choose_weights` tries. Not past 0.75: held rows, with near-twins
+#: among the training rows the classifiers learned, over-rate them (Debian-26K: 1.0
+#: chosen there, where the test rows' best was 0.25-0.5; debian-files' 0.75-1.0).
+CLASSIFIER_WEIGHTS = (0.0, 0.25, 0.5, 0.75)
 
 
 def softmax_of_top(logits: np.ndarray) -> np.ndarray:
@@ -63,17 +68,21 @@ def choose_weights(
     inverse_propensity: np.ndarray | None = None,
     weights: tuple[float, float] | None = None,
     tail: float | None = None,
-) -> tuple[tuple[float, float], float]:
+) -> tuple[tuple[float, ...], float]:
     """The weights of :data:`WEIGHTS` (input, hidden; the hidden one 0 when only the
-    input's votes are given) and the tail exponent of :data:`TAILS` (0 without
+    input's votes are given), with a third votes list (the label classifiers') one of
+    :data:`CLASSIFIER_WEIGHTS` too, and the tail exponent of :data:`TAILS` (0 without
     ``inverse_propensity``) whose fused top 5 scores best on rows with true labels ``Y``
     (mean of P@1, P@3, P@5; the first tried on a tie, smaller exponents first).
-    ``weights`` or ``tail`` given: only that one is tried."""
+    ``weights`` (the first two) or ``tail`` given: only that one is tried."""
     labels, values = _union(*_stacked(net_ids, net_logits, votes))
     found = labels >= 0
     hits = np.where(found, _hits(labels, Y), -1).astype(np.int8)
-    pairs = WEIGHTS if weights is None else (weights,)
+    pairs: tuple[tuple[float, ...], ...] = WEIGHTS if weights is None else (weights,)
+    if len(votes) > 2:
+        pairs = tuple((*pair, c) for c in CLASSIFIER_WEIGHTS for pair in pairs)
     tails = (tail,) if tail is not None else TAILS if inverse_propensity is not None else (0.0,)
+    no_hidden = len(votes) < 2 or votes[1][0].shape[1] == 0
     best, best_score = (pairs[0], tails[0]), -1.0
     for exponent in tails:
         boosted = values
@@ -83,7 +92,7 @@ def choose_weights(
             factor = inverse_propensity[np.where(found, labels, 0)] ** np.float32(exponent)
             boosted = values * factor
         for pair in pairs:
-            if len(votes) < 2 and pair[1] > 0 and weights is None:
+            if no_hidden and pair[1] > 0 and weights is None:
                 continue
             w = _source_weights(pair[: len(votes)])
             score = _mean_precision(kernels.hits_by_rank(boosted, hits, w, 5), len(labels))
@@ -157,5 +166,7 @@ def _boost(ids: np.ndarray, scores: np.ndarray, inverse_propensity: np.ndarray, 
 
 
 def _source_weights(weights: tuple[float, ...]) -> np.ndarray:
-    """The network's weight (the rest of 1) before the votes' own."""
-    return np.array([1.0 - sum(weights), *weights], np.float32)
+    """The network's weight before the votes' own: the rest of 1 after the neighbours'
+    two (the label classifiers' weight, a third, comes on top: their scores are no
+    shares of one whole)."""
+    return np.array([1.0 - sum(weights[:2]), *weights], np.float32)

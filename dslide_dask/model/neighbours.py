@@ -13,6 +13,9 @@ index also keeps each point's hidden vector (``embedding``) once the network is 
 Points close in both spaces are likelier still: the hidden-space neighbours can be
 chosen by ``(1 - mix) * cos_hidden + mix * cos_input`` (:meth:`NeighbourIndex.embedding_votes`).
 
+The index also carries the frequent labels' own linear classifiers
+(:mod:`.label_classifiers`), trained on the same rows: one more source of votes.
+
 How their votes join the network's scores is :mod:`.fusion`'s.
 """
 
@@ -30,6 +33,8 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import hidden_votes
 from dslide_dask.kernels import neighbours as kernels
 from dslide_dask.metrics import propensity
+from dslide_dask.model import label_classifiers
+from dslide_dask.model.label_classifiers import LabelClassifiers
 from dslide_dask.model.output_index import IndexSettings
 from dslide_dask.model.point_search import PointSearch
 
@@ -45,6 +50,8 @@ ARRAYS = {
 }
 #: The optional array: each point's hidden vector (L2-normalised), one row a point.
 EMBEDDING = "embedding"
+#: The optional label classifiers' arrays, by their names in a checkpoint.
+CLASSIFIER_ARRAYS = {f"classifier_{name}": name for name in label_classifiers.ARRAYS}
 #: Query rows scored against every point's hidden vector at once (a BLAS product).
 EMBED_BLOCK = 1024
 #: No common features: the votes through every posting need none.
@@ -87,6 +94,8 @@ class NeighbourIndex:
     y_idx: np.ndarray
     n_labels: int
     embedding: np.ndarray | None = None
+    #: The frequent labels' linear classifiers (:meth:`with_classifiers`), or None.
+    classifiers: LabelClassifiers | None = None
     #: An approximate search over :attr:`embedding` (:meth:`with_search`), or None: every
     #: point is scored. Derived from the vectors, never stored.
     search: PointSearch | None = dataclasses.field(default=None, repr=False)
@@ -109,6 +118,21 @@ class NeighbourIndex:
         if hidden.ndim != 2 or hidden.shape[0] != self.n_points:
             raise ValueError(f"expected {self.n_points} hidden vectors, got {hidden.shape}")
         return dataclasses.replace(self, embedding=_unit_rows(hidden), search=None)
+
+    def with_classifiers(self, classifiers: LabelClassifiers | None) -> NeighbourIndex:
+        """This index with the frequent labels' classifiers (None: without)."""
+        if classifiers is not None and classifiers.labels.max() >= self.n_labels:
+            raise ValueError("the classifiers name a label the index does not have")
+        return dataclasses.replace(self, classifiers=classifiers)
+
+    def classifier_votes(self, X: CSR, m: int = CANDIDATES) -> tuple[np.ndarray, np.ndarray]:
+        """Per row of ``X``: the ``m`` labels the classifiers score highest, and those
+        scores (none without classifiers: empty lists)."""
+        if self.classifiers is None:
+            return np.full((X.n_rows, 0), -1, np.int64), np.zeros((X.n_rows, 0), np.float32)
+        if X.n_cols > self.n_features:
+            raise ValueError(f"X has {X.n_cols} features, the index {self.n_features}")
+        return self.classifiers.votes(X, m)
 
     def with_search(self, settings: IndexSettings | None = None) -> NeighbourIndex:
         """This index with an approximate search over its hidden vectors
@@ -286,6 +310,9 @@ class NeighbourIndex:
         out = {name: getattr(self, name) for name in ARRAYS}
         if self.embedding is not None:
             out[EMBEDDING] = self.embedding
+        if self.classifiers is not None:
+            kept = self.classifiers.state()
+            out.update({key: kept[name] for key, name in CLASSIFIER_ARRAYS.items()})
         return out
 
     @classmethod
@@ -303,6 +330,18 @@ class NeighbourIndex:
             if not np.isfinite(hidden).all():
                 raise ValueError(f"neighbour index: {EMBEDDING} holds a NaN or infinity")
             index = dataclasses.replace(index, embedding=np.ascontiguousarray(hidden))
+        present = [key for key in CLASSIFIER_ARRAYS if key in arrays]
+        if present:
+            if len(present) != len(CLASSIFIER_ARRAYS):
+                raise ValueError(f"neighbour index: classifier arrays {sorted(CLASSIFIER_ARRAYS)}")
+            kept = {name: arrays[key] for key, name in CLASSIFIER_ARRAYS.items()}
+            try:
+                classifiers = LabelClassifiers.from_state(kept, n_labels)
+            except ValueError as err:
+                raise ValueError(f"neighbour index: classifiers: {err}") from None
+            if classifiers.n_features != index.n_features:
+                raise ValueError("neighbour index: the classifiers have other features")
+            index = index.with_classifiers(classifiers)
         return index
 
     def _check(self) -> None:

@@ -30,10 +30,11 @@ def fused_rows(url: str, storage_options: dict, X, k: int, args) -> list[dict]:
     if clf.neighbours_ is None or clf.neighbour_weight_ is None:
         return []
     clf.set_params(n_threads=args.threads)
-    a, b = clf.neighbour_weight_
+    a, b, *c = clf.neighbour_weight_
     print(
-        f"neighbours: {clf.neighbours_.n_points} points, weights input {a} / hidden {b}, "
-        f"tail {clf.tail_exponent_}, mix {clf.neighbour_mix}"
+        f"neighbours: {clf.neighbours_.n_points} points, weights input {a} / hidden {b}"
+        + (f" / label classifiers {c[0]}" if c else "")
+        + f", tail {clf.tail_exponent_}, mix {clf.neighbour_mix}"
     )
 
     stored = clf.output_index_  # a model saved with its index: answered exactly first
