@@ -12,8 +12,6 @@ weights depend only on the row order: the same whatever the number of threads.
 import numba
 import numpy as np
 
-from dslide_dask.kernels.topk import _push
-
 
 @numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
 def dcd_pass(
@@ -120,8 +118,6 @@ def top_scores(
     n_chunks = max(1, min(n, n_chunks))
     for c in numba.prange(n_chunks):
         margin = np.empty(K, np.float32)
-        top_ids = np.empty(m, np.int64)
-        top = np.empty(m, np.float32)
         for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
             margin[:] = bias
             for q in range(q_ptr[i], q_ptr[i + 1]):
@@ -130,13 +126,10 @@ def top_scores(
                     continue
                 for e in range(w_ptr[f], w_ptr[f + 1]):
                     margin[w_col[e]] += x * w_val[e]
-            top_ids[:] = -1
-            top[:] = -np.inf
-            for k in range(K):
-                loss = max(np.float32(0.0), np.float32(1.0) - margin[k])
-                _push(top_ids, top, k, np.exp(-loss * loss))
-            for j in range(m):
-                if top_ids[j] >= 0:
-                    ids[i, j] = top_ids[j]
-                    scores[i, j] = top[j]
+            # the best margins are the best scores (the score rises with the margin)
+            best = np.argsort(-margin, kind="mergesort")[:m]
+            for j in range(best.shape[0]):
+                loss = max(np.float32(0.0), np.float32(1.0) - margin[best[j]])
+                ids[i, j] = best[j]
+                scores[i, j] = np.exp(-loss * loss)
     return ids, scores
