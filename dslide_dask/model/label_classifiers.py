@@ -20,13 +20,15 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import label_svm
 from dslide_dask.kernels.neighbours import normalised
 
-#: The SVMs' C (on unit rows; liblinear's default).
+#: The SVMs' C (on unit rows; liblinear's default, and the best of 0.5, 1, 2 and 4 on both
+#: Debian sets: docs/accuracy.md).
 C = 1.0
 #: Passes of dual coordinate descent over the rows (debian-files P@1 0.7962 after 2,
 #: 0.8024 after 4, 0.8035 after 6, 0.8029 after 10: docs/accuracy.md).
 PASSES = 6
-#: Weights of magnitude at most this are dropped once trained.
-PRUNE = 0.01
+#: Weights of magnitude at most this are dropped once trained (omikuji's threshold too):
+#: debian-files keeps 2.2M of 82M, P@1 as with 0.01 (10.5M kept; docs/accuracy.md).
+PRUNE = 0.1
 #: Bytes of dense weights trained at once: more labels are trained in groups.
 GROUP_BYTES = 512 << 20
 #: Arrays that define a trained set (:meth:`LabelClassifiers.state`).
