@@ -8,6 +8,7 @@ import pytest
 
 from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import label_svm
+from dslide_dask.model import label_classifiers
 from dslide_dask.model.label_classifiers import LabelClassifiers, _columns_of
 
 
@@ -167,3 +168,12 @@ def test_damaged_arrays_are_named():
         LabelClassifiers.from_state({**state, "w_col": state["w_col"] + 99}, Y.n_cols)
     with pytest.raises(ValueError, match="w_ptr must start at 0"):
         LabelClassifiers.from_state({**state, "w_ptr": state["w_ptr"][::-1]}, Y.n_cols)
+
+
+def test_labels_trained_in_groups_are_the_labels_trained_at_once(monkeypatch):
+    X, Y, _, _ = _problem(seed=9, n_rows=150, n_labels=11)
+    at_once = LabelClassifiers.fit(X, Y, 1, 11, 0)
+    monkeypatch.setattr(label_classifiers, "GROUP_BYTES", 4 * (X.n_cols + X.n_rows) * 4)
+    grouped = LabelClassifiers.fit(X, Y, 1, 11, 0)  # 4 labels a group: 3 groups
+    for name, array in at_once.state().items():
+        np.testing.assert_allclose(grouped.state()[name], array, rtol=1e-5, err_msg=name)

@@ -29,8 +29,9 @@ PASSES = 6
 #: Weights of magnitude at most this are dropped once trained (omikuji's threshold too):
 #: debian-files keeps 2.2M of 82M, P@1 as with 0.01 (10.5M kept; docs/accuracy.md).
 PRUNE = 0.1
-#: Bytes of dense weights trained at once: more labels are trained in groups.
-GROUP_BYTES = 512 << 20
+#: Bytes of dense weights and dual variables (a float a feature and a row, for each
+#: label) trained at once: more labels are trained in groups.
+GROUP_BYTES = 768 << 20
 #: Arrays that define a trained set (:meth:`LabelClassifiers.state`).
 ARRAYS = ("labels", "w_ptr", "w_col", "w_val", "bias")
 
@@ -69,7 +70,7 @@ class LabelClassifiers:
         sq_norms = np.bincount(rows, weights=val * val, minlength=X.n_rows).astype(np.float32)
         rng = np.random.default_rng([seed, 0x5F3])
         orders = [rng.permutation(X.n_rows) for _ in range(passes)]
-        group = max(1, GROUP_BYTES // (4 * max(1, X.n_cols)))
+        group = max(1, GROUP_BYTES // (4 * (X.n_cols + X.n_rows)))
         parts, bias, threads = [], [], numba.get_num_threads()
         for start in range(0, len(labels), group):
             cols = labels[start : start + group]
