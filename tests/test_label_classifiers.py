@@ -10,23 +10,7 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import label_svm
 from dslide_dask.model import label_classifiers
 from dslide_dask.model.label_classifiers import LabelClassifiers, _columns_of
-
-
-def _random_csr(rng, n_rows, n_cols, per_row, binary=False) -> CSR:
-    rows = [
-        np.sort(rng.choice(n_cols, size=rng.integers(1, per_row + 1), replace=False))
-        for _ in range(n_rows)
-    ]
-    indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
-    data = None if binary else rng.uniform(0.1, 2.0, int(indptr[-1])).astype(np.float32)
-    return CSR(indptr, np.concatenate(rows), data, n_cols)
-
-
-def _dense(m: CSR) -> np.ndarray:
-    out = np.zeros((m.n_rows, m.n_cols), np.float64)
-    for i in range(m.n_rows):
-        out[i, m.row(i)] = m.values()[m.indptr[i] : m.indptr[i + 1]]
-    return out
+from tests.test_neighbours import _dense, _random_csr
 
 
 def _reference_pass(X, Y, order, W, b, alpha, C):
