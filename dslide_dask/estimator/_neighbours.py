@@ -136,8 +136,9 @@ class NeighboursMixin(EstimatorState):
         self._index_rows, self._embed_step, self._weight_step = data.X, -1, -1
         min_count = self._label_classifiers()
         if min_count:
-            fit = LabelClassifiers.fit
-            classifiers = fit(data.X, data.Y, min_count, MAX_CLASSIFIED, self.seed_)
+            classifiers = LabelClassifiers.fit(
+                data.X, data.Y, min_count, MAX_CLASSIFIED, self.seed_
+            )
             self.neighbours_ = self.neighbours_.with_classifiers(classifiers)
         if self._held is None:  # given, or too few rows to hold out
             if self.neighbour_weight_ is None:
@@ -196,7 +197,8 @@ class NeighboursMixin(EstimatorState):
         """The votes of the points nearest each row in the input, and in the hidden space
         once the index has the points' hidden vectors (during a fit: of the network as it
         is now, computed again when it has stepped since), then the label classifiers'
-        scores if the index has them (a weight of two: all asked). A source of ``weight`` 0 is
+        scores if the index has them (asked unless ``weight`` has a third entry, 0). A
+        source of ``weight`` 0 is
         not asked: its list is empty (on amazon-670k the fit gives the hidden votes 0,
         and asking them would double a served row's time)."""
         index = self._index_now()

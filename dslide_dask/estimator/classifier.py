@@ -357,10 +357,10 @@ class SlideClassifier(
         features (an L2-loss SVM, as a label tree's leaf; seconds for hundreds of
         labels), whose scores join the fused score with a weight ``c`` on top: where a
         row has many labels, the trees ordered its frequent ones better than the network
-        and the votes (P@1 0.7869 -> 0.8025 on debian-files, 0.8773 -> 0.8831 on
-        Debian-26K; docs/accuracy.md). ``c`` is chosen with ``neighbour_weight`` (0.5
-        when that is given or the rows are few) and is ``neighbour_weight_``'s third
-        weight. 0: none.
+        and the votes (``dslide bench accuracy``, 5 epochs: P@1 0.7867 -> 0.7987 on
+        debian-files, 0.8776 -> 0.8814 on Debian-26K; docs/accuracy.md). ``c`` is
+        chosen with ``neighbour_weight`` (0.5 when that is given or the rows are few) and
+        is ``neighbour_weight_``'s third weight. 0: none.
     client : distributed.Client, False or None, default=None
         The Dask client to train on. None: the current client if there is one, else
         this process; False: this process even with a current client. Not a

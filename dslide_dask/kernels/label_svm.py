@@ -74,28 +74,6 @@ def dcd_pass(
                     w[k] += x * d[k]
 
 
-@numba.njit(cache=True, nogil=True)
-def prune(W: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The entries of ``W [features, labels]`` of magnitude above ``floor``, by feature:
-    ``(counts per feature, label columns, weights)``."""
-    F, K = W.shape
-    counts = np.zeros(F, np.int64)
-    for f in range(F):
-        for k in range(K):
-            if abs(W[f, k]) > floor:
-                counts[f] += 1
-    cols = np.empty(counts.sum(), np.int32)
-    vals = np.empty(counts.sum(), np.float32)
-    e = 0
-    for f in range(F):
-        for k in range(K):
-            if abs(W[f, k]) > floor:
-                cols[e] = k
-                vals[e] = W[f, k]
-                e += 1
-    return counts, cols, vals
-
-
 @numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
 def top_scores(
     q_ptr: np.ndarray,

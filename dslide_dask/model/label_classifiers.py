@@ -64,8 +64,7 @@ class LabelClassifiers:
         if len(frequent) == 0 or max_labels == 0:
             return None
         labels = np.sort(frequent[np.argsort(-counts[frequent], kind="stable")[:max_labels]])
-        ptr, idx = X.indptr.astype(np.int64), X.indices.astype(np.int64)
-        val = normalised(ptr, X.values().astype(np.float32))
+        ptr, idx, val = X.indptr, X.indices, normalised(X.indptr, X.values())
         rows = np.repeat(np.arange(X.n_rows), np.diff(ptr))
         sq_norms = np.bincount(rows, weights=val * val, minlength=X.n_rows).astype(np.float32)
         rng = np.random.default_rng([seed, 0x5F3])
@@ -83,16 +82,22 @@ class LabelClassifiers:
                     ptr, idx, val, sq_norms, y_ptr, y_idx, order, W, b, alpha, C, threads
                 )
             del alpha
-            counts_f, col, w = label_svm.prune(W, PRUNE)
-            parts.append((counts_f, col + start, w))
+            kept = np.abs(W) > PRUNE
+            _, col = np.nonzero(kept)  # row-major: by feature
+            parts.append((kept.sum(axis=1), col + start, W[kept]))
             bias.append(b)
         return cls(labels.astype(np.int64), *_by_feature(parts, X.n_cols), np.concatenate(bias))
 
     def votes(self, X: CSR, m: int) -> tuple[np.ndarray, np.ndarray]:
         """Each row's ``m`` best labels by its classifiers' scores (in (0, 1]) and those
         scores; -1/0 past the classified labels."""
-        ptr, idx = X.indptr.astype(np.int64), X.indices.astype(np.int64)
-        val = normalised(ptr, X.values().astype(np.float32))
+        return self.top(X.indptr, X.indices, normalised(X.indptr, X.values()), m)
+
+    def top(
+        self, ptr: np.ndarray, idx: np.ndarray, val: np.ndarray, m: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`votes` of rows already in CSR with unit-normalised values (features the
+        classifiers never saw count for nothing)."""
         m_here = min(m, len(self.labels))
         weights = (self.w_ptr, self.w_col, self.w_val, self.bias)
         cols, scores = label_svm.top_scores(ptr, idx, val, *weights, m_here, _chunks())

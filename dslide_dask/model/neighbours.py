@@ -130,9 +130,7 @@ class NeighbourIndex:
         scores (none without classifiers: empty lists)."""
         if self.classifiers is None:
             return np.full((X.n_rows, 0), -1, np.int64), np.zeros((X.n_rows, 0), np.float32)
-        if X.n_cols > self.n_features:
-            raise ValueError(f"X has {X.n_cols} features, the index {self.n_features}")
-        return self.classifiers.votes(X, m)
+        return self.classifiers.top(*self._query(X), m)
 
     def with_search(self, settings: IndexSettings | None = None) -> NeighbourIndex:
         """This index with an approximate search over its hidden vectors
