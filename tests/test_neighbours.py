@@ -11,7 +11,7 @@ from dslide_dask.checkpoint.arrays import CheckpointError
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.kernels import neighbours as kernels
-from dslide_dask.model.fusion import fused_topk
+from dslide_dask.model.fusion import candidate_union, fused_topk
 from dslide_dask.model.neighbours import NeighbourIndex
 
 PARAMS = dict(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2, batch_size=128, seed=0)
@@ -136,7 +136,8 @@ def test_the_neighbours_add_what_the_network_misses_and_survive_save_and_load(sm
     assert fused.neighbours_.n_points == train.n_points  # the held rows joined at the end
     assert fused.neighbours_.embedding.shape == (train.n_points, 64)  # hidden vectors too
     assert fused.neighbours_.classifiers is not None  # 20 labels of the tiny preset
-    assert len(fused.neighbour_weight_) == 3 and 0.0 <= sum(fused.neighbour_weight_[:2]) <= 1.0
+    assert fused.neighbours_.centroids.n_labels == train.n_labels
+    assert len(fused.neighbour_weight_) == 4 and 0.0 <= sum(fused.neighbour_weight_[:2]) <= 1.0
     assert alone.neighbours_ is None
     p_alone, p_fused = alone.score(test.X, test.Y), fused.score(test.X, test.Y)
     assert p_fused > p_alone + 0.02, (p_fused, p_alone)
@@ -150,31 +151,38 @@ def test_the_neighbours_add_what_the_network_misses_and_survive_save_and_load(sm
     assert loaded.tail_exponent_ == fused.tail_exponent_
     for name, array in fused.neighbours_.classifiers.state().items():
         np.testing.assert_array_equal(loaded.neighbours_.classifiers.state()[name], array)
+    np.testing.assert_array_equal(loaded.neighbours_.centroids.val, fused.neighbours_.centroids.val)
 
 
 def _refuse(*args, **kwargs):
     raise AssertionError("a source of weight 0 was asked for its votes")
 
 
-@pytest.mark.parametrize("weight", [(0.4, 0.0, 0.5), (0.0, 0.4, 0.5), (0.3, 0.3, 0.0)])
+@pytest.mark.parametrize(
+    "weight",
+    [(0.4, 0.0, 0.5, 0.25), (0.0, 0.4, 0.5, 0.25), (0.3, 0.3, 0.0, 0.25), (0.3, 0.3, 0.5, 0.0)],
+)
 def test_a_source_of_weight_0_is_not_asked_and_changes_no_answer(small, weight, monkeypatch):
     train, test = small
     clf = SlideClassifier(
         epochs=1, neighbour_weight=weight[:2], tail_exponent=0.2, client=False, **PARAMS
     ).fit(train.X, train.Y)
-    assert clf.neighbour_weight_ == (*weight[:2], 0.5)  # the classifiers' when none chose it
+    assert clf.neighbour_weight_ == (*weight[:2], 0.5, 0.5)  # the defaults when not chosen
     clf.neighbour_weight_ = weight
     X, index = test.X.slice_rows(0, 200), clf.neighbours_
     k, m = clf._neighbour_k(), clf._candidates()
-    every = [
+    ids, logits = clf._network_topk(X, m, True)
+    asked = [
         index.votes(X, k, m),
         index.embedding_votes(clf.trainer_.embed(X), k, m, X, clf.neighbour_mix),
         index.classifier_votes(X, m),
     ]
-    ids, logits = clf._network_topk(X, m, True)
-    want = fused_topk(ids, logits, every, weight, 5, 0.2, index.inverse_propensity)
-    unasked = ["votes", "embedding_votes", "classifier_votes"][weight.index(0.0)]
-    monkeypatch.setattr(NeighbourIndex, unasked, _refuse)
+    none = (np.full((X.n_rows, 0), -1, np.int64), np.zeros((X.n_rows, 0), np.float32))
+    asked = [votes if w > 0 else none for votes, w in zip(asked, weight, strict=False)]
+    asked.append(index.centroid_votes(X, candidate_union(ids, asked)))
+    want = fused_topk(ids, logits, asked, weight, 5, 0.2, index.inverse_propensity)
+    names = ["votes", "embedding_votes", "classifier_votes", "centroid_votes"]
+    monkeypatch.setattr(NeighbourIndex, names[weight.index(0.0)], _refuse)
     got = clf.predict_topk(X, 5, return_scores=True)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
@@ -212,6 +220,7 @@ def test_a_damaged_neighbour_index_is_named_on_load(small, tmp_path):
         ("tail_exponent_", "0.2", r"tail_exponent_ must be in \[0, 0.4\]"),
         ("neighbour_weight_", [0.9, 0.9], "neighbour_weight_ must be two weights"),
         ("neighbour_weight_", [0.2, 0.2, 3.0], "the label classifiers' in \\[0, 1\\]"),
+        ("neighbour_weight_", [0.2, 0.2, 0.5, 3.0], "the centroids' in \\[0, 2.0\\]"),
     ],
 )
 def test_damaged_fusion_settings_are_named_on_load(small, tmp_path, key, value, message):

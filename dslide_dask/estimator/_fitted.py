@@ -18,7 +18,7 @@ from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.metrics import topk_indicator
 from dslide_dask.model.config import check_int
-from dslide_dask.model.fusion import TAILS
+from dslide_dask.model.fusion import CENTROID_WEIGHTS, TAILS
 
 if TYPE_CHECKING:
     from dslide_dask.distributed import DistributedTrainer
@@ -114,6 +114,7 @@ class FittedMixin(EstimatorState):
         classes = saved.pop("classes", None)
         saved.setdefault("neighbour_mix", 0.0)  # saved before it: the hidden space alone
         saved.setdefault("label_classifiers", 0)  # saved before them: none
+        saved.setdefault("label_centroids", 0.0)  # likewise
         if "seed" in saved:  # saved before the parameter was random_state
             saved["random_state"] = saved.pop("seed")
         names = cls._get_param_names()
@@ -154,19 +155,26 @@ class FittedMixin(EstimatorState):
         clf._index_rows = None
         if weight is not None:
             pair = [weight, 0.0] if isinstance(weight, float | int) else weight  # 1 weight: input
+            highest = [1.0, 1.0, 1.0, max(CENTROID_WEIGHTS)]  # the centroids' may pass 1
             if not (
                 isinstance(pair, list)
-                and len(pair) in (2, 3)
-                and all(isinstance(w, float | int) and 0.0 <= w <= 1.0 for w in pair)
+                and len(pair) in (2, 3, 4)
+                and all(
+                    isinstance(w, float | int) and 0.0 <= w <= top
+                    for w, top in zip(pair, highest, strict=False)
+                )
                 and sum(pair[:2]) <= 1.0 + 1e-9
             ):
                 raise CheckpointError(
                     f"{ckpt.url}: neighbour_weight_ must be two weights in [0, 1] of sum "
-                    "<= 1, and the label classifiers' in [0, 1]"
+                    f"<= 1, the label classifiers' in [0, 1] and the centroids' in "
+                    f"[0, {max(CENTROID_WEIGHTS)}]"
                 )
             if not (isinstance(tail, float | int) and 0.0 <= tail <= max(TAILS)):
                 raise CheckpointError(f"{ckpt.url}: tail_exponent_ must be in [0, {max(TAILS)}]")
             clf.neighbours_ = load_neighbours(ckpt.url, storage_options)
+            if len(pair) == 4 and pair[3] > 0:
+                clf.neighbours_ = clf.neighbours_.with_centroids()
             clf.neighbour_weight_ = tuple(float(w) for w in pair)
             clf.tail_exponent_ = float(tail)
             if clf.neighbours_.n_labels != n_labels:

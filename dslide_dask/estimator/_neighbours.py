@@ -1,8 +1,10 @@
 """The training points a ``SlideClassifier`` keeps to vote beside its network.
 
 ``neighbours`` (k) nearest training rows of a query vote for their labels; the votes and
-the network's softmax are mixed with ``neighbour_weight``, and rare labels lifted by
-``tail_exponent``. With either left to the fit (None), a few training rows (5%, at most
+the network's softmax are mixed with ``neighbour_weight``, with the frequent labels'
+classifiers' scores and the label centroids' cosines (``label_classifiers``,
+``label_centroids``), and rare labels lifted by ``tail_exponent``. With a weight left to
+the fit (None), a few training rows (5%, at most
 :data:`HELD_MAX`) are held out of the network's training, the settings that score best
 on them are chosen (again whenever the network has moved when a prediction is asked
 mid-fit), and the held rows join the index at the end of the fit. The index needs the
@@ -21,7 +23,13 @@ from dslide_dask.estimator._inputs import _plain
 from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.metrics import xc_metrics
 from dslide_dask.model.config import check_float, check_int
-from dslide_dask.model.fusion import TAILS, choose_weights, fused_topk
+from dslide_dask.model.fusion import (
+    CENTROID_WEIGHTS,
+    TAILS,
+    candidate_union,
+    choose_weights,
+    fused_topk,
+)
 from dslide_dask.model.label_classifiers import LabelClassifiers
 from dslide_dask.model.neighbours import CANDIDATES, NeighbourIndex
 
@@ -36,10 +44,12 @@ HELD_MIN_POINTS = 2000
 #: debian-files (0.1, 0.9), amazon-670k (0.5, 0.5); docs/accuracy.md).
 FALLBACK_WEIGHTS = (0.2, 0.5)
 #: The tail exponent then: the default's (docs/accuracy.md).
-FALLBACK_TAIL = 0.3
+FALLBACK_TAIL = 0.0
 #: The label classifiers' weight then (the best of Debian-26K's 0.3-0.5 and debian-files'
 #: 1.0; docs/accuracy.md).
 FALLBACK_CLASSIFIER_WEIGHT = 0.5
+#: The label centroids' weight then, when it is to be chosen (the default's).
+FALLBACK_CENTROID_WEIGHT = 0.5
 #: At most this many labels, the most frequent, get a classifier of their own (each costs
 #: a pass's arithmetic over every row's features; debian-files gives 325 labels 100 rows).
 MAX_CLASSIFIED = 1024
@@ -86,9 +96,18 @@ class NeighboursMixin(EstimatorState):
         check_int("label_classifiers", count, 0, 1 << 40)
         return count
 
+    def _label_centroids(self) -> float | None:
+        """``label_centroids``: the centroids' weight (None: chosen; 0: no centroids)."""
+        weight = _plain(self.label_centroids)
+        if weight is not None:
+            check_float("label_centroids", weight, 0.0, max(CENTROID_WEIGHTS))
+            weight = float(weight)
+        return weight
+
     def _given_fusion(self) -> bool:
         """Whether nothing is left for held rows to choose."""
-        return self._given_weight() is not None and self._given_tail() is not None
+        given = self._given_weight(), self._given_tail(), self._label_centroids()
+        return all(value is not None for value in given)
 
     def _neighbour_split(self, data, seed: int) -> tuple[object, XCDataset | None]:
         """``(rows the network trains on, rows held out to choose the weight on)``; no
@@ -140,11 +159,17 @@ class NeighboursMixin(EstimatorState):
                 data.X, data.Y, min_count, MAX_CLASSIFIED, self.seed_
             )
             self.neighbours_ = self.neighbours_.with_classifiers(classifiers)
+        if self._label_centroids() != 0.0:
+            self.neighbours_ = self.neighbours_.with_centroids()
         if self._held is None:  # given, or too few rows to hold out
-            if self.neighbour_weight_ is None:
-                self.neighbour_weight_ = FALLBACK_WEIGHTS
-            if self.neighbours_.classifiers is not None and len(self.neighbour_weight_) == 2:
-                self.neighbour_weight_ = (*self.neighbour_weight_, FALLBACK_CLASSIFIER_WEIGHT)
+            weight = self.neighbour_weight_ or FALLBACK_WEIGHTS
+            if self.neighbours_.classifiers is not None:
+                weight = (*weight[:2], FALLBACK_CLASSIFIER_WEIGHT)
+            if self.neighbours_.centroids is not None:
+                weight = (*weight[:2], weight[2] if len(weight) > 2 else 0.0)
+                centroid = self._label_centroids()
+                weight = (*weight, FALLBACK_CENTROID_WEIGHT if centroid is None else centroid)
+            self.neighbour_weight_ = weight
             if self.tail_exponent_ is None:
                 self.tail_exponent_ = FALLBACK_TAIL
 
@@ -159,6 +184,8 @@ class NeighboursMixin(EstimatorState):
             data = stack_datasets([data, held], data.n_features, data.n_labels)
             classifiers = self.neighbours_.classifiers  # trained on the network's rows
             self.neighbours_ = NeighbourIndex.build(data.X, data.Y).with_classifiers(classifiers)
+            if self._label_centroids() != 0.0:
+                self.neighbours_ = self.neighbours_.with_centroids()
         self.neighbours_ = self.neighbours_.with_embedding(self.trainer_.embed(data.X))
         self._index_rows, self._embed_step = None, self._step
         return True
@@ -169,10 +196,17 @@ class NeighboursMixin(EstimatorState):
         if self._held is not None and self._weight_step != self._step:
             held, given, tail = self._held, self._given_weight(), self._given_tail()
             ids, logits = self.trainer_.topk_scores(held.X, self._candidates(), True)
-            votes = self._votes(held.X)
+            votes = self._votes(held.X, ids=ids)
             index = self._index_now()
             weight, chosen_tail = choose_weights(
-                ids, logits, votes, held.Y, index.inverse_propensity, given, tail
+                ids,
+                logits,
+                votes,
+                held.Y,
+                index.inverse_propensity,
+                given,
+                tail,
+                self._label_centroids(),
             )
             self.neighbour_weight_, self.tail_exponent_ = weight, chosen_tail
             self._weight_step = self._step
@@ -192,15 +226,16 @@ class NeighboursMixin(EstimatorState):
         return index
 
     def _votes(
-        self, X: CSR, weight: tuple[float, ...] = (1.0, 1.0)
+        self, X: CSR, weight: tuple[float, ...] = (1.0, 1.0), ids: np.ndarray | None = None
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """The votes of the points nearest each row in the input, and in the hidden space
         once the index has the points' hidden vectors (during a fit: of the network as it
         is now, computed again when it has stepped since), then the label classifiers'
-        scores if the index has them (asked unless ``weight`` has a third entry, 0). A
-        source of ``weight`` 0 is
-        not asked: its list is empty (on amazon-670k the fit gives the hidden votes 0,
-        and asking them would double a served row's time)."""
+        scores if the index has them (asked unless ``weight`` has a third entry, 0), then
+        the label centroids' cosines with every candidate so far and the network's
+        ``ids`` (likewise the fourth). A source of ``weight`` 0 is not asked: its list is
+        empty (on amazon-670k the fit gives the hidden votes 0, and asking them would
+        double a served row's time)."""
         index = self._index_now()
         k, m, mix = self._neighbour_k(), self._candidates(), self._neighbour_mix()
         hidden = index.embedding is not None and weight[1] > 0
@@ -216,6 +251,9 @@ class NeighboursMixin(EstimatorState):
         if index.classifiers is not None and (len(weight) < 3 or weight[2] > 0):
             votes += [none] * (2 - len(votes))  # their place is the third
             votes.append(index.classifier_votes(X, m))
+        if index.centroids is not None and ids is not None and (len(weight) < 4 or weight[3] > 0):
+            votes += [none] * (3 - len(votes))
+            votes.append(index.centroid_votes(X, candidate_union(ids, votes)))
         return votes
 
     def _candidates(self) -> int:
@@ -226,7 +264,7 @@ class NeighboursMixin(EstimatorState):
         weight, tail = self._choose_weight()
         ids, logits = self._network_topk(X, max(k, self._candidates()), exact)
         index = self._index_now()
-        votes = self._votes(X, weight)
+        votes = self._votes(X, weight, ids)
         return fused_topk(ids, logits, votes, weight, k, tail, index.inverse_propensity)
 
     def _fused_metrics(self, data: XCDataset, ks: tuple[int, ...], exact: bool) -> dict:

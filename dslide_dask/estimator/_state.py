@@ -53,6 +53,7 @@ class EstimatorState:
     neighbour_weight: float | tuple[float, float] | None
     neighbour_mix: float
     label_classifiers: int
+    label_centroids: float | None
     tail_exponent: float | None
     _client: Any
 

@@ -56,6 +56,7 @@ ENGINE_PARAMS = (
     "neighbour_mix",
     "tail_exponent",
     "label_classifiers",
+    "label_centroids",
 )
 #: The training recipe's defaults live in SlideConfig; the estimator reads them there.
 _D = SlideConfig()
@@ -342,15 +343,15 @@ class SlideClassifier(
         in both spaces are likelier to share a query's labels (one model each, 0 ->
         0.35: PSP@5 0.222 -> 0.226 on Debian-26K, 0.292 -> 0.298 on debian-files, P@1
         within 0.002). 0: the hidden space alone (models saved before it).
-    tail_exponent : float or None, default=0.3
+    tail_exponent : float or None, default=0.0
         With ``neighbours``, each label's fused score is multiplied by ``(1 / p_l) **
         tail_exponent``, in [0, 0.4]: ``p_l`` is the label's propensity (Jain et al.,
         from its training count, the one PSP@k weighs by), so rare labels, which both the
-        softmax and the votes under-score, are lifted. With the label classifiers
-        lifting the frequent ones, 0.3 kept P@1 and raised PSP@5 against 0.2 (Debian-26K
-        0.222 -> 0.224, debian-files 0.290 -> 0.293); higher values trade P@1 for PSP@k.
-        None: chosen by the fit with ``neighbour_weight`` on the same held rows (0.3
-        with fewer than 2,000 rows); 0: no boost. ``tail_exponent_`` is the one used.
+        softmax and the votes under-score, are lifted. The label centroids lift them
+        better (with them, 0 against 0.3 raised P@1 on every set measured and kept
+        PSP@k; docs/accuracy.md); without them, 0.3 is the value to set. None: chosen by
+        the fit with ``neighbour_weight`` on the same held rows. ``tail_exponent_`` is
+        the one used.
     label_classifiers : int, default=100
         With ``neighbours``, every label with at least this many training rows (the
         1,024 most frequent at most) gets a linear classifier of its own over the input
@@ -361,6 +362,17 @@ class SlideClassifier(
         debian-files, 0.8776 -> 0.8814 on Debian-26K; docs/accuracy.md). ``c`` is
         chosen with ``neighbour_weight`` (0.5 when that is given or the rows are few) and
         is ``neighbour_weight_``'s third weight. 0: none.
+    label_centroids : float or None, default=0.5
+        With ``neighbours``, the weight ``d`` (in [0, 2], on top like ``c``) of the
+        cosine of a row with each candidate label's centroid (the normalised sum of the
+        label's training rows, PECOS' label features): a label seen a few times is one
+        point of its own rather than a few neighbours apart (``dslide bench accuracy``,
+        5 epochs, against the tail boost of 0.3 without them: P@1 / PSP@5 0.8814 /
+        0.2196 -> 0.8814 / 0.2341 on Debian-26K, 0.7987 / 0.2939 -> 0.8013 / 0.3027 on
+        debian-files, 0.2286 / 0.1809 -> 0.2384 / 0.1928 on its labels of at most 20
+        rows; docs/accuracy.md). None: chosen with ``neighbour_weight`` on the held rows,
+        which over-rate it (their near-twins' centroids). ``neighbour_weight_``'s fourth
+        weight. 0: none.
     client : distributed.Client, False or None, default=None
         The Dask client to train on. None: the current client if there is one, else
         this process; False: this process even with a current client. Not a
@@ -400,8 +412,8 @@ class SlideClassifier(
         The training rows indexed for the neighbours' votes (None: the network alone).
     neighbour_weight_ : tuple of float or None
         The weights ``(a, b)`` of the input's and the hidden layer's neighbours' votes in
-        the fused score, then ``c``, the label classifiers', if the model has them (None
-        with no index).
+        the fused score, then ``c``, the label classifiers', and ``d``, the label
+        centroids', if the model has them (None with no index).
     tail_exponent_ : float or None
         The exponent of the labels' inverse propensities the fused scores are multiplied
         by (None with no index).
@@ -504,8 +516,9 @@ class SlideClassifier(
         neighbours: int = 30,
         neighbour_weight: float | tuple[float, float] | None = None,
         neighbour_mix: float = 0.35,
-        tail_exponent: float | None = 0.3,
+        tail_exponent: float | None = 0.0,
         label_classifiers: int = 100,
+        label_centroids: float | None = 0.5,
         client=None,
         seed=None,
     ) -> None:
@@ -563,6 +576,7 @@ class SlideClassifier(
         self.neighbour_mix = neighbour_mix
         self.tail_exponent = tail_exponent
         self.label_classifiers = label_classifiers
+        self.label_centroids = label_centroids
         self._client = client
 
     # -- scikit-learn conventions ----------------------------------------------------------

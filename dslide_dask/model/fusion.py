@@ -11,6 +11,10 @@ inverse propensity to a power ``tail`` (``p_l ** -tail``, Jain et al.'s propensi
 the training counts, the one PSP@k weighs by): a logit adjustment that lifts rare labels.
 Chosen with the weights; on all three sets measured it raised P@1 as well as PSP@k
 (docs/accuracy.md).
+
+Two more sources come on top, each with a weight of its own: the frequent labels'
+classifiers' scores and the cosines of a row with its candidates' label centroids (which
+lift rare labels better than the tail boost: with them, the default boost is 0).
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ TAILS = (0.0, 0.1, 0.2, 0.3, 0.4)
 #: among the training rows the classifiers learned, over-rate them (Debian-26K: 1.0
 #: chosen there, where the test rows' best was 0.25-0.5; debian-files' 0.75-1.0).
 CLASSIFIER_WEIGHTS = (0.0, 0.25, 0.5, 0.75)
+#: Weights of the label centroids' cosines (a fourth list, on top like the classifiers')
+#: that :func:`choose_weights` tries when asked to: held rows over-rate them (a fit
+#: gives them 0.5 unless told otherwise; docs/accuracy.md).
+CENTROID_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
 
 
 def softmax_of_top(logits: np.ndarray) -> np.ndarray:
@@ -53,6 +61,7 @@ def fused_topk(
     weights[i] * share_i) * inverse_propensity ** tail`` over the votes given (weights
     past them ignored), and those scores (-inf where fewer than ``k`` labels were found)."""
     ids, scores = _stacked(net_ids, net_logits, votes)
+    weights = (*weights, *(0.0,) * (len(votes) - len(weights)))  # a list unweighed: 0
     if tail:
         if inverse_propensity is None:
             raise ValueError("a tail boost needs the labels' inverse propensities")
@@ -68,37 +77,78 @@ def choose_weights(
     inverse_propensity: np.ndarray | None = None,
     weights: tuple[float, float] | None = None,
     tail: float | None = None,
+    centroid: float | None = None,
 ) -> tuple[tuple[float, ...], float]:
     """The weights of :data:`WEIGHTS` (input, hidden; the hidden one 0 when only the
-    input's votes are given), with a third votes list (the label classifiers') one of
-    :data:`CLASSIFIER_WEIGHTS` too, and the tail exponent of :data:`TAILS` (0 without
-    ``inverse_propensity``) whose fused top 5 scores best on rows with true labels ``Y``
+    input's votes are given), one of :data:`CLASSIFIER_WEIGHTS` for a third votes list
+    (the label classifiers') and one of :data:`CENTROID_WEIGHTS` for a fourth (the label
+    centroids'), with the tail exponent of :data:`TAILS` (0 without
+    ``inverse_propensity``), whose fused top 5 scores best on rows with true labels ``Y``
     (mean of P@1, P@3, P@5; the first tried on a tie, smaller exponents first).
-    ``weights`` (the first two) or ``tail`` given: only that one is tried."""
+    ``weights`` (the first two), ``tail`` or ``centroid`` given: only that one is tried.
+
+    The centroids' weight is chosen in turn, not over the whole grid (five times the
+    work): the others at its 0, then it with the tail, then the others again."""
     labels, values = _union(*_stacked(net_ids, net_logits, votes))
     found = labels >= 0
     hits = np.where(found, _hits(labels, Y), -1).astype(np.int8)
-    pairs: tuple[tuple[float, ...], ...] = WEIGHTS if weights is None else (weights,)
-    if len(votes) > 2:
-        pairs = tuple((*pair, c) for c in CLASSIFIER_WEIGHTS for pair in pairs)
-    tails = (tail,) if tail is not None else TAILS if inverse_propensity is not None else (0.0,)
-    no_hidden = len(votes) < 2 or votes[1][0].shape[1] == 0
-    best, best_score = (pairs[0], tails[0]), -1.0
-    for exponent in tails:
-        boosted = values
-        if exponent:
-            if inverse_propensity is None:
+    boosted_by: dict[float, np.ndarray] = {}
+
+    def score(candidate: tuple[tuple[float, ...], float]) -> float:
+        weight, exponent = candidate
+        if exponent not in boosted_by:
+            if exponent and inverse_propensity is None:
                 raise ValueError("a tail boost needs the labels' inverse propensities")
-            factor = inverse_propensity[np.where(found, labels, 0)] ** np.float32(exponent)
-            boosted = values * factor
-        for pair in pairs:
-            if no_hidden and pair[1] > 0 and weights is None:
-                continue
-            w = _source_weights(pair[: len(votes)])
-            score = _mean_precision(kernels.hits_by_rank(boosted, hits, w, 5), len(labels))
-            if score > best_score + 1e-12:
-                best, best_score = (pair, exponent), score
+            boosted_by[exponent] = values
+            if exponent:
+                factor = inverse_propensity[np.where(found, labels, 0)] ** np.float32(exponent)
+                boosted_by[exponent] = values * factor
+        w = _source_weights(weight[: len(votes)])
+        return _mean_precision(kernels.hits_by_rank(boosted_by[exponent], hits, w, 5), len(labels))
+
+    pairs = WEIGHTS if weights is None else (weights,)
+    if len(votes) < 2 or votes[1][0].shape[1] == 0:  # no hidden votes to weigh
+        pairs = tuple(pair for pair in pairs if pair[1] == 0) if weights is None else pairs
+    offered = [len(votes) > s and votes[s][0].shape[1] > 0 for s in (2, 3)]
+    classifier = CLASSIFIER_WEIGHTS if offered[0] else (0.0,)
+    centroid_grid = CENTROID_WEIGHTS if centroid is None else (centroid,)
+    centroid_grid = centroid_grid if offered[1] else (0.0,)
+    tails = (tail,) if tail is not None else TAILS if inverse_propensity is not None else (0.0,)
+    n_weights = max(2, min(len(votes), 4))
+
+    def others(c: float, exponents: tuple[float, ...]) -> list:
+        return [
+            ((*pair, w, c)[:n_weights], t) for t in exponents for w in classifier for pair in pairs
+        ]
+
+    best = _first_best(others(centroid_grid[0], tails), score)
+    if len(centroid_grid) > 1:
+        weight = best[0][0]
+        turn = [((*weight[:3], c), t) for c in centroid_grid for t in tails]
+        best = _first_best(turn, score, best)
+        weight, exponent = best[0]
+        best = _first_best(others(weight[3], (exponent,)), score, best)
+    return best[0]
+
+
+def _first_best(candidates: list, score, best=None) -> tuple:
+    """``(candidate, score)`` of the best scoring candidate (the first on a tie), or
+    ``best`` when none beats it."""
+    for candidate in candidates:
+        value = score(candidate)
+        if best is None or value > best[1] + 1e-12:
+            best = (candidate, value)
     return best
+
+
+def candidate_union(net_ids: np.ndarray, votes: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Each row's distinct labels over the network's and the votes' lists (-1 past a
+    row's), as wide as the row with the most: the candidates a centroid scores."""
+    flat = np.concatenate([net_ids, *(ids for ids, _ in votes)], axis=1)
+    out = np.sort(flat, axis=1)
+    out[:, 1:][out[:, 1:] == out[:, :-1]] = -1
+    out = -np.sort(-out, axis=1)  # descending: the -1s last
+    return np.ascontiguousarray(out[:, : int((out >= 0).sum(axis=1).max(initial=0))])
 
 
 def _union(ids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -167,6 +217,6 @@ def _boost(ids: np.ndarray, scores: np.ndarray, inverse_propensity: np.ndarray, 
 
 def _source_weights(weights: tuple[float, ...]) -> np.ndarray:
     """The network's weight before the votes' own: the rest of 1 after the neighbours'
-    two (the label classifiers' weight, a third, comes on top: their scores are no
-    shares of one whole)."""
+    two (the label classifiers' and centroids' weights, a third and a fourth, come on
+    top: their scores are no shares of one whole)."""
     return np.array([1.0 - sum(weights[:2]), *weights], np.float32)

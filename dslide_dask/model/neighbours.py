@@ -14,7 +14,8 @@ Points close in both spaces are likelier still: the hidden-space neighbours can 
 chosen by ``(1 - mix) * cos_hidden + mix * cos_input`` (:meth:`NeighbourIndex.embedding_votes`).
 
 The index also carries the frequent labels' own linear classifiers
-(:mod:`.label_classifiers`), trained on the same rows: one more source of votes.
+(:mod:`.label_classifiers`), trained on the same rows, and every label's centroid
+(:mod:`.label_centroids`), derived from them: two more sources of votes.
 
 How their votes join the network's scores is :mod:`.fusion`'s.
 """
@@ -34,6 +35,7 @@ from dslide_dask.kernels import hidden_votes
 from dslide_dask.kernels import neighbours as kernels
 from dslide_dask.metrics import propensity
 from dslide_dask.model import label_classifiers
+from dslide_dask.model.label_centroids import LabelCentroids
 from dslide_dask.model.label_classifiers import LabelClassifiers
 from dslide_dask.model.output_index import IndexSettings
 from dslide_dask.model.point_search import PointSearch
@@ -102,6 +104,8 @@ class NeighbourIndex:
     #: What a served row reads (:meth:`with_serving_postings`), or None: every posting.
     #: Derived from the postings, never stored.
     serving: ServedPostings | None = dataclasses.field(default=None, repr=False)
+    #: Each label's centroid (:meth:`with_centroids`), or None. Derived, never stored.
+    centroids: LabelCentroids | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def build(cls, X: CSR, Y: CSR) -> NeighbourIndex:
@@ -131,6 +135,20 @@ class NeighbourIndex:
         if self.classifiers is None:
             return np.full((X.n_rows, 0), -1, np.int64), np.zeros((X.n_rows, 0), np.float32)
         return self.classifiers.top(*self._query(X), m)
+
+    def with_centroids(self) -> NeighbourIndex:
+        """This index with each label's centroid of its points (:class:`LabelCentroids`)."""
+        if self.centroids is not None:
+            return self
+        rows = kernels.transpose(self.post_ptr, self.post_pts, self.post_val, self.n_points)
+        built = LabelCentroids.build(rows, self.y_ptr, self.y_idx, self.n_labels, self.n_features)
+        return dataclasses.replace(self, centroids=built)
+
+    def centroid_votes(self, X: CSR, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's candidates ``ids`` (-1: none) and their centroids' cosine with it."""
+        if self.centroids is None:
+            raise ValueError("the neighbour index has no label centroids")
+        return ids, self.centroids.cosines(self._query(X), ids)
 
     def with_search(self, settings: IndexSettings | None = None) -> NeighbourIndex:
         """This index with an approximate search over its hidden vectors
