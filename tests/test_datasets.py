@@ -252,6 +252,28 @@ def test_debian_files_builder_end_to_end(tmp_path):
     assert stats["test_label_occurrences_seen_in_train"] == 1.0
 
 
+def test_debian_files_keeps_only_rare_labels_when_asked(tmp_path):
+    owners = write_lists(tmp_path / "lists")
+    train_side = [p for p in owners if is_train(owners[p])]
+    test_side = [p for p in owners if not is_train(owners[p])]
+    pair = [*train_side[:2], test_side[0]]  # two labels of 2 training points, one test point
+    lines = contents_lines(owners) + [f"usr/lib/pair/twin.so    utils/{p}" for p in pair]
+    with gzip.open(tmp_path / "lists" / CONTENTS, "wt") as f:
+        f.write("\n".join(lines) + "\n")
+    full = debian_files.build(str(tmp_path / "all"), str(tmp_path / "lists"), ARCH)
+    stats = debian_files.build(
+        str(tmp_path / "rare"), str(tmp_path / "lists"), ARCH, max_label_points=2
+    )
+    train = read_xc(str(tmp_path / "rare" / "train.txt"))
+    counts = np.bincount(train.Y.indices, minlength=train.n_labels)
+    assert full["labels"] == 5 and train.n_points == 2 and (counts == 2).all()
+    labels = (tmp_path / "rare" / "labels.txt").read_text().split("\n")[:-1]
+    assert sorted(labels) == ["dir:/usr/lib/pair", "file:twin.so"] and stats["labels"] == 2
+    test = read_xc(str(tmp_path / "rare" / "test.txt"))
+    assert test.n_points == 1 and test.Y.row(0).tolist() == [0, 1]
+    assert stats["source"]["max_label_points"] == 2
+
+
 def test_missing_lists_are_one_line_errors(tmp_path, capsys):
     assert main(["datasets", "debian", str(tmp_path / "o"), "--lists", str(tmp_path)]) == 2
     err = capsys.readouterr().err

@@ -68,12 +68,12 @@ def test_the_same_centroids_whatever_the_threads():
         np.testing.assert_array_equal(a, b)
 
 
-def test_cosines_with_candidates_equal_dense_products_long_rows_and_short():
+def test_cosines_with_candidates_equal_dense_products():
     rng = np.random.default_rng(2)
     X, Y = _random_csr(rng, 80, 300, 150), _labels(rng, 80, 12)  # centroids of hundreds
     built = _build(X, Y, 0.0)
-    Q = _random_csr(rng, 9, 300, 5)  # queries of a few features: rows looked up
-    Q2 = _random_csr(rng, 9, 300, 290)  # of most features: rows walked through
+    Q = _random_csr(rng, 9, 300, 5)  # queries of a few features
+    Q2 = _random_csr(rng, 9, 300, 290)  # of most
     ids = rng.integers(-1, 12, (9, 7))
     want_cent = _reference(X, Y, 0.0)
     for q in (Q, Q2):

@@ -1,5 +1,5 @@
-"""Label centroids over sparse rows: each label's normalised sum of its points' unit rows,
-and the cosine of query rows with candidate labels' centroids.
+"""Label centroids over sparse rows: each label's normalised sum of its points' unit rows
+(a query's cosine with them is :func:`~dslide_dask.kernels.neighbours.row_cosines`').
 
 A centroid row is pruned of its entries under ``prune`` (of its unit norm): a frequent
 label's sum touches most features with crumbs, a rare label's keeps nearly all.
@@ -85,54 +85,3 @@ def centroids(
                 for t in range(n):
                     acc[touched[t]] = 0.0
     return counts, idx, val
-
-
-@numba.njit(cache=True, nogil=True, inline="always", fastmath={"reassoc", "contract"})
-def _cosine(query, q_idx, c_idx, c_val, lo: int, hi: int) -> float:
-    """The dot product of a scattered query (``query``, dense; its features ``q_idx``)
-    with one centroid row (features ascending): through the row when it is short, else
-    by looking up each query feature in it (a frequent label's row holds thousands)."""
-    s = np.float32(0.0)
-    if hi - lo <= 8 * q_idx.shape[0]:
-        for e in range(lo, hi):
-            s += query[c_idx[e]] * c_val[e]
-        return s
-    row = c_idx[lo:hi]
-    for f in q_idx:
-        e = np.searchsorted(row, f)
-        if e < row.shape[0] and row[e] == f:
-            s += query[f] * c_val[lo + e]
-    return s
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def candidate_cosines(
-    q_ptr: np.ndarray,
-    q_idx: np.ndarray,
-    q_val: np.ndarray,
-    ids: np.ndarray,
-    c_ptr: np.ndarray,
-    c_idx: np.ndarray,
-    c_val: np.ndarray,
-    n_features: int,
-    n_chunks: int,
-) -> np.ndarray:
-    """The cosine of each query row (CSR, unit rows) with the
-    centroid of each of its candidates ``ids[i, j]`` (0 where the id is -1)."""
-    n, m = ids.shape
-    out = np.zeros((n, m), np.float32)
-    n_chunks = max(1, min(n, n_chunks))
-    for c in numba.prange(n_chunks):
-        query = np.zeros(n_features, np.float32)
-        for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
-            lo, hi = q_ptr[i], q_ptr[i + 1]
-            for e in range(lo, hi):
-                query[q_idx[e]] = q_val[e]
-            feats = q_idx[lo:hi]
-            for j in range(m):
-                lab = ids[i, j]
-                if lab >= 0:
-                    out[i, j] = _cosine(query, feats, c_idx, c_val, c_ptr[lab], c_ptr[lab + 1])
-            for e in range(lo, hi):
-                query[q_idx[e]] = 0.0
-    return out

@@ -51,6 +51,14 @@ def add_datasets_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
         metavar="N",
         help="drop points with more labels after pruning (default: no cap)",
     )
+    files.add_argument(
+        "--max-label-points",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="then keep only the labels of at most N training points, and the points "
+        "left with one (20: nearly every label rare; default: every label)",
+    )
     return p
 
 
@@ -67,6 +75,7 @@ def cmd_datasets(args: argparse.Namespace) -> int:
             args.arch,
             max_dirs=args.max_dirs,
             max_labels=args.max_labels,
+            max_label_points=args.max_label_points,
         )
     print(
         f"built {args.dataset} in {time.perf_counter() - t0:.1f} s -> {args.out}: "

@@ -11,7 +11,9 @@ points: the file names make it a 100K-label task. Packages with more than ``max_
 directories (icon themes, TeX Live, kernels: thousands) are dropped, then labels of
 fewer than 2 *training* points, points with more than ``max_labels`` labels left, and
 points left without label or feature, until nothing changes. Every test label has been
-seen in training.
+seen in training. With ``max_label_points``, the labels of more training points are then
+dropped, and the points left without a label: the regime of the sets where nearly every
+label is rare (``--max-label-points 20``: 119K labels of 2-20 training points).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from dslide_dask.data.csr import CSR
+from dslide_dask.data.dataset import XCDataset
 from dslide_workflows.datasets import apt_lists, debian
 from dslide_workflows.datasets.xc_build import (
     Built,
@@ -122,6 +126,25 @@ def make_dataset(points: list[Point], max_labels: int | None) -> tuple[Built, di
     return built, stats
 
 
+def rare_labels_only(built: Built, max_points: int) -> Built:
+    """``built`` with the labels of at most ``max_points`` training points (ids kept in
+    order), less the points left without a label; features and values unchanged."""
+    counts = np.bincount(built.train.Y.indices, minlength=len(built.labels))
+    keep = counts <= max_points
+    new_id = np.where(keep, np.cumsum(keep) - 1, -1)
+    sides, points = [], []
+    for data, train in ((built.train, True), (built.test, False)):
+        rows = [new_id[data.Y.row(i)] for i in range(data.n_points)]
+        rows = [np.sort(r[r >= 0]) for r in rows]
+        kept = np.flatnonzero([len(r) > 0 for r in rows])
+        Y = CSR.from_lists([rows[i] for i in kept], int(keep.sum()))
+        sides.append(XCDataset(data.X.take_rows(kept), Y))
+        side_points = [p for p in built.points if p.train == train]  # the rows' order
+        points += [side_points[i] for i in kept]
+    labels = [name for name, k in zip(built.labels, keep, strict=True) if k]
+    return Built(labels, built.features, sides[0], sides[1], sorted(points, key=lambda p: p.name))
+
+
 def read_files(lists_dir: str, arch: str) -> tuple[Files, list[str]]:
     """The files of every package in the Contents indexes, and the index names read."""
     paths = [p for kind in contents_kinds(arch) for p in apt_lists.index_files(lists_dir, kind)]
@@ -142,6 +165,7 @@ def build(
     *,
     max_dirs: int = MAX_DIRS,
     max_labels: int | None = MAX_LABELS,
+    max_label_points: int | None = None,
 ) -> dict:
     """Build Debian-files from the apt lists into the folder ``out``; returns its stats."""
     arch = arch or apt_lists.native_arch()
@@ -151,11 +175,15 @@ def build(
     debian.check_long_descriptions(records, long_by_md5, lists_dir)
     points, too_many, no_files = build_points(records, long_by_md5, files, max_dirs)
     built, stats = make_dataset(points, max_labels)
+    if max_label_points is not None:
+        built = rare_labels_only(built, max_label_points)
+        stats = {**stats, **statistics(built, label_kind)}
     stats["source"] = {
         "packages_read": len(records),
         "packages_without_files": no_files,
         f"packages_dropped_over_{max_dirs}_dirs": too_many,
         "max_labels_per_point": max_labels,
+        "max_label_points": max_label_points,
         "contents_files": contents_used,
         "translation_files": translations,
     }
