@@ -97,10 +97,10 @@ def choose_weights(
     def score(candidate: tuple[tuple[float, ...], float]) -> float:
         weight, exponent = candidate
         if exponent not in boosted_by:
-            if exponent and inverse_propensity is None:
-                raise ValueError("a tail boost needs the labels' inverse propensities")
             boosted_by[exponent] = values
             if exponent:
+                if inverse_propensity is None:
+                    raise ValueError("a tail boost needs the labels' inverse propensities")
                 factor = inverse_propensity[np.where(found, labels, 0)] ** np.float32(exponent)
                 boosted_by[exponent] = values * factor
         w = _source_weights(weight[: len(votes)])

@@ -58,7 +58,7 @@ class LabelCentroids:
         label_ptr, label_pts, _ = transpose(y_ptr, y_idx, ones, n_labels)
         blocks = BLOCKS_PER_THREAD * numba.get_num_threads()
         ptr, idx, val = kernels.centroids(
-            *rows, label_ptr, label_pts, n_features, np.float32(prune), blocks
+            *rows, label_ptr, label_pts, n_features, float(prune), blocks
         )
         return cls(ptr, idx, val, n_features)
 
