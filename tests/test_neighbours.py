@@ -11,7 +11,8 @@ from dslide_dask.checkpoint.arrays import CheckpointError
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.kernels import neighbours as kernels
-from dslide_dask.model.fusion import candidate_union, fused_topk
+from dslide_dask.model.fusion import fused_topk
+from dslide_dask.model.label_centroids import SCORED
 from dslide_dask.model.neighbours import NeighbourIndex
 
 PARAMS = dict(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2, batch_size=128, seed=0)
@@ -179,8 +180,10 @@ def test_a_source_of_weight_0_is_not_asked_and_changes_no_answer(small, weight, 
     ]
     none = (np.full((X.n_rows, 0), -1, np.int64), np.zeros((X.n_rows, 0), np.float32))
     asked = [votes if w > 0 else none for votes, w in zip(asked, weight, strict=False)]
-    asked.append(index.centroid_votes(X, candidate_union(ids, asked)))
-    want = fused_topk(ids, logits, asked, weight, 5, 0.2, index.inverse_propensity)
+    inverse = index.inverse_propensity
+    best, _ = fused_topk(ids, logits, asked, weight[:3], SCORED, 0.2, inverse)  # the others'
+    asked.append(index.centroid_votes(X, best))
+    want = fused_topk(ids, logits, asked, weight, 5, 0.2, inverse)
     names = ["votes", "embedding_votes", "classifier_votes", "centroid_votes"]
     monkeypatch.setattr(NeighbourIndex, names[weight.index(0.0)], _refuse)
     got = clf.predict_topk(X, 5, return_scores=True)

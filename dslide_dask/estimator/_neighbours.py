@@ -30,6 +30,7 @@ from dslide_dask.model.fusion import (
     choose_weights,
     fused_topk,
 )
+from dslide_dask.model.label_centroids import SCORED
 from dslide_dask.model.label_classifiers import LabelClassifiers
 from dslide_dask.model.neighbours import CANDIDATES, NeighbourIndex
 
@@ -196,7 +197,7 @@ class NeighboursMixin(EstimatorState):
         if self._held is not None and self._weight_step != self._step:
             held, given, tail = self._held, self._given_weight(), self._given_tail()
             ids, logits = self.trainer_.topk_scores(held.X, self._candidates(), True)
-            votes = self._votes(held.X, ids=ids)
+            votes = self._with_centroid_votes(held.X, (ids, logits), self._votes(held.X))
             index = self._index_now()
             weight, chosen_tail = choose_weights(
                 ids,
@@ -226,35 +227,53 @@ class NeighboursMixin(EstimatorState):
         return index
 
     def _votes(
-        self, X: CSR, weight: tuple[float, ...] = (1.0, 1.0), ids: np.ndarray | None = None
+        self, X: CSR, weight: tuple[float, ...] = (1.0, 1.0)
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """The votes of the points nearest each row in the input, and in the hidden space
         once the index has the points' hidden vectors (during a fit: of the network as it
         is now, computed again when it has stepped since), then the label classifiers'
-        scores if the index has them (asked unless ``weight`` has a third entry, 0), then
-        the label centroids' cosines with every candidate so far and the network's
-        ``ids`` (likewise the fourth). A source of ``weight`` 0 is not asked: its list is
-        empty (on amazon-670k the fit gives the hidden votes 0, and asking them would
-        double a served row's time)."""
+        scores if the index has them (asked unless ``weight`` has a third entry, 0). A
+        source of ``weight`` 0 is not asked: its list is empty (on amazon-670k the fit
+        gives the hidden votes 0, and asking them would double a served row's time)."""
         index = self._index_now()
         k, m, mix = self._neighbour_k(), self._candidates(), self._neighbour_mix()
         hidden = index.embedding is not None and weight[1] > 0
-        none = (np.full((X.n_rows, 0), -1, np.int64), np.zeros((X.n_rows, 0), np.float32))
         near = None
-        votes = [none]
+        votes = [_none(X)]
         if weight[0] > 0 or (hidden and mix > 0 and index.search is not None):
             ids, shares, near = index.votes_and_points(X, k, m)
-            votes = [(ids, shares) if weight[0] > 0 else none]
+            votes = [(ids, shares) if weight[0] > 0 else _none(X)]
         if hidden:
             embedded = self.trainer_.embed(X)
             votes.append(index.embedding_votes(embedded, k, m, X, mix, near if mix > 0 else None))
         if index.classifiers is not None and (len(weight) < 3 or weight[2] > 0):
-            votes += [none] * (2 - len(votes))  # their place is the third
+            votes += [_none(X)] * (2 - len(votes))  # their place is the third
             votes.append(index.classifier_votes(X, m))
-        if index.centroids is not None and ids is not None and (len(weight) < 4 or weight[3] > 0):
-            votes += [none] * (3 - len(votes))
-            votes.append(index.centroid_votes(X, candidate_union(ids, votes)))
         return votes
+
+    def _with_centroid_votes(
+        self,
+        X: CSR,
+        net: tuple[np.ndarray, np.ndarray],
+        votes: list[tuple[np.ndarray, np.ndarray]],
+        weight: tuple[float, ...] | None = None,
+        tail: float = 0.0,
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``votes`` and the label centroids' cosines, if the index has them (unless
+        ``weight``'s fourth entry is 0): with the weights known, for the
+        :data:`~dslide_dask.model.label_centroids.SCORED` best labels of the network's
+        (``net``: ids, logits) and the votes' fused scores; else (choosing the weights)
+        for every candidate they name."""
+        index = self._index_now()
+        if index.centroids is None or (weight is not None and len(weight) > 3 and not weight[3]):
+            return votes
+        if weight is None:
+            candidates = candidate_union(net[0], votes)
+        else:
+            others = weight[:3]
+            candidates, _ = fused_topk(*net, votes, others, SCORED, tail, index.inverse_propensity)
+        votes = votes + [_none(X)] * (3 - len(votes))
+        return [*votes, index.centroid_votes(X, candidates)]
 
     def _candidates(self) -> int:
         return min(CANDIDATES, self.trainer_.n_labels)
@@ -264,7 +283,7 @@ class NeighboursMixin(EstimatorState):
         weight, tail = self._choose_weight()
         ids, logits = self._network_topk(X, max(k, self._candidates()), exact)
         index = self._index_now()
-        votes = self._votes(X, weight, ids)
+        votes = self._with_centroid_votes(X, (ids, logits), self._votes(X, weight), weight, tail)
         return fused_topk(ids, logits, votes, weight, k, tail, index.inverse_propensity)
 
     def _fused_metrics(self, data: XCDataset, ks: tuple[int, ...], exact: bool) -> dict:
@@ -273,3 +292,8 @@ class NeighboursMixin(EstimatorState):
         top, _ = self._fused_topk(data.X, max(ks), exact)
         index = self._index_now()
         return xc_metrics(top, data.Y, ks, label_counts=index.label_counts, n_train=index.n_points)
+
+
+def _none(X: CSR) -> tuple[np.ndarray, np.ndarray]:
+    """An empty list of votes for each row of ``X`` (a source not asked)."""
+    return np.full((X.n_rows, 0), -1, np.int64), np.zeros((X.n_rows, 0), np.float32)

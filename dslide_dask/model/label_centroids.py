@@ -25,6 +25,10 @@ from dslide_dask.kernels.neighbours import row_cosines, transpose
 #: Centroid entries under this share of its unit norm are dropped: Debian-26K keeps 6.0M
 #: of 11.9M at the same P@k (0.03: 3.2M, but rare labels lose; docs/accuracy.md).
 PRUNE = 0.01
+#: Candidates a row's centroids score once the fusion's weights are known: the best by the
+#: other sources (all of them, 170-260 a row: 0.001 more PSP@5 on Debian-26K, twice the
+#: time; docs/serving.md).
+SCORED = 100
 #: Blocks of labels a build splits into per thread (a frequent label costs thousands of
 #: rare ones: more blocks than threads keep the threads busy).
 BLOCKS_PER_THREAD = 64
