@@ -368,8 +368,8 @@ class SlideClassifier(
         label's training rows, PECOS' label features): a label seen a few times is one
         point of its own rather than a few neighbours apart (``dslide bench accuracy``,
         5 epochs, against the tail boost of 0.3 without them: P@1 / PSP@5 0.8814 /
-        0.2196 -> 0.8814 / 0.2341 on Debian-26K, 0.7987 / 0.2939 -> 0.8013 / 0.3027 on
-        debian-files, 0.2286 / 0.1809 -> 0.2384 / 0.1928 on its labels of at most 20
+        0.2196 -> 0.8819 / 0.2331 on Debian-26K, 0.7987 / 0.2939 -> 0.7963 / 0.2996 on
+        debian-files, 0.2286 / 0.1809 -> 0.2351 / 0.1907 on its labels of at most 20
         rows; docs/accuracy.md). None: chosen with ``neighbour_weight`` on the held rows,
         which over-rate it (their near-twins' centroids). ``neighbour_weight_``'s fourth
         weight. 0: none.

@@ -6,7 +6,7 @@ label features), not the rows apart. The neighbours' votes count a label once pe
 near the query; a centroid weighs what its rows share. The cosine of a row with a
 candidate label's centroid is one more source of votes for
 :func:`~dslide_dask.model.fusion.fused_topk`, in place of the tail boost: P@1 0.2286 ->
-0.2384 on debian-files' labels of at most 20 rows, PSP@5 0.2196 -> 0.2341 on Debian-26K
+0.2351 on debian-files' labels of at most 20 rows, PSP@5 0.2196 -> 0.2331 on Debian-26K
 at the same P@1 (docs/accuracy.md).
 
 Centroids are derived from the neighbour index's rows and labels, never stored.
