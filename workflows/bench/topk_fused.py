@@ -34,6 +34,7 @@ def fused_rows(url: str, storage_options: dict, X, k: int, args) -> list[dict]:
     print(
         f"neighbours: {clf.neighbours_.n_points} points, weights input {a} / hidden {b}"
         + (f" / label classifiers {c[0]}" if c else "")
+        + (f" / label centroids {c[1]}" if len(c) > 1 else "")
         + f", tail {clf.tail_exponent_}, mix {clf.neighbour_mix}"
     )
 
