@@ -85,11 +85,7 @@ class NeighboursMixin(EstimatorState):
         return (float(pair[0]), float(pair[1]))
 
     def _given_tail(self) -> float | None:
-        tail = _plain(self.tail_exponent)
-        if tail is not None:
-            check_float("tail_exponent", tail, 0.0, max(TAILS))
-            tail = float(tail)
-        return tail
+        return self._optional_float("tail_exponent", max(TAILS))
 
     def _label_classifiers(self) -> int:
         """``label_classifiers``: the training rows a label needs for a classifier (0: none)."""
@@ -99,11 +95,15 @@ class NeighboursMixin(EstimatorState):
 
     def _label_centroids(self) -> float | None:
         """``label_centroids``: the centroids' weight (None: chosen; 0: no centroids)."""
-        weight = _plain(self.label_centroids)
-        if weight is not None:
-            check_float("label_centroids", weight, 0.0, max(CENTROID_WEIGHTS))
-            weight = float(weight)
-        return weight
+        return self._optional_float("label_centroids", max(CENTROID_WEIGHTS))
+
+    def _optional_float(self, name: str, high: float) -> float | None:
+        """Parameter ``name``: None (left to the fit) or a number in [0, ``high``]."""
+        value = _plain(getattr(self, name))
+        if value is None:
+            return None
+        check_float(name, value, 0.0, high)
+        return float(value)
 
     def _given_fusion(self) -> bool:
         """Whether nothing is left for held rows to choose."""
@@ -152,27 +152,30 @@ class NeighboursMixin(EstimatorState):
         """Index the rows the network trains on (nothing for data not in memory)."""
         if self._neighbour_k() == 0 or not isinstance(data, XCDataset):
             return
-        self.neighbours_ = NeighbourIndex.build(data.X, data.Y)
-        self._index_rows, self._embed_step, self._weight_step = data.X, -1, -1
-        min_count = self._label_classifiers()
+        min_count, classifiers = self._label_classifiers(), None
         if min_count:
             classifiers = LabelClassifiers.fit(
                 data.X, data.Y, min_count, MAX_CLASSIFIED, self.seed_
             )
-            self.neighbours_ = self.neighbours_.with_classifiers(classifiers)
-        if self._label_centroids() != 0.0:
-            self.neighbours_ = self.neighbours_.with_centroids()
+        self.neighbours_ = self._index(data, classifiers)
+        self._index_rows, self._embed_step, self._weight_step = data.X, -1, -1
         if self._held is None:  # given, or too few rows to hold out
-            weight = self.neighbour_weight_ or FALLBACK_WEIGHTS
-            if self.neighbours_.classifiers is not None:
-                weight = (*weight[:2], FALLBACK_CLASSIFIER_WEIGHT)
+            weight = (self.neighbour_weight_ or FALLBACK_WEIGHTS)[:2]
+            c = FALLBACK_CLASSIFIER_WEIGHT if classifiers is not None else 0.0
             if self.neighbours_.centroids is not None:
-                weight = (*weight[:2], weight[2] if len(weight) > 2 else 0.0)
-                centroid = self._label_centroids()
-                weight = (*weight, FALLBACK_CENTROID_WEIGHT if centroid is None else centroid)
+                d = self._label_centroids()
+                weight = (*weight, c, FALLBACK_CENTROID_WEIGHT if d is None else d)
+            elif classifiers is not None:
+                weight = (*weight, c)
             self.neighbour_weight_ = weight
             if self.tail_exponent_ is None:
                 self.tail_exponent_ = FALLBACK_TAIL
+
+    def _index(self, data: XCDataset, classifiers: LabelClassifiers | None) -> NeighbourIndex:
+        """The index of ``data``'s rows, with ``classifiers`` and, unless
+        ``label_centroids`` is 0, the labels' centroids."""
+        index = NeighbourIndex.build(data.X, data.Y).with_classifiers(classifiers)
+        return index if self._label_centroids() == 0.0 else index.with_centroids()
 
     def _finish_neighbours(self, data) -> bool:
         """At the end of a fit: the weight chosen for the final network, then the held
@@ -184,9 +187,7 @@ class NeighboursMixin(EstimatorState):
             held, self._held = self._held, None
             data = stack_datasets([data, held], data.n_features, data.n_labels)
             classifiers = self.neighbours_.classifiers  # trained on the network's rows
-            self.neighbours_ = NeighbourIndex.build(data.X, data.Y).with_classifiers(classifiers)
-            if self._label_centroids() != 0.0:
-                self.neighbours_ = self.neighbours_.with_centroids()
+            self.neighbours_ = self._index(data, classifiers)
         self.neighbours_ = self.neighbours_.with_embedding(self.trainer_.embed(data.X))
         self._index_rows, self._embed_step = None, self._step
         return True

@@ -70,10 +70,6 @@ class LabelCentroids:
     def n_labels(self) -> int:
         return len(self.ptr) - 1
 
-    @property
-    def nbytes(self) -> int:
-        return self.ptr.nbytes + self.idx.nbytes + self.val.nbytes
-
     def cosines(
         self, query: tuple[np.ndarray, np.ndarray, np.ndarray], ids: np.ndarray
     ) -> np.ndarray:
