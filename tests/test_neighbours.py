@@ -166,7 +166,12 @@ def _refuse(*args, **kwargs):
 def test_a_source_of_weight_0_is_not_asked_and_changes_no_answer(small, weight, monkeypatch):
     train, test = small
     clf = SlideClassifier(
-        epochs=1, neighbour_weight=weight[:2], tail_exponent=0.2, client=False, **PARAMS
+        epochs=1,
+        neighbour_weight=weight[:2],
+        tail_exponent=0.2,
+        label_tree=0,
+        client=False,
+        **PARAMS,
     ).fit(train.X, train.Y)
     assert clf.neighbour_weight_ == (*weight[:2], 0.5, 0.5)  # the defaults when not chosen
     clf.neighbour_weight_ = weight

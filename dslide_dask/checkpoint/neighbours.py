@@ -14,7 +14,13 @@ import fsspec
 
 from dslide_dask.checkpoint.arrays import CheckpointError, read_array, write_array
 from dslide_dask.checkpoint.schema import check_entry
-from dslide_dask.model.neighbours import ARRAYS, CLASSIFIER_ARRAYS, EMBEDDING, NeighbourIndex
+from dslide_dask.model.neighbours import (
+    ARRAYS,
+    CLASSIFIER_ARRAYS,
+    EMBEDDING,
+    TREE_ARRAYS,
+    NeighbourIndex,
+)
 from dslide_dask.paths import guard_read, guard_write, read_small
 
 FOLDER = "neighbours"
@@ -58,10 +64,11 @@ def load_neighbours(url: str, storage_options: dict | None = None) -> NeighbourI
     n_labels, entries = manifest.get("n_labels"), manifest.get("arrays")
     if not isinstance(n_labels, int) or not 1 <= n_labels < 1 << 31:
         raise CheckpointError(f"{where}: n_labels must be a positive 32-bit integer")
-    optional = {EMBEDDING, *CLASSIFIER_ARRAYS}
+    optional = {EMBEDDING, *CLASSIFIER_ARRAYS, *TREE_ARRAYS}
     if not isinstance(entries, dict) or set(entries) - optional != set(ARRAYS):
         raise CheckpointError(
-            f"{where}: arrays must be {sorted(ARRAYS)} (and {EMBEDDING}, the classifiers')"
+            f"{where}: arrays must be {sorted(ARRAYS)} (and {EMBEDDING}, the classifiers', "
+            "the label tree's)"
         )
     arrays = {}
     for name, entry in entries.items():

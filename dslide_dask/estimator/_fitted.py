@@ -115,6 +115,7 @@ class FittedMixin(EstimatorState):
         saved.setdefault("neighbour_mix", 0.0)  # saved before it: the hidden space alone
         saved.setdefault("label_classifiers", 0)  # saved before them: none
         saved.setdefault("label_centroids", 0.0)  # likewise
+        saved.setdefault("label_tree", 0.0)  # likewise
         if "seed" in saved:  # saved before the parameter was random_state
             saved["random_state"] = saved.pop("seed")
         names = cls._get_param_names()

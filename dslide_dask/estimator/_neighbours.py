@@ -21,6 +21,7 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.estimator._inputs import _plain
 from dslide_dask.estimator._state import EstimatorState
+from dslide_dask.kernels.neighbours import normalised
 from dslide_dask.metrics import xc_metrics
 from dslide_dask.model.config import check_float, check_int
 from dslide_dask.model.fusion import (
@@ -29,9 +30,11 @@ from dslide_dask.model.fusion import (
     candidate_union,
     choose_weights,
     fused_topk,
+    tree_rescored,
 )
 from dslide_dask.model.label_centroids import SCORED
 from dslide_dask.model.label_classifiers import LabelClassifiers
+from dslide_dask.model.label_tree import LabelTree
 from dslide_dask.model.neighbours import CANDIDATES, NeighbourIndex
 
 #: Rows held out of the network's training to choose the weight on: 5% of the rows, at
@@ -54,6 +57,8 @@ FALLBACK_CENTROID_WEIGHT = 0.5
 #: At most this many labels, the most frequent, get a classifier of their own (each costs
 #: a pass's arithmetic over every row's features; debian-files gives 325 labels 100 rows).
 MAX_CLASSIFIED = 1024
+#: ``label_tree`` at most: past 2 the tree's likelihood all but decides alone.
+MAX_TREE_POWER = 2.0
 
 
 class NeighboursMixin(EstimatorState):
@@ -96,6 +101,12 @@ class NeighboursMixin(EstimatorState):
     def _label_centroids(self) -> float | None:
         """``label_centroids``: the centroids' weight (None: chosen; 0: no centroids)."""
         return self._optional_float("label_centroids", max(CENTROID_WEIGHTS))
+
+    def _label_tree(self) -> float:
+        """``label_tree``: the power of the tree's path likelihood (0: no tree)."""
+        power = _plain(self.label_tree)
+        check_float("label_tree", power, 0.0, MAX_TREE_POWER)
+        return float(power)
 
     def _optional_float(self, name: str, high: float) -> float | None:
         """Parameter ``name``: None (left to the fit) or a number in [0, ``high``]."""
@@ -158,6 +169,8 @@ class NeighboursMixin(EstimatorState):
                 data.X, data.Y, min_count, MAX_CLASSIFIED, self.seed_
             )
         self.neighbours_ = self._index(data, classifiers)
+        if self._label_tree():
+            self.neighbours_ = self.neighbours_.with_tree(self._tree(data))
         self._index_rows, self._embed_step, self._weight_step = data.X, -1, -1
         if self._held is None:  # given, or too few rows to hold out
             weight = (self.neighbour_weight_ or FALLBACK_WEIGHTS)[:2]
@@ -177,6 +190,16 @@ class NeighboursMixin(EstimatorState):
         index = NeighbourIndex.build(data.X, data.Y).with_classifiers(classifiers)
         return index if self._label_centroids() == 0.0 else index.with_centroids()
 
+    def _tree(self, data: XCDataset) -> LabelTree:
+        """The label tree of ``data``'s rows (over the index's centroids when it has
+        them: the same rows)."""
+        index = self.neighbours_
+        centroids = (
+            index.centroids if index.centroids is not None else index.with_centroids().centroids
+        )
+        rows = data.X.indptr, data.X.indices, normalised(data.X.indptr, data.X.values())
+        return LabelTree.build(rows, data.Y.indptr, data.Y.indices, centroids, self.seed_)
+
     def _finish_neighbours(self, data) -> bool:
         """At the end of a fit: the weight chosen for the final network, then the held
         rows indexed with the others; whether predictions changed by it."""
@@ -186,8 +209,8 @@ class NeighboursMixin(EstimatorState):
             self._choose_weight()
             held, self._held = self._held, None
             data = stack_datasets([data, held], data.n_features, data.n_labels)
-            classifiers = self.neighbours_.classifiers  # trained on the network's rows
-            self.neighbours_ = self._index(data, classifiers)
+            trained = self.neighbours_  # its classifiers and tree: of the network's rows
+            self.neighbours_ = self._index(data, trained.classifiers).with_tree(trained.tree)
         self.neighbours_ = self.neighbours_.with_embedding(self.trainer_.embed(data.X))
         self._index_rows, self._embed_step = None, self._step
         return True
@@ -209,12 +232,21 @@ class NeighboursMixin(EstimatorState):
                 given,
                 tail,
                 self._label_centroids(),
+                self._tree_factors(held.X, index),
             )
             self.neighbour_weight_, self.tail_exponent_ = weight, chosen_tail
             self._weight_step = self._step
         if self.neighbour_weight_ is None or self.tail_exponent_ is None:
             raise RuntimeError("the neighbours' weights were never set")  # callers fuse
         return self.neighbour_weight_, self.tail_exponent_
+
+    def _tree_factors(self, X: CSR, index: NeighbourIndex):
+        """The label tree's likelihoods of candidates of ``X``'s rows, to the power
+        ``label_tree`` (a function of the candidates), or None without a tree."""
+        if index.tree is None or not self._label_tree():
+            return None
+        power = np.float32(self._label_tree())
+        return lambda ids: np.exp(-power * index.tree_losses(X, ids))
 
     def _index_now(self) -> NeighbourIndex:
         """The index, with hidden vectors of the network as it is now."""
@@ -285,7 +317,12 @@ class NeighboursMixin(EstimatorState):
         ids, logits = self._network_topk(X, max(k, self._candidates()), exact)
         index = self._index_now()
         votes = self._with_centroid_votes(X, (ids, logits), self._votes(X, weight), weight, tail)
-        return fused_topk(ids, logits, votes, weight, k, tail, index.inverse_propensity)
+        power = self._label_tree() if index.tree is not None else 0.0
+        width = max(k, SCORED) if power else k
+        top, scores = fused_topk(ids, logits, votes, weight, width, tail, index.inverse_propensity)
+        if not power:
+            return top, scores
+        return tree_rescored(top, scores, index.tree_losses(X, top), power, k)
 
     def _fused_metrics(self, data: XCDataset, ks: tuple[int, ...], exact: bool) -> dict:
         """P@k, nDCG@k and PSP@k of the fused top-k (propensities from the indexed rows:

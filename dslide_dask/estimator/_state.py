@@ -54,6 +54,7 @@ class EstimatorState:
     neighbour_mix: float
     label_classifiers: int
     label_centroids: float | None
+    label_tree: float
     tail_exponent: float | None
     _client: Any
 

@@ -69,6 +69,19 @@ def fused_topk(
     return kernels.fuse(ids, scores, _source_weights(weights[: len(votes)]), k)
 
 
+def tree_rescored(
+    ids: np.ndarray, scores: np.ndarray, losses: np.ndarray, power: float, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best of each row's fused candidates (``ids``, -1: none; ``scores``) once
+    each score is multiplied by its label tree likelihood to ``power``:
+    ``exp(-power * losses)``, ``losses`` the squared hinge losses on the label's path."""
+    rescored = np.where(ids >= 0, scores * np.exp(-np.float32(power) * losses), -np.inf)
+    order = np.argsort(-rescored, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(ids, order, 1), np.take_along_axis(rescored, order, 1).astype(
+        np.float32
+    )
+
+
 def choose_weights(
     net_ids: np.ndarray,
     net_logits: np.ndarray,
@@ -78,6 +91,7 @@ def choose_weights(
     weights: tuple[float, float] | None = None,
     tail: float | None = None,
     centroid: float | None = None,
+    rescore=None,
 ) -> tuple[tuple[float, ...], float]:
     """The weights of :data:`WEIGHTS` (input, hidden; the hidden one 0 when only the
     input's votes are given), one of :data:`CLASSIFIER_WEIGHTS` for a third votes list
@@ -86,12 +100,16 @@ def choose_weights(
     ``inverse_propensity``), whose fused top 5 scores best on rows with true labels ``Y``
     (mean of P@1, P@3, P@5; the first tried on a tie, smaller exponents first).
     ``weights`` (the first two), ``tail`` or ``centroid`` given: only that one is tried.
+    ``rescore`` (labels ``(n, width)``, -1: none -> factors) multiplies each candidate's
+    fused score, as the label tree's likelihood does once the weights are known.
 
     The centroids' weight is chosen in turn, not over the whole grid (five times the
     work): the others at its 0, then it with the tail, then the others again."""
     labels, values = _union(*_stacked(net_ids, net_logits, votes))
     found = labels >= 0
     hits = np.where(found, _hits(labels, Y), -1).astype(np.int8)
+    if rescore is not None:
+        values = values * np.where(found, rescore(labels), 0).astype(np.float32)
     boosted_by: dict[float, np.ndarray] = {}
 
     def score(candidate: tuple[tuple[float, ...], float]) -> float:

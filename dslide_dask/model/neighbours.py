@@ -14,10 +14,13 @@ Points close in both spaces are likelier still: the hidden-space neighbours can 
 chosen by ``(1 - mix) * cos_hidden + mix * cos_input`` (:meth:`NeighbourIndex.embedding_votes`).
 
 The index also carries the frequent labels' own linear classifiers
-(:mod:`.label_classifiers`), trained on the same rows, and every label's centroid
-(:mod:`.label_centroids`), derived from them: two more sources of votes.
+(:mod:`.label_classifiers`), trained on the same rows, every label's centroid
+(:mod:`.label_centroids`), derived from them, and a label tree (:mod:`.label_tree`)
+that re-ranks the fused candidates.
 
-How their votes join the network's scores is :mod:`.fusion`'s.
+How their votes join the network's scores is :mod:`.fusion`'s. Over 400 lines: every
+source reads the same normalised query and the sources are saved, and checked on load,
+as one set of arrays; each source's arithmetic lives in its own module.
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import hidden_votes
 from dslide_dask.kernels import neighbours as kernels
 from dslide_dask.metrics import propensity
-from dslide_dask.model import label_classifiers
+from dslide_dask.model import label_classifiers, label_tree
 from dslide_dask.model.label_centroids import LabelCentroids
 from dslide_dask.model.label_classifiers import LabelClassifiers
+from dslide_dask.model.label_tree import LabelTree
 from dslide_dask.model.output_index import IndexSettings
 from dslide_dask.model.point_search import PointSearch
 
@@ -54,6 +58,8 @@ ARRAYS = {
 EMBEDDING = "embedding"
 #: The optional label classifiers' arrays, by their names in a checkpoint.
 CLASSIFIER_ARRAYS = {f"classifier_{name}": name for name in label_classifiers.ARRAYS}
+#: The optional label tree's arrays, by their names in a checkpoint.
+TREE_ARRAYS = {f"tree_{name}": name for name in label_tree.ARRAYS}
 #: Query rows scored against every point's hidden vector at once (a BLAS product).
 EMBED_BLOCK = 1024
 #: No common features: the votes through every posting need none.
@@ -106,6 +112,8 @@ class NeighbourIndex:
     serving: ServedPostings | None = dataclasses.field(default=None, repr=False)
     #: Each label's centroid (:meth:`with_centroids`), or None. Derived, never stored.
     centroids: LabelCentroids | None = dataclasses.field(default=None, repr=False)
+    #: A label tree's classifiers (:meth:`with_tree`), or None.
+    tree: LabelTree | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def build(cls, X: CSR, Y: CSR) -> NeighbourIndex:
@@ -143,6 +151,18 @@ class NeighbourIndex:
         rows = kernels.transpose(self.post_ptr, self.post_pts, self.post_val, self.n_points)
         built = LabelCentroids.build(rows, self.y_ptr, self.y_idx, self.n_labels, self.n_features)
         return dataclasses.replace(self, centroids=built)
+
+    def with_tree(self, tree: LabelTree | None) -> NeighbourIndex:
+        """This index with a label tree (None: without)."""
+        if tree is not None and tree.n_labels != self.n_labels:
+            raise ValueError("the label tree has other labels than the index")
+        return dataclasses.replace(self, tree=tree)
+
+    def tree_losses(self, X: CSR, ids: np.ndarray) -> np.ndarray:
+        """Each row's candidates' ``ids`` (-1: none) path losses in the label tree."""
+        if self.tree is None:
+            raise ValueError("the neighbour index has no label tree")
+        return self.tree.losses(self._query(X), ids)
 
     def centroid_votes(self, X: CSR, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each row's candidates ``ids`` (-1: none) and their centroids' cosine with it."""
@@ -326,9 +346,10 @@ class NeighbourIndex:
         out = {name: getattr(self, name) for name in ARRAYS}
         if self.embedding is not None:
             out[EMBEDDING] = self.embedding
-        if self.classifiers is not None:
-            kept = self.classifiers.state()
-            out.update({key: kept[name] for key, name in CLASSIFIER_ARRAYS.items()})
+        for part, names in ((self.classifiers, CLASSIFIER_ARRAYS), (self.tree, TREE_ARRAYS)):
+            if part is not None:
+                kept = part.state()
+                out.update({key: kept[name] for key, name in names.items()})
         return out
 
     @classmethod
@@ -346,19 +367,20 @@ class NeighbourIndex:
             if not np.isfinite(hidden).all():
                 raise ValueError(f"neighbour index: {EMBEDDING} holds a NaN or infinity")
             index = dataclasses.replace(index, embedding=np.ascontiguousarray(hidden))
-        present = [key for key in CLASSIFIER_ARRAYS if key in arrays]
-        if present:
-            if len(present) != len(CLASSIFIER_ARRAYS):
-                raise ValueError(f"neighbour index: classifier arrays {sorted(CLASSIFIER_ARRAYS)}")
-            kept = {name: arrays[key] for key, name in CLASSIFIER_ARRAYS.items()}
-            try:
-                classifiers = LabelClassifiers.from_state(kept, n_labels)
-            except ValueError as err:
-                raise ValueError(f"neighbour index: classifiers: {err}") from None
+        classifiers = _part(
+            arrays,
+            CLASSIFIER_ARRAYS,
+            "classifier",
+            lambda a: LabelClassifiers.from_state(a, n_labels),
+        )
+        if classifiers is not None:
             if classifiers.n_features != index.n_features:
                 raise ValueError("neighbour index: the classifiers have other features")
             index = index.with_classifiers(classifiers)
-        return index
+        n_features = index.n_features
+        build = lambda a: LabelTree.from_state(a, n_labels, n_features)  # noqa: E731
+        tree = _part(arrays, TREE_ARRAYS, "label tree", build)
+        return index.with_tree(tree)
 
     def _check(self) -> None:
         for name, dtype in ARRAYS.items():
@@ -380,6 +402,21 @@ class NeighbourIndex:
             raise ValueError("neighbour index: a posting names a point out of range")
         if len(self.y_idx) and not 0 <= self.y_idx.min() <= self.y_idx.max() < self.n_labels:
             raise ValueError("neighbour index: a label id is out of range")
+
+
+def _part(arrays: dict[str, np.ndarray], names: dict[str, str], what: str, build):
+    """The optional part saved under ``names`` (checkpoint name -> its own), built from
+    its arrays by ``build``; None if none is saved; ValueError naming ``what`` if only
+    some are, or if ``build`` finds them damaged."""
+    present = [key for key in names if key in arrays]
+    if not present:
+        return None
+    if len(present) != len(names):
+        raise ValueError(f"neighbour index: {what} arrays {sorted(names)}")
+    try:
+        return build({name: arrays[key] for key, name in names.items()})
+    except ValueError as err:
+        raise ValueError(f"neighbour index: {what}: {err}") from None
 
 
 def _unit_rows(a: np.ndarray) -> np.ndarray:

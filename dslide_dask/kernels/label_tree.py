@@ -1,0 +1,303 @@
+"""A label tree over sparse rows: labels split in halves by their centroids, a linear
+classifier for every child of every classifier node, and the tree's score of candidates.
+
+Labels sit in tree order (``perm``): every node is a range of positions, split at its
+middle. :func:`split_level` orders each node's labels so the first half is one cluster of
+a balanced spherical 2-means over their centroids, the second the other (as Parabel and
+PECOS cluster). :func:`train_node` trains a node's children's classifiers on the node's
+rows (those with a label under it: each child's positives, the others' negatives) with
+the label classifiers' solver, :func:`~dslide_dask.kernels.label_svm.dcd_pass`.
+:func:`path_losses` sums, for each candidate label of a row, the squared hinge losses of
+the classifiers on its path: ``exp(-loss)`` is the tree's likelihood of the label.
+"""
+
+import numba
+import numpy as np
+
+from dslide_dask.kernels.label_svm import dcd_pass
+
+
+@numba.njit(cache=True, nogil=True)
+def _mix(x: np.uint64) -> np.uint64:
+    """splitmix64's finaliser: a deterministic pseudo-random number from ``x``."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@numba.njit(cache=True, nogil=True)
+def _centre(members, c_ptr, c_idx, c_val, acc, touched) -> int:
+    """The unit-norm sum of the centroids ``members`` into ``acc`` (dense, zero where
+    untouched); the number of features listed in ``touched``."""
+    n = 0
+    for lab in members:
+        for e in range(c_ptr[lab], c_ptr[lab + 1]):
+            f = c_idx[e]
+            if acc[f] == 0.0:
+                touched[n] = f
+                n += 1
+            acc[f] += c_val[e]
+            if acc[f] == 0.0:
+                acc[f] = np.float32(1e-30)
+    norm = 0.0
+    for t in range(n):
+        norm += acc[touched[t]] * acc[touched[t]]
+    scale = np.float32(1.0 / np.sqrt(norm)) if norm > 0.0 else np.float32(0.0)
+    for t in range(n):
+        acc[touched[t]] *= scale
+    return n
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def split_level(
+    c_ptr: np.ndarray,
+    c_idx: np.ndarray,
+    c_val: np.ndarray,
+    perm: np.ndarray,
+    bounds: np.ndarray,
+    n_features: int,
+    iterations: int,
+    seed: int,
+    n_chunks: int,
+) -> None:
+    """Order the labels of each node ``perm[bounds[j]:bounds[j+1]]`` (in place) so its
+    first half (``(size) // 2`` labels) is one cluster, the rest the other: a balanced
+    spherical 2-means over the labels' centroids (CSR ``c_*``, unit rows), started from a
+    member picked by ``seed`` and the node and the member least like it, labels ranked
+    by how much nearer the second centre they lie. Nodes are independent: the result
+    does not depend on threads."""
+    n_nodes = bounds.shape[0] - 1
+    n_chunks = max(1, min(n_nodes, n_chunks))
+    for chunk in numba.prange(n_chunks):
+        c0 = np.zeros(n_features, np.float32)
+        c1 = np.zeros(n_features, np.float32)
+        t0 = np.empty(n_features, np.int64)
+        t1 = np.empty(n_features, np.int64)
+        for j in range(chunk * n_nodes // n_chunks, (chunk + 1) * n_nodes // n_chunks):
+            lo, hi = bounds[j], bounds[j + 1]
+            size = hi - lo
+            if size < 2:
+                continue
+            half = size // 2
+            members = perm[lo:hi].copy()
+            r = _mix(np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(j))
+            a = np.int64(r % np.uint64(size))
+            n0 = _centre(members[a : a + 1], c_ptr, c_idx, c_val, c0, t0)
+            gap = np.empty(size, np.float32)
+            for m in range(size):  # the second centre: the member least like the first
+                lab = members[m]
+                g = np.float32(0.0)
+                for e in range(c_ptr[lab], c_ptr[lab + 1]):
+                    g += c_val[e] * c0[c_idx[e]]
+                gap[m] = g
+            b = np.argmin(gap)
+            n1 = _centre(members[b : b + 1], c_ptr, c_idx, c_val, c1, t1)
+            for _ in range(iterations):
+                for m in range(size):
+                    lab = members[m]
+                    g = np.float32(0.0)
+                    for e in range(c_ptr[lab], c_ptr[lab + 1]):
+                        g += c_val[e] * (c1[c_idx[e]] - c0[c_idx[e]])
+                    gap[m] = g
+                order = np.argsort(gap, kind="mergesort")
+                members = members[order]
+                for t in range(n0):
+                    c0[t0[t]] = 0.0
+                for t in range(n1):
+                    c1[t1[t]] = 0.0
+                n0 = _centre(members[:half], c_ptr, c_idx, c_val, c0, t0)
+                n1 = _centre(members[half:], c_ptr, c_idx, c_val, c1, t1)
+            for t in range(n0):
+                c0[t0[t]] = 0.0
+            for t in range(n1):
+                c1[t1[t]] = 0.0
+            perm[lo:hi] = members
+
+
+@numba.njit(cache=True, nogil=True)
+def train_node(
+    ptr: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+    sq_norms: np.ndarray,
+    label_ptr: np.ndarray,
+    label_rows: np.ndarray,
+    perm: np.ndarray,
+    children: np.ndarray,
+    passes: int,
+    C: float,
+    prune: float,
+    seed: int,
+    n_blocks: int,
+    row_local: np.ndarray,
+    feature_local: np.ndarray,
+):
+    """The classifiers of one node's children, child ``k`` being the labels
+    ``perm[children[k]:children[k+1]]``, trained on the rows holding any of them (rows
+    ``ptr/idx/val`` with unit values; a label's rows ``label_rows[label_ptr[l]:...]``).
+    ``row_local`` (-1 per row) and ``feature_local`` (-1 per feature) are scratch, left
+    as found. Returns the weights above ``prune`` by feature (``features`` ascending,
+    global ids; ``w_child/w_val[w_ptr[f]:w_ptr[f+1]]``) and the children's biases."""
+    K = children.shape[0] - 1
+    lo, hi = children[0], children[-1]
+    n_pairs = 0
+    for p in range(lo, hi):
+        n_pairs += label_ptr[perm[p] + 1] - label_ptr[perm[p]]
+    rows = np.empty(n_pairs, np.int64)
+    pair_row = np.empty(n_pairs, np.int64)
+    pair_child = np.empty(n_pairs, np.int64)
+    n_rows = 0
+    e = 0
+    for k in range(K):
+        for p in range(children[k], children[k + 1]):
+            lab = perm[p]
+            for q in range(label_ptr[lab], label_ptr[lab + 1]):
+                r = label_rows[q]
+                if row_local[r] < 0:
+                    row_local[r] = n_rows
+                    rows[n_rows] = r
+                    n_rows += 1
+                pair_row[e] = row_local[r]
+                pair_child[e] = k
+                e += 1
+    rows = rows[:n_rows]
+    y_ptr = np.zeros(n_rows + 1, np.int64)
+    for q in range(n_pairs):
+        y_ptr[pair_row[q] + 1] += 1
+    for i in range(n_rows):
+        y_ptr[i + 1] += y_ptr[i]
+    fill = y_ptr[:-1].copy()
+    y_idx = np.empty(n_pairs, np.int64)
+    for q in range(n_pairs):
+        y_idx[fill[pair_row[q]]] = pair_child[q]
+        fill[pair_row[q]] += 1
+    # the node's rows over its own features
+    l_ptr = np.zeros(n_rows + 1, np.int64)
+    for i in range(n_rows):
+        l_ptr[i + 1] = l_ptr[i] + ptr[rows[i] + 1] - ptr[rows[i]]
+    l_idx = np.empty(l_ptr[-1], np.int64)
+    l_val = np.empty(l_ptr[-1], np.float32)
+    l_sq = np.empty(n_rows, np.float32)
+    features = np.empty(l_ptr[-1], np.int64)
+    n_feat = 0
+    for i in range(n_rows):
+        r = rows[i]
+        l_sq[i] = sq_norms[r]
+        for q in range(ptr[r], ptr[r + 1]):
+            f = idx[q]
+            if feature_local[f] < 0:
+                feature_local[f] = n_feat
+                features[n_feat] = f
+                n_feat += 1
+            l_idx[l_ptr[i] + q - ptr[r]] = feature_local[f]
+            l_val[l_ptr[i] + q - ptr[r]] = val[q]
+    features = features[:n_feat]
+    W = np.zeros((n_feat, K), np.float32)
+    bias = np.zeros(K, np.float32)
+    alpha = np.zeros((n_rows, K), np.float32)
+    order = np.arange(n_rows)
+    state = np.uint64(seed)
+    for _ in range(passes):
+        for a in range(n_rows - 1, 0, -1):  # Fisher-Yates, numbers from _mix
+            state = _mix(state + np.uint64(0x9E3779B97F4A7C15))
+            b = np.int64(state % np.uint64(a + 1))
+            order[a], order[b] = order[b], order[a]
+        dcd_pass(l_ptr, l_idx, l_val, l_sq, y_ptr, y_idx, order, W, bias, alpha, C, n_blocks)
+    for i in range(n_rows):
+        row_local[rows[i]] = -1
+    by_feature = np.argsort(features)
+    w_ptr = np.zeros(n_feat + 1, np.int64)
+    for j in range(n_feat):
+        kept = 0
+        for k in range(K):
+            kept += abs(W[by_feature[j], k]) > prune
+        w_ptr[j + 1] = w_ptr[j] + kept
+    w_child = np.empty(w_ptr[-1], np.int32)
+    w_val = np.empty(w_ptr[-1], np.float32)
+    for j in range(n_feat):
+        e = w_ptr[j]
+        for k in range(K):
+            w = W[by_feature[j], k]
+            if abs(w) > prune:
+                w_child[e] = k
+                w_val[e] = w
+                e += 1
+    out_features = features[by_feature]
+    for f in out_features:
+        feature_local[f] = -1
+    return out_features, w_ptr, w_child, w_val, bias
+
+
+@numba.njit(cache=True, nogil=True)
+def _node_of(bounds: np.ndarray, p: int) -> int:
+    """The node of a level (``bounds``: its nodes' first positions, then the end) that
+    holds position ``p``."""
+    return np.searchsorted(bounds, p, side="right") - 1
+
+
+@numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
+def path_losses(
+    q_ptr: np.ndarray,
+    q_idx: np.ndarray,
+    q_val: np.ndarray,
+    cand: np.ndarray,
+    position: np.ndarray,
+    bounds: np.ndarray,
+    level_ptr: np.ndarray,
+    node_feat_ptr: np.ndarray,
+    features: np.ndarray,
+    w_ptr: np.ndarray,
+    w_child: np.ndarray,
+    w_val: np.ndarray,
+    child_ptr: np.ndarray,
+    bias: np.ndarray,
+    n_chunks: int,
+) -> np.ndarray:
+    """Per row of ``q`` (unit values) and candidate label ``cand[i, j]`` (-1: none, 0
+    out): the sum of ``max(0, 1 - margin)^2`` over the classifiers on the label's path.
+    Level ``v``'s nodes start at ``bounds[level_ptr[v]:level_ptr[v+1]]`` (its last entry
+    the end);
+    node ``n`` (numbered level by level) keeps its weights by feature over
+    ``node_feat_ptr[n]:node_feat_ptr[n+1]`` of ``features``/``w_ptr``, and its children's
+    biases at ``bias[child_ptr[n]:child_ptr[n+1]]``. A node's margins are computed once
+    per row, for every child, when a candidate first needs them."""
+    n, m = cand.shape
+    n_levels = level_ptr.shape[0] - 1
+    out = np.zeros((n, m), np.float32)
+    n_chunks = max(1, min(n, n_chunks))
+    for chunk in numba.prange(n_chunks):
+        margin = np.empty(bias.shape[0], np.float32)
+        seen = np.full(child_ptr.shape[0] - 1, -1, np.int64)
+        for i in range(chunk * n // n_chunks, (chunk + 1) * n // n_chunks):
+            for j in range(m):
+                lab = cand[i, j]
+                if lab < 0:
+                    continue
+                p = position[lab]
+                loss = np.float32(0.0)
+                node_base = 0
+                for v in range(n_levels):
+                    lb = bounds[level_ptr[v] : level_ptr[v + 1]]
+                    local = _node_of(lb, p)
+                    node = node_base + local
+                    node_base += lb.shape[0] - 1
+                    if v + 1 < n_levels:
+                        nb = bounds[level_ptr[v + 1] : level_ptr[v + 2]]
+                        child = _node_of(nb, p) - _node_of(nb, lb[local])
+                    else:
+                        child = p - lb[local]
+                    c0 = child_ptr[node]
+                    if seen[node] != i:
+                        seen[node] = i
+                        margin[c0 : child_ptr[node + 1]] = bias[c0 : child_ptr[node + 1]]
+                        f0, f1 = node_feat_ptr[node], node_feat_ptr[node + 1]
+                        for q in range(q_ptr[i], q_ptr[i + 1]):
+                            at = f0 + np.searchsorted(features[f0:f1], q_idx[q])
+                            if at < f1 and features[at] == q_idx[q]:
+                                x = q_val[q]
+                                for e in range(w_ptr[at], w_ptr[at + 1]):
+                                    margin[c0 + w_child[e]] += x * w_val[e]
+                    h = max(np.float32(0.0), np.float32(1.0) - margin[c0 + child])
+                    loss += h * h
+                out[i, j] = loss
+    return out

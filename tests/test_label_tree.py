@@ -1,0 +1,257 @@
+"""The label tree: balanced splits of the labels by their centroids, each node's children's
+classifiers, and the losses on a candidate's path, against dense numpy and scikit-learn."""
+
+import json
+
+import numba
+import numpy as np
+import pytest
+from sklearn.svm import LinearSVC
+
+from dslide_dask import SlideClassifier
+from dslide_dask.checkpoint import CheckpointError
+from dslide_dask.data.csr import CSR
+from dslide_dask.kernels import label_tree as kernels
+from dslide_dask.kernels.neighbours import normalised, transpose
+from dslide_dask.model import label_tree
+from dslide_dask.model.fusion import tree_rescored
+from dslide_dask.model.label_centroids import SCORED, LabelCentroids
+from dslide_dask.model.label_tree import LabelTree, classifier_depths, halvings, leaf_depth
+from tests.test_label_centroids import _labels, small  # noqa: F401 (a fixture)
+from tests.test_neighbours import PARAMS, _dense, _random_csr
+
+
+def _unit_rows(X: CSR) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return X.indptr, X.indices, normalised(X.indptr, X.values())
+
+
+def _tree(X: CSR, Y: CSR, seed: int = 0) -> LabelTree:
+    rows = _unit_rows(X)
+    centroids = LabelCentroids.build(rows, Y.indptr, Y.indices, Y.n_cols, X.n_cols)
+    return LabelTree.build(rows, Y.indptr, Y.indices, centroids, seed)
+
+
+def test_the_shape_of_the_tree_follows_from_the_number_of_labels():
+    assert [leaf_depth(n) for n in (1, 100, 101, 200, 201, 26_556, 670_091)] == [
+        0,
+        0,
+        1,
+        1,
+        2,
+        9,
+        13,
+    ]
+    assert classifier_depths(0) == [0]
+    assert classifier_depths(9) == [0, 3, 9]
+    assert classifier_depths(12) == [0, 6, 12]
+    assert classifier_depths(13) == [0, 1, 7, 13]
+    bounds = halvings(11, 2)
+    assert list(bounds) == [0, 2, 5, 8, 11]  # each node's first child: its size // 2
+    assert set(halvings(11, 1)) <= set(bounds)
+
+
+def test_a_split_puts_each_of_two_clear_clusters_in_its_own_half():
+    rng = np.random.default_rng(0)
+    # 16 labels: 8 use features 0-9 only, 8 features 10-19 only; nodes of 16 and of 6
+    cols = [rng.choice(10, 4, replace=False) + 10 * (lab % 2) for lab in range(16)]
+    rows = [np.sort(c) for c in cols]
+    c_ptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
+    c_idx = np.concatenate(rows).astype(np.int64)
+    c_val = np.full(len(c_idx), 0.5, np.float32)
+    for seed in range(5):
+        perm = np.arange(16, dtype=np.int64)
+        kernels.split_level(c_ptr, c_idx, c_val, perm, np.array([0, 16]), 20, 6, seed, 2)
+        assert sorted(perm) == list(range(16))
+        halves = {frozenset(perm[:8] % 2), frozenset(perm[8:] % 2)}
+        assert halves == {frozenset({0}), frozenset({1})}
+
+
+def test_the_same_tree_whatever_the_threads():
+    rng = np.random.default_rng(1)
+    X, Y = _random_csr(rng, 300, 60, 8), _labels(rng, 300, 250)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = _tree(X, Y)
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        two = _tree(X, Y)
+    finally:
+        numba.set_num_threads(before)
+    for name, array in one.state().items():
+        np.testing.assert_array_equal(array, two.state()[name], err_msg=name)
+
+
+def test_a_nodes_classifiers_are_the_l2_loss_svms_of_its_rows():
+    """One node over every label: its children's classifiers, run to convergence and
+    unpruned, are liblinear's squared-hinge SVMs (bias a feature of value 1) on the rows
+    holding any of its labels."""
+    rng = np.random.default_rng(2)
+    X, Y = _random_csr(rng, 80, 30, 6), _labels(rng, 80, 5)
+    ptr, idx, val = _unit_rows(X)
+    sq = np.bincount(np.repeat(np.arange(80), np.diff(ptr)), weights=val * val, minlength=80)
+    label_ptr, label_rows, _ = transpose(Y.indptr, Y.indices, np.ones(len(Y.indices)), 5)
+    perm = np.arange(5, dtype=np.int64)
+    got = kernels.train_node(
+        ptr,
+        idx,
+        val,
+        sq.astype(np.float32),
+        label_ptr,
+        label_rows,
+        perm,
+        np.arange(6),
+        300,
+        1.0,
+        0.0,
+        7,
+        2,
+        np.full(80, -1, np.int64),
+        np.full(30, -1, np.int64),
+    )
+    features, w_ptr, w_child, w_val, bias = got
+    W = np.zeros((30, 5))
+    for j, f in enumerate(features):
+        W[f, w_child[w_ptr[j] : w_ptr[j + 1]]] = w_val[w_ptr[j] : w_ptr[j + 1]]
+    A, T = _dense(CSR(ptr, idx, val, 30)), _dense(Y)
+    node_rows = T.sum(axis=1) > 0
+    for lab in range(5):
+        svm = LinearSVC(C=1.0, loss="squared_hinge", dual=True, tol=1e-8, max_iter=100_000)
+        svm.fit(A[node_rows], T[node_rows, lab] > 0)
+        np.testing.assert_allclose(W[:, lab], svm.coef_[0], atol=2e-3)
+        np.testing.assert_allclose(bias[lab], svm.intercept_[0], atol=2e-3)
+
+
+def _reference_losses(tree: LabelTree, Q: CSR, ids: np.ndarray, n_features: int) -> np.ndarray:
+    """The path losses from the tree's arrays, by dense products and explicit search."""
+    q = _dense(CSR(*_unit_rows(Q), n_features))
+    levels = [
+        tree.bounds[tree.level_ptr[v] : tree.level_ptr[v + 1]]
+        for v in range(len(tree.level_ptr) - 1)
+    ]
+    nodes, W = [], []
+    for v, starts in enumerate(levels):
+        for j in range(len(starts) - 1):
+            n = len(nodes)
+            nodes.append((v, j))
+            dense = np.zeros((n_features, tree.child_ptr[n + 1] - tree.child_ptr[n]))
+            for e in range(tree.node_feat_ptr[n], tree.node_feat_ptr[n + 1]):
+                s = slice(tree.w_ptr[e], tree.w_ptr[e + 1])
+                dense[tree.features[e], tree.w_child[s]] = tree.w_val[s]
+            W.append(dense)
+    position = {int(lab): p for p, lab in enumerate(tree.perm)}
+    out = np.zeros(ids.shape)
+    for i, row in enumerate(ids):
+        for j, lab in enumerate(row):
+            if lab < 0:
+                continue
+            p, loss = position[int(lab)], 0.0
+            for v, starts in enumerate(levels):
+                local = max(k for k in range(len(starts) - 1) if starts[k] <= p)
+                n = nodes.index((v, local))
+                if v + 1 < len(levels):
+                    below = list(levels[v + 1])
+                    child = max(k for k in range(len(below) - 1) if below[k] <= p)
+                    child -= below.index(starts[local])
+                else:
+                    child = p - starts[local]
+                margin = q[i] @ W[n][:, child] + tree.bias[tree.child_ptr[n] + child]
+                loss += max(0.0, 1.0 - margin) ** 2
+            out[i, j] = loss
+    return out
+
+
+def test_path_losses_are_those_of_the_classifiers_on_each_labels_path(monkeypatch):
+    monkeypatch.setattr(label_tree, "LEAF", 4)
+    monkeypatch.setattr(label_tree, "SPAN", 2)  # 40 labels: depth 4, nodes at 0, 2 and 4
+    rng = np.random.default_rng(3)
+    X, Y = _random_csr(rng, 200, 50, 8), _labels(rng, 200, 40)
+    tree = _tree(X, Y)
+    assert len(tree.level_ptr) - 1 == 3
+    assert len(tree.child_ptr) - 1 == 1 + 4 + 16
+    Q = _random_csr(rng, 12, 60, 10)  # features the tree never saw count for nothing
+    ids = rng.integers(-1, 40, (12, 9))
+    got = tree.losses(_unit_rows(Q), ids)
+    want = _reference_losses(tree, Q, ids, 60)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert (got[ids < 0] == 0).all()
+
+
+def test_a_damaged_tree_is_named(monkeypatch):
+    monkeypatch.setattr(label_tree, "LEAF", 4)
+    monkeypatch.setattr(label_tree, "SPAN", 2)
+    rng = np.random.default_rng(4)
+    X, Y = _random_csr(rng, 100, 30, 6), _labels(rng, 100, 20)
+    state = _tree(X, Y).state()
+    again = LabelTree.from_state(state, 20, 30)
+    for name, array in state.items():
+        np.testing.assert_array_equal(getattr(again, name), array)
+
+    def damaged(name, change):
+        arrays = {k: v.copy() for k, v in state.items()}
+        arrays[name] = change(arrays[name])
+        return arrays
+
+    def unnested(bounds):  # level 1's middle moved: level 2 no longer splits it
+        out = bounds.copy()
+        out[state["level_ptr"][1] + 1] -= 1
+        return out
+
+    cases = [
+        ("perm", lambda a: np.where(a == 0, 1, a), "perm must order the 20 labels"),
+        ("w_child", lambda a: a + 64, "w_child must name a child of its node"),
+        ("features", lambda a: a[::-1].copy(), "features must rise within each node"),
+        ("features", lambda a: a + 30, r"features must lie in \[0, 30\)"),
+        ("bounds", unnested, "must split level"),
+        ("w_val", lambda a: a.astype(np.float64), "w_val must be 1-D float32"),
+        ("bias", lambda a: np.full_like(a, np.nan), "w_val and bias must be finite"),
+        ("child_ptr", lambda a: a[:-1], "child_ptr and node_feat_ptr must have"),
+        ("w_ptr", lambda a: a[:-1], "w_ptr must have an entry a feature"),
+    ]
+    for name, change, message in cases:
+        with pytest.raises(ValueError, match=message):
+            LabelTree.from_state(damaged(name, change), 20, 30)
+
+
+def test_rescoring_multiplies_by_the_likelihood_and_reorders():
+    ids = np.array([[4, 2, 9, -1]])
+    scores = np.array([[0.5, 0.4, 0.3, -np.inf]], np.float32)
+    losses = np.array([[2.0, 0.0, 0.5, 0.0]], np.float32)
+    top, got = tree_rescored(ids, scores, losses, 1.0, 3)
+    want = np.array([0.5 * np.exp(-2.0), 0.4, 0.3 * np.exp(-0.5)])
+    assert list(top[0]) == [2, 9, 4]
+    np.testing.assert_allclose(got[0], np.sort(want)[::-1], rtol=1e-6)
+
+
+def test_a_fit_ranks_by_the_tree_saves_it_and_names_a_damaged_one(small, tmp_path):  # noqa: F811
+    train, test = small
+    off = SlideClassifier(epochs=1, label_tree=0, client=False, **PARAMS).fit(train.X, train.Y)
+    assert off.neighbours_.tree is None
+    clf = SlideClassifier(epochs=1, client=False, **PARAMS).fit(train.X, train.Y)
+    tree = clf.neighbours_.tree
+    assert tree is not None and tree.n_labels == train.n_labels
+    X = test.X.slice_rows(0, 100)
+    weight, tail = clf._choose_weight()
+    ids, logits = clf._network_topk(X, clf._candidates(), True)
+    index = clf.neighbours_
+    votes = clf._with_centroid_votes(X, (ids, logits), clf._votes(X, weight), weight, tail)
+    from dslide_dask.model.fusion import fused_topk
+
+    fused = fused_topk(ids, logits, votes, weight, SCORED, tail, index.inverse_propensity)
+    want = tree_rescored(*fused, index.tree_losses(X, fused[0]), 0.5, 5)
+    got = clf.predict_topk(X, 5, return_scores=True)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+    url = clf.save(str(tmp_path / "model"))
+    loaded = SlideClassifier.load(url)
+    for name, array in tree.state().items():
+        np.testing.assert_array_equal(loaded.neighbours_.tree.state()[name], array)
+    again = loaded.predict_topk(X, 5, return_scores=True)
+    np.testing.assert_array_equal(again[0], got[0])
+    manifest = next((tmp_path / "model").rglob("neighbours/index.json"))
+    entries = json.loads(manifest.read_text())
+    arrays = {k: v for k, v in entries["arrays"].items() if k != "tree_bias"}
+    manifest.write_text(json.dumps({**entries, "arrays": arrays}))
+    with pytest.raises(CheckpointError, match="index.json: neighbour index: label tree arrays"):
+        SlideClassifier.load(url)
+    with pytest.raises(ValueError, match=r"label_tree must be a number in \[0.0, 2.0\]"):
+        SlideClassifier(label_tree=3.0, client=False, **PARAMS).fit(train.X, train.Y)
