@@ -194,9 +194,9 @@ class NeighboursMixin(EstimatorState):
         """The label tree of ``data``'s rows (over the index's centroids when it has
         them: the same rows)."""
         index = self.neighbours_
-        centroids = (
-            index.centroids if index.centroids is not None else index.with_centroids().centroids
-        )
+        centroids = None if index is None else index.with_centroids().centroids
+        if centroids is None:
+            raise RuntimeError("a label tree is built over an index")  # _build_neighbours'
         rows = data.X.indptr, data.X.indices, normalised(data.X.indptr, data.X.values())
         return LabelTree.build(rows, data.Y.indptr, data.Y.indices, centroids, self.seed_)
 

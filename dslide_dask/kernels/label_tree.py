@@ -232,7 +232,7 @@ def train_node(
 def _node_of(bounds: np.ndarray, p: int) -> int:
     """The node of a level (``bounds``: its nodes' first positions, then the end) that
     holds position ``p``."""
-    return np.searchsorted(bounds, p, side="right") - 1
+    return int(np.searchsorted(bounds, p, side="right")) - 1
 
 
 @numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})

@@ -51,6 +51,9 @@ ARRAYS = (
     "bias",
 )
 
+#: The arrays not of int64.
+DTYPES: dict[str, type] = {"w_child": np.int32, "w_val": np.float32, "bias": np.float32}
+
 
 @dataclass(frozen=True, eq=False)
 class LabelTree:
@@ -178,9 +181,7 @@ class LabelTree:
         out of bounds (ValueError naming the array)."""
         a = {name: np.ascontiguousarray(arrays[name]) for name in ARRAYS}
         for name in ARRAYS:
-            want = np.float32 if name in ("w_val", "bias") else np.int64
-            if name == "w_child":
-                want = np.int32
+            want = DTYPES.get(name, np.int64)
             if a[name].dtype != want or a[name].ndim != 1:
                 raise ValueError(f"{name} must be 1-D {np.dtype(want)}")
         perm, bounds, level_ptr = a["perm"], a["bounds"], a["level_ptr"]
