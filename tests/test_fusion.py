@@ -155,3 +155,21 @@ def test_the_label_classifiers_weight_comes_on_top_and_is_chosen_where_they_are_
     wrong = (np.array([[2, 0], [2, 0]]), svm[1])  # classifiers naming a wrong label
     w, _ = choose_weights(net_ids, logits, [near, hidden, wrong], truth, None, (0.3, 0.0), 0.0)
     assert w[2] == 0.0
+
+
+@pytest.mark.parametrize(("n_right", "kept"), [(2, True), (60, False)])
+def test_the_prior_weights_stay_unless_the_held_rows_clearly_beat_them(n_right, kept):
+    """Of 100 held rows, the network is right on all but ``n_right``; the neighbours on
+    all: 2 rows better is noise (the prior, the network alone, stays), 60 is not (the
+    neighbours get a weight)."""
+    n = 100
+    truth = CSR(np.arange(n + 1), np.array([1] * n_right + [0] * (n - n_right)), None, 3)
+    net_ids = np.tile([0, 1], (n, 1))
+    logits = np.tile(np.array([1.0, 0.0], np.float32), (n, 1))
+    near_ids = np.where(np.arange(n)[:, None] < n_right, [1, 2], [0, 2])  # always right
+    near = (near_ids, np.tile(np.array([0.9, 0.1], np.float32), (n, 1)))
+    prior = ((0.0, 0.0), 0.0)
+    free = choose_weights(net_ids, logits, [near], truth, None, None, 0.0)
+    assert free[0][0] > 0  # without a prior, any gain moves the weights
+    got = choose_weights(net_ids, logits, [near], truth, None, None, 0.0, prior=prior)
+    assert (got == prior) is kept, got

@@ -138,7 +138,9 @@ def small():
 
 def test_the_centroids_weight_is_given_chosen_or_off(small):
     train, _ = small
-    off = SlideClassifier(epochs=1, label_centroids=0, client=False, **PARAMS)
+    off = SlideClassifier(
+        epochs=1, label_centroids=0, label_classifiers=100, client=False, **PARAMS
+    )
     off.fit(train.X, train.Y)
     assert off.neighbours_.centroids is None and len(off.neighbour_weight_) == 3
     chosen = SlideClassifier(epochs=1, label_centroids=None, client=False, **PARAMS)

@@ -133,7 +133,8 @@ def small():
 def test_the_neighbours_add_what_the_network_misses_and_survive_save_and_load(small, tmp_path):
     train, test = small
     alone = SlideClassifier(epochs=2, neighbours=0, client=False, **PARAMS).fit(train.X, train.Y)
-    fused = SlideClassifier(epochs=2, client=False, **PARAMS).fit(train.X, train.Y)
+    fused = SlideClassifier(epochs=2, label_classifiers=100, client=False, **PARAMS)
+    fused.fit(train.X, train.Y)
     assert fused.neighbours_.n_points == train.n_points  # the held rows joined at the end
     assert fused.neighbours_.embedding.shape == (train.n_points, 64)  # hidden vectors too
     assert fused.neighbours_.classifiers is not None  # 20 labels of the tiny preset
@@ -169,6 +170,7 @@ def test_a_source_of_weight_0_is_not_asked_and_changes_no_answer(small, weight, 
         epochs=1,
         neighbour_weight=weight[:2],
         tail_exponent=0.2,
+        label_classifiers=100,
         label_tree=0,
         client=False,
         **PARAMS,
@@ -199,7 +201,7 @@ def test_a_source_of_weight_0_is_not_asked_and_changes_no_answer(small, weight, 
 def test_a_damaged_neighbour_index_is_named_on_load(small, tmp_path):
     train, _ = small
     url = (
-        SlideClassifier(epochs=1, client=False, **PARAMS)
+        SlideClassifier(epochs=1, label_classifiers=100, client=False, **PARAMS)
         .fit(train.X, train.Y)
         .save(str(tmp_path / "model"))
     )

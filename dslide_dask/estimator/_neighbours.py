@@ -233,12 +233,21 @@ class NeighboursMixin(EstimatorState):
                 tail,
                 self._label_centroids(),
                 self._tree_factors(held.X, index),
+                self._prior(given, tail, index),
             )
             self.neighbour_weight_, self.tail_exponent_ = weight, chosen_tail
             self._weight_step = self._step
         if self.neighbour_weight_ is None or self.tail_exponent_ is None:
             raise RuntimeError("the neighbours' weights were never set")  # callers fuse
         return self.neighbour_weight_, self.tail_exponent_
+
+    def _prior(self, given, tail, index: NeighbourIndex) -> tuple[tuple[float, ...], float]:
+        """The weights the held rows must clearly beat: those given, else the fallbacks."""
+        c = FALLBACK_CLASSIFIER_WEIGHT if index.classifiers is not None else 0.0
+        d = self._label_centroids()
+        d = (FALLBACK_CENTROID_WEIGHT if d is None else d) if index.centroids is not None else 0.0
+        weight = given or FALLBACK_WEIGHTS
+        return (*weight, c, d), FALLBACK_TAIL if tail is None else tail
 
     def _tree_factors(self, X: CSR, index: NeighbourIndex):
         """The label tree's likelihoods of candidates of ``X``'s rows, to the power

@@ -353,16 +353,14 @@ class SlideClassifier(
         PSP@k; docs/accuracy.md); without them, 0.3 is the value to set. None: chosen by
         the fit with ``neighbour_weight`` on the same held rows. ``tail_exponent_`` is
         the one used.
-    label_classifiers : int, default=100
+    label_classifiers : int, default=0
         With ``neighbours``, every label with at least this many training rows (the
         1,024 most frequent at most) gets a linear classifier of its own over the input
-        features (an L2-loss SVM, as a label tree's leaf; seconds for hundreds of
-        labels), whose scores join the fused score with a weight ``c`` on top: where a
-        row has many labels, the trees ordered its frequent ones better than the network
-        and the votes (``dslide bench accuracy``, 5 epochs: P@1 0.7867 -> 0.7987 on
-        debian-files, 0.8776 -> 0.8814 on Debian-26K; docs/accuracy.md). ``c`` is
-        chosen with ``neighbour_weight`` (0.5 when that is given or the rows are few) and
-        is ``neighbour_weight_``'s third weight. 0: none.
+        features (an L2-loss SVM), whose scores join the fused score with a weight ``c``
+        on top (``neighbour_weight_``'s third weight; chosen with ``neighbour_weight``,
+        0.5 when that is given). The label tree does the same for every label: with it,
+        100 against 0 took 3-8 s more for P@1 within 0.002 and PSP@5 0.006-0.007 lower on
+        both Debian sets (docs/accuracy.md). 0: none.
     label_centroids : float or None, default=0.5
         With ``neighbours``, the weight ``d`` (in [0, 2], on top like ``c``) of the
         cosine of a row with each candidate label's centroid (the normalised sum of the
@@ -527,7 +525,7 @@ class SlideClassifier(
         neighbour_weight: float | tuple[float, float] | None = None,
         neighbour_mix: float = 0.35,
         tail_exponent: float | None = 0.0,
-        label_classifiers: int = 100,
+        label_classifiers: int = 0,
         label_centroids: float | None = 0.5,
         label_tree: float = 0.5,
         client=None,

@@ -33,45 +33,65 @@ def dcd_pass(
     updated in place). Row ``i`` is ``idx/val[ptr[i]:ptr[i+1]]`` (squared norm
     ``sq_norms[i]``); its positive labels are ``y_idx[y_ptr[i]:y_ptr[i+1]]`` (columns)."""
     K = W.shape[1]
-    D = np.float32(0.5 / C)
-    one, zero = np.float32(1.0), np.float32(0.0)
     n_blocks = max(1, min(K, n_blocks))
     for blk in numba.prange(n_blocks):
         k0, k1 = blk * K // n_blocks, (blk + 1) * K // n_blocks
-        width = k1 - k0
-        b = bias[k0:k1]
-        z = np.empty(width, np.float32)
-        y = np.empty(width, np.float32)
-        d = np.empty(width, np.float32)
-        for o in range(order.shape[0]):
-            i = order[o]
-            lo, hi = ptr[i], ptr[i + 1]
-            z[:] = b
-            y[:] = -one
-            for q in range(lo, hi):
-                w, x = W[idx[q], k0:k1], val[q]
-                for k in range(width):
-                    z[k] += x * w[k]
-            for q in range(y_ptr[i], y_ptr[i + 1]):
-                if k0 <= y_idx[q] < k1:
-                    y[y_idx[q] - k0] = one
-            a = alpha[i, k0:k1]
-            step = one / (sq_norms[i] + one + D)
-            moved = 0
+        dcd_block(ptr, idx, val, sq_norms, y_ptr, y_idx, order, W, bias, alpha, C, k0, k1)
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def dcd_block(
+    ptr: np.ndarray,
+    idx: np.ndarray,
+    val: np.ndarray,
+    sq_norms: np.ndarray,
+    y_ptr: np.ndarray,
+    y_idx: np.ndarray,
+    order: np.ndarray,
+    W: np.ndarray,
+    bias: np.ndarray,
+    alpha: np.ndarray,
+    C: float,
+    k0: int,
+    k1: int,
+) -> None:
+    """:func:`dcd_pass` for the labels ``k0:k1`` alone, on the calling thread."""
+    D = np.float32(0.5 / C)
+    one, zero = np.float32(1.0), np.float32(0.0)
+    width = k1 - k0
+    b = bias[k0:k1]
+    z = np.empty(width, np.float32)
+    y = np.empty(width, np.float32)
+    d = np.empty(width, np.float32)
+    for o in range(order.shape[0]):
+        i = order[o]
+        lo, hi = ptr[i], ptr[i + 1]
+        z[:] = b
+        y[:] = -one
+        for q in range(lo, hi):
+            w, x = W[idx[q], k0:k1], val[q]
             for k in range(width):
-                old = a[k]
-                new = max(old - (y[k] * z[k] - one + D * old) * step, zero)
-                d[k] = (new - old) * y[k]
-                a[k] = new
-                moved += new != old
-            if moved == 0:
-                continue
+                z[k] += x * w[k]
+        for q in range(y_ptr[i], y_ptr[i + 1]):
+            if k0 <= y_idx[q] < k1:
+                y[y_idx[q] - k0] = one
+        a = alpha[i, k0:k1]
+        step = one / (sq_norms[i] + one + D)
+        moved = 0
+        for k in range(width):
+            old = a[k]
+            new = max(old - (y[k] * z[k] - one + D * old) * step, zero)
+            d[k] = (new - old) * y[k]
+            a[k] = new
+            moved += new != old
+        if moved == 0:
+            continue
+        for k in range(width):
+            b[k] += d[k]
+        for q in range(lo, hi):
+            w, x = W[idx[q], k0:k1], val[q]
             for k in range(width):
-                b[k] += d[k]
-            for q in range(lo, hi):
-                w, x = W[idx[q], k0:k1], val[q]
-                for k in range(width):
-                    w[k] += x * d[k]
+                w[k] += x * d[k]
 
 
 @numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})

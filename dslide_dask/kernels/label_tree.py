@@ -14,7 +14,7 @@ the classifiers on its path: ``exp(-loss)`` is the tree's likelihood of the labe
 import numba
 import numpy as np
 
-from dslide_dask.kernels.label_svm import dcd_pass
+from dslide_dask.kernels.label_svm import dcd_block, dcd_pass
 
 
 @numba.njit(cache=True, nogil=True)
@@ -202,7 +202,10 @@ def train_node(
             state = _mix(state + np.uint64(0x9E3779B97F4A7C15))
             b = np.int64(state % np.uint64(a + 1))
             order[a], order[b] = order[b], order[a]
-        dcd_pass(l_ptr, l_idx, l_val, l_sq, y_ptr, y_idx, order, W, bias, alpha, C, n_blocks)
+        if n_blocks > 1:
+            dcd_pass(l_ptr, l_idx, l_val, l_sq, y_ptr, y_idx, order, W, bias, alpha, C, n_blocks)
+        else:  # on this thread alone: threads of the caller's may train other nodes
+            dcd_block(l_ptr, l_idx, l_val, l_sq, y_ptr, y_idx, order, W, bias, alpha, C, 0, K)
     for i in range(n_rows):
         row_local[rows[i]] = -1
     by_feature = np.argsort(features)

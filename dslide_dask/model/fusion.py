@@ -38,6 +38,9 @@ CLASSIFIER_WEIGHTS = (0.0, 0.25, 0.5, 0.75)
 #: that :func:`choose_weights` tries when asked to: held rows over-rate them (a fit
 #: gives them 0.5 unless told otherwise; docs/accuracy.md).
 CENTROID_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
+#: How much better than the prior weights (mean of P@1, P@3 and P@5, times the square
+#: root of the held rows) the best must score to replace them.
+MARGIN = 0.5
 
 
 def softmax_of_top(logits: np.ndarray) -> np.ndarray:
@@ -92,6 +95,7 @@ def choose_weights(
     tail: float | None = None,
     centroid: float | None = None,
     rescore=None,
+    prior: tuple[tuple[float, ...], float] | None = None,
 ) -> tuple[tuple[float, ...], float]:
     """The weights of :data:`WEIGHTS` (input, hidden; the hidden one 0 when only the
     input's votes are given), one of :data:`CLASSIFIER_WEIGHTS` for a third votes list
@@ -102,6 +106,8 @@ def choose_weights(
     ``weights`` (the first two), ``tail`` or ``centroid`` given: only that one is tried.
     ``rescore`` (labels ``(n, width)``, -1: none -> factors) multiplies each candidate's
     fused score, as the label tree's likelihood does once the weights are known.
+    ``prior`` (weights, tail) is kept unless the best beats it by :data:`MARGIN` over the
+    square root of the rows: a few held rows choose by noise.
 
     The centroids' weight is chosen in turn, not over the whole grid (five times the
     work): the others at its 0, then it with the tail, then the others again."""
@@ -146,6 +152,10 @@ def choose_weights(
         best = _first_best(turn, score, best)
         weight, exponent = best[0]
         best = _first_best(others(weight[3], (exponent,)), score, best)
+    if prior is not None:
+        kept = ((*prior[0], 0.0, 0.0)[:n_weights], prior[1])
+        if best[1] - score(kept) < MARGIN / np.sqrt(max(len(labels), 1)):
+            return kept
     return best[0]
 
 

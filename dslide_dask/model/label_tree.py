@@ -20,6 +20,7 @@ each cluster of labels one against the clusters most like it. This is that tree:
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numba
@@ -109,35 +110,28 @@ class LabelTree:
         sq_norms = np.bincount(
             np.repeat(np.arange(n_rows), np.diff(ptr)), weights=val * val, minlength=n_rows
         ).astype(np.float32)
-        row_local = np.full(n_rows, -1, np.int64)
-        feature_local = np.full(n_features, -1, np.int64)
-        depths = classifier_depths(depth)
-        levels = [halvings(n_labels, d) for d in depths]
-        parts, node = [], 0
+        problem = (ptr, idx, val, sq_norms, label_ptr, label_rows, perm)
+        threads = numba.get_num_threads()
+        scratch = [
+            (np.full(n_rows, -1, np.int64), np.full(n_features, -1, np.int64))
+            for _ in range(threads)
+        ]
+
+        def train(children: np.ndarray, node: int, worker: int, blocks: int) -> tuple:
+            return kernels.train_node(
+                *problem, children, PASSES, C, PRUNE, seed + node, blocks, *scratch[worker]
+            )
+
+        levels = [halvings(n_labels, d) for d in classifier_depths(depth)]
+        parts: list[tuple] = []
         for v, starts in enumerate(levels):
             below = levels[v + 1] if v + 1 < len(levels) else np.arange(n_labels + 1)
-            for j in range(len(starts) - 1):
-                lo, hi = np.searchsorted(below, starts[j : j + 2])
-                parts.append(
-                    kernels.train_node(
-                        ptr,
-                        idx,
-                        val,
-                        sq_norms,
-                        label_ptr,
-                        label_rows,
-                        perm,
-                        below[lo : hi + 1],
-                        PASSES,
-                        C,
-                        PRUNE,
-                        seed + node,
-                        numba.get_num_threads(),
-                        row_local,
-                        feature_local,
-                    )
-                )
-                node += 1
+            cuts = np.searchsorted(below, starts)
+            jobs = [
+                (below[a : b + 1], len(parts) + j)
+                for j, (a, b) in enumerate(zip(cuts[:-1], cuts[1:], strict=True))
+            ]
+            parts += _trained(jobs, train, threads)
         return cls(perm, *_levels(levels), *_joined(parts))
 
     @property
@@ -260,6 +254,24 @@ def halvings(n_labels: int, depth: int) -> np.ndarray:
         mids = bounds[:-1] + (bounds[1:] - bounds[:-1]) // 2
         bounds = np.insert(bounds, np.arange(1, len(bounds)), mids)
     return bounds
+
+
+def _trained(jobs: list[tuple[np.ndarray, int]], train, threads: int) -> list[tuple]:
+    """Each job's ``train(children, node, worker, blocks)``, in order. Many nodes: a
+    node a thread at once (small nodes waste a parallel pass's start-up); few: one at a
+    time over all threads. A node's result does not depend on which."""
+    if threads < 2 or len(jobs) < 2 * threads:
+        return [train(children, node, 0, threads) for children, node in jobs]
+
+    def work(worker: int) -> list[tuple]:
+        return [train(children, node, worker, 1) for children, node in jobs[worker::threads]]
+
+    with ThreadPoolExecutor(threads) as pool:
+        shares = list(pool.map(work, range(threads)))
+    out: list[tuple] = [None] * len(jobs)  # type: ignore[list-item]
+    for worker, share in enumerate(shares):
+        out[worker::threads] = share
+    return out
 
 
 def _levels(levels: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
