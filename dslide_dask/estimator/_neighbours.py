@@ -169,8 +169,6 @@ class NeighboursMixin(EstimatorState):
                 data.X, data.Y, min_count, MAX_CLASSIFIED, self.seed_
             )
         self.neighbours_ = self._index(data, classifiers)
-        if self._label_tree():
-            self.neighbours_ = self.neighbours_.with_tree(self._tree(data))
         self._index_rows, self._embed_step, self._weight_step = data.X, -1, -1
         if self._held is None:  # given, or too few rows to hold out
             weight = (self.neighbour_weight_ or FALLBACK_WEIGHTS)[:2]
@@ -202,15 +200,18 @@ class NeighboursMixin(EstimatorState):
 
     def _finish_neighbours(self, data) -> bool:
         """At the end of a fit: the weight chosen for the final network, then the held
-        rows indexed with the others; whether predictions changed by it."""
+        rows indexed with the others, and the label tree of them all; whether
+        predictions changed by it."""
         if self.neighbours_ is None:
             return False
         if self._held is not None:
             self._choose_weight()
             held, self._held = self._held, None
             data = stack_datasets([data, held], data.n_features, data.n_labels)
-            trained = self.neighbours_  # its classifiers and tree: of the network's rows
-            self.neighbours_ = self._index(data, trained.classifiers).with_tree(trained.tree)
+            classifiers = self.neighbours_.classifiers  # trained on the network's rows
+            self.neighbours_ = self._index(data, classifiers)
+        if self._label_tree():
+            self.neighbours_ = self.neighbours_.with_tree(self._tree(data))
         self.neighbours_ = self.neighbours_.with_embedding(self.trainer_.embed(data.X))
         self._index_rows, self._embed_step = None, self._step
         return True
@@ -232,7 +233,6 @@ class NeighboursMixin(EstimatorState):
                 given,
                 tail,
                 self._label_centroids(),
-                self._tree_factors(held.X, index),
                 self._prior(given, tail, index),
             )
             self.neighbour_weight_, self.tail_exponent_ = weight, chosen_tail
@@ -248,14 +248,6 @@ class NeighboursMixin(EstimatorState):
         d = (FALLBACK_CENTROID_WEIGHT if d is None else d) if index.centroids is not None else 0.0
         weight = given or FALLBACK_WEIGHTS
         return (*weight, c, d), FALLBACK_TAIL if tail is None else tail
-
-    def _tree_factors(self, X: CSR, index: NeighbourIndex):
-        """The label tree's likelihoods of candidates of ``X``'s rows, to the power
-        ``label_tree`` (a function of the candidates), or None without a tree."""
-        if index.tree is None or not self._label_tree():
-            return None
-        power = np.float32(self._label_tree())
-        return lambda ids: np.exp(-power * index.tree_losses(X, ids))
 
     def _index_now(self) -> NeighbourIndex:
         """The index, with hidden vectors of the network as it is now."""

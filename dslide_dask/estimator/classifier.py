@@ -380,7 +380,8 @@ class SlideClassifier(
         this power, in [0, 2]. The other sources rank labels by how alike their rows
         are; the tree tells labels apart (offline on saved candidates, P@1 0.2425 ->
         0.2702 on debian-files' labels of at most 20 rows, 0.7883 -> 0.8070 on
-        debian-files; docs/accuracy.md). Seconds to train. 0: none.
+        debian-files; docs/accuracy.md). Trained in seconds at the end of the fit, on
+        every training row: scores asked during the fit go without it. 0: none.
     client : distributed.Client, False or None, default=None
         The Dask client to train on. None: the current client if there is one, else
         this process; False: this process even with a current client. Not a

@@ -94,7 +94,6 @@ def choose_weights(
     weights: tuple[float, float] | None = None,
     tail: float | None = None,
     centroid: float | None = None,
-    rescore=None,
     prior: tuple[tuple[float, ...], float] | None = None,
 ) -> tuple[tuple[float, ...], float]:
     """The weights of :data:`WEIGHTS` (input, hidden; the hidden one 0 when only the
@@ -104,8 +103,6 @@ def choose_weights(
     ``inverse_propensity``), whose fused top 5 scores best on rows with true labels ``Y``
     (mean of P@1, P@3, P@5; the first tried on a tie, smaller exponents first).
     ``weights`` (the first two), ``tail`` or ``centroid`` given: only that one is tried.
-    ``rescore`` (labels ``(n, width)``, -1: none -> factors) multiplies each candidate's
-    fused score, as the label tree's likelihood does once the weights are known.
     ``prior`` (weights, tail) is kept unless the best beats it by :data:`MARGIN` over the
     square root of the rows: a few held rows choose by noise.
 
@@ -114,8 +111,6 @@ def choose_weights(
     labels, values = _union(*_stacked(net_ids, net_logits, votes))
     found = labels >= 0
     hits = np.where(found, _hits(labels, Y), -1).astype(np.int8)
-    if rescore is not None:
-        values = values * np.where(found, rescore(labels), 0).astype(np.float32)
     boosted_by: dict[float, np.ndarray] = {}
 
     def score(candidate: tuple[tuple[float, ...], float]) -> float:
