@@ -108,10 +108,12 @@ def test_a_nodes_classifiers_are_the_l2_loss_svms_of_its_rows():
         np.full(80, -1, np.int64),
         np.full(30, -1, np.int64),
     )
-    features, w_ptr, w_child, w_val, bias = got
+    w_ptr, w_feature, w_val, bias = got
     W = np.zeros((30, 5))
-    for j, f in enumerate(features):
-        W[f, w_child[w_ptr[j] : w_ptr[j + 1]]] = w_val[w_ptr[j] : w_ptr[j + 1]]
+    for k in range(5):
+        s = slice(w_ptr[k], w_ptr[k + 1])
+        assert np.all(np.diff(w_feature[s]) > 0)  # features ascending, once
+        W[w_feature[s], k] = w_val[s]
     A, T = _dense(CSR(ptr, idx, val, 30)), _dense(Y)
     node_rows = T.sum(axis=1) > 0
     for lab in range(5):
@@ -134,9 +136,9 @@ def _reference_losses(tree: LabelTree, Q: CSR, ids: np.ndarray, n_features: int)
             n = len(nodes)
             nodes.append((v, j))
             dense = np.zeros((n_features, tree.child_ptr[n + 1] - tree.child_ptr[n]))
-            for e in range(tree.node_feat_ptr[n], tree.node_feat_ptr[n + 1]):
-                s = slice(tree.w_ptr[e], tree.w_ptr[e + 1])
-                dense[tree.features[e], tree.w_child[s]] = tree.w_val[s]
+            for k, c in enumerate(range(tree.child_ptr[n], tree.child_ptr[n + 1])):
+                s = slice(tree.w_ptr[c], tree.w_ptr[c + 1])
+                dense[tree.w_feature[s], k] = tree.w_val[s]
             W.append(dense)
     position = {int(lab): p for p, lab in enumerate(tree.perm)}
     out = np.zeros(ids.shape)
@@ -174,6 +176,12 @@ def test_path_losses_are_those_of_the_classifiers_on_each_labels_path(monkeypatc
     want = _reference_losses(tree, Q, ids, 60)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert (got[ids < 0] == 0).all()
+    ptr, idx, val = _unit_rows(Q)  # features out of order within each row: the same
+    flipped = np.concatenate(
+        [np.arange(a, b)[::-1] for a, b in zip(ptr[:-1], ptr[1:], strict=True)]
+    )
+    again = tree.losses((ptr, idx[flipped], val[flipped]), ids)
+    np.testing.assert_allclose(again, got, rtol=1e-5, atol=1e-6)
 
 
 def test_a_damaged_tree_is_named(monkeypatch):
@@ -198,14 +206,14 @@ def test_a_damaged_tree_is_named(monkeypatch):
 
     cases = [
         ("perm", lambda a: np.where(a == 0, 1, a), "perm must order the 20 labels"),
-        ("w_child", lambda a: a + 64, "w_child must name a child of its node"),
-        ("features", lambda a: a[::-1].copy(), "features must rise within each node"),
-        ("features", lambda a: a + 30, r"features must lie in \[0, 30\)"),
+        ("w_feature", lambda a: a + 30, r"w_feature must lie in \[0, 30\)"),
+        ("w_feature", lambda a: a[::-1].copy(), "w_feature must rise within each classifier"),
         ("bounds", unnested, "must split level"),
         ("w_val", lambda a: a.astype(np.float64), "w_val must be 1-D float32"),
         ("bias", lambda a: np.full_like(a, np.nan), "w_val and bias must be finite"),
-        ("child_ptr", lambda a: a[:-1], "child_ptr and node_feat_ptr must have"),
-        ("w_ptr", lambda a: a[:-1], "w_ptr must have an entry a feature"),
+        ("child_ptr", lambda a: a[:-1], "child_ptr must have"),
+        ("w_ptr", lambda a: a[:-1], "w_ptr must have an entry a child"),
+        ("w_ptr", lambda a: np.minimum(a, a[len(a) // 2]), "w_ptr must run from 0"),
     ]
     for name, change, message in cases:
         with pytest.raises(ValueError, match=message):

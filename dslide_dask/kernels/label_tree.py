@@ -136,8 +136,8 @@ def train_node(
     ``perm[children[k]:children[k+1]]``, trained on the rows holding any of them (rows
     ``ptr/idx/val`` with unit values; a label's rows ``label_rows[label_ptr[l]:...]``).
     ``row_local`` (-1 per row) and ``feature_local`` (-1 per feature) are scratch, left
-    as found. Returns the weights above ``prune`` by feature (``features`` ascending,
-    global ids; ``w_child/w_val[w_ptr[f]:w_ptr[f+1]]``) and the children's biases."""
+    as found. Returns each child's weights above ``prune`` (``w_feature/w_val[w_ptr[k]:
+    w_ptr[k+1]]``, features ascending, global ids) and the children's biases."""
     K = children.shape[0] - 1
     lo, hi = children[0], children[-1]
     n_pairs = 0
@@ -209,26 +209,25 @@ def train_node(
     for i in range(n_rows):
         row_local[rows[i]] = -1
     by_feature = np.argsort(features)
-    w_ptr = np.zeros(n_feat + 1, np.int64)
-    for j in range(n_feat):
+    w_ptr = np.zeros(K + 1, np.int64)
+    for k in range(K):
         kept = 0
-        for k in range(K):
+        for j in range(n_feat):
             kept += abs(W[by_feature[j], k]) > prune
-        w_ptr[j + 1] = w_ptr[j] + kept
-    w_child = np.empty(w_ptr[-1], np.int32)
+        w_ptr[k + 1] = w_ptr[k] + kept
+    w_feature = np.empty(w_ptr[-1], np.int32)
     w_val = np.empty(w_ptr[-1], np.float32)
-    for j in range(n_feat):
-        e = w_ptr[j]
-        for k in range(K):
+    for k in range(K):
+        e = w_ptr[k]
+        for j in range(n_feat):
             w = W[by_feature[j], k]
             if abs(w) > prune:
-                w_child[e] = k
+                w_feature[e] = features[by_feature[j]]
                 w_val[e] = w
                 e += 1
-    out_features = features[by_feature]
-    for f in out_features:
+    for f in features:
         feature_local[f] = -1
-    return out_features, w_ptr, w_child, w_val, bias
+    return w_ptr, w_feature, w_val, bias
 
 
 @numba.njit(cache=True, nogil=True)
@@ -236,6 +235,31 @@ def _node_of(bounds: np.ndarray, p: int) -> int:
     """The node of a level (``bounds``: its nodes' first positions, then the end) that
     holds position ``p``."""
     return int(np.searchsorted(bounds, p, side="right")) - 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _margin(q_idx, q_val, lo, hi, w_feature, w_val, e0, e1) -> np.float32:
+    """The dot product of a query row (``q_idx/q_val[lo:hi]``, features ascending) with
+    one classifier's weights (``w_feature/w_val[e0:e1]``, ascending): a merge, or a
+    binary search of each query feature where the weights are many more."""
+    total = np.float32(0.0)
+    if e1 - e0 > 8 * (hi - lo):
+        for q in range(lo, hi):
+            at = e0 + np.searchsorted(w_feature[e0:e1], q_idx[q])
+            if at < e1 and w_feature[at] == q_idx[q]:
+                total += q_val[q] * w_val[at]
+        return total
+    q, e = lo, e0
+    while q < hi and e < e1:
+        if q_idx[q] < w_feature[e]:
+            q += 1
+        elif q_idx[q] > w_feature[e]:
+            e += 1
+        else:
+            total += q_val[q] * w_val[e]
+            q += 1
+            e += 1
+    return total
 
 
 @numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
@@ -247,31 +271,31 @@ def path_losses(
     position: np.ndarray,
     bounds: np.ndarray,
     level_ptr: np.ndarray,
-    node_feat_ptr: np.ndarray,
-    features: np.ndarray,
-    w_ptr: np.ndarray,
-    w_child: np.ndarray,
-    w_val: np.ndarray,
     child_ptr: np.ndarray,
+    w_ptr: np.ndarray,
+    w_feature: np.ndarray,
+    w_val: np.ndarray,
     bias: np.ndarray,
     n_chunks: int,
 ) -> np.ndarray:
-    """Per row of ``q`` (unit values) and candidate label ``cand[i, j]`` (-1: none, 0
-    out): the sum of ``max(0, 1 - margin)^2`` over the classifiers on the label's path.
-    Level ``v``'s nodes start at ``bounds[level_ptr[v]:level_ptr[v+1]]`` (its last entry
-    the end);
-    node ``n`` (numbered level by level) keeps its weights by feature over
-    ``node_feat_ptr[n]:node_feat_ptr[n+1]`` of ``features``/``w_ptr``, and its children's
-    biases at ``bias[child_ptr[n]:child_ptr[n+1]]``. A node's margins are computed once
-    per row, for every child, when a candidate first needs them."""
+    """Per row of ``q`` (unit values, features ascending) and candidate label
+    ``cand[i, j]`` (-1: none, 0 out): the sum of ``max(0, 1 - margin)^2`` over the
+    classifiers on the label's path. Level ``v``'s nodes start at
+    ``bounds[level_ptr[v]:level_ptr[v+1]]`` (its last entry the end); node ``n``
+    (numbered level by level) has children ``child_ptr[n]:child_ptr[n+1]``, child ``c``
+    the weights ``w_feature/w_val[w_ptr[c]:w_ptr[c+1]]`` and bias ``bias[c]``. Only the
+    classifiers on a candidate's path are computed; those above the leaves once a row."""
     n, m = cand.shape
     n_levels = level_ptr.shape[0] - 1
+    n_leaf_nodes = level_ptr[n_levels] - level_ptr[n_levels - 1] - 1
+    n_inner = child_ptr[child_ptr.shape[0] - 1 - n_leaf_nodes]  # children above the leaves
     out = np.zeros((n, m), np.float32)
     n_chunks = max(1, min(n, n_chunks))
     for chunk in numba.prange(n_chunks):
-        margin = np.empty(bias.shape[0], np.float32)
-        seen = np.full(child_ptr.shape[0] - 1, -1, np.int64)
+        seen = np.full(n_inner, -1, np.int64)
+        loss_of = np.empty(n_inner, np.float32)
         for i in range(chunk * n // n_chunks, (chunk + 1) * n // n_chunks):
+            lo, hi = q_ptr[i], q_ptr[i + 1]
             for j in range(m):
                 lab = cand[i, j]
                 if lab < 0:
@@ -286,21 +310,19 @@ def path_losses(
                     node_base += lb.shape[0] - 1
                     if v + 1 < n_levels:
                         nb = bounds[level_ptr[v + 1] : level_ptr[v + 2]]
-                        child = _node_of(nb, p) - _node_of(nb, lb[local])
+                        c = child_ptr[node] + _node_of(nb, p) - _node_of(nb, lb[local])
+                        if seen[c] == i:
+                            loss += loss_of[c]
+                            continue
                     else:
-                        child = p - lb[local]
-                    c0 = child_ptr[node]
-                    if seen[node] != i:
-                        seen[node] = i
-                        margin[c0 : child_ptr[node + 1]] = bias[c0 : child_ptr[node + 1]]
-                        f0, f1 = node_feat_ptr[node], node_feat_ptr[node + 1]
-                        for q in range(q_ptr[i], q_ptr[i + 1]):
-                            at = f0 + np.searchsorted(features[f0:f1], q_idx[q])
-                            if at < f1 and features[at] == q_idx[q]:
-                                x = q_val[q]
-                                for e in range(w_ptr[at], w_ptr[at + 1]):
-                                    margin[c0 + w_child[e]] += x * w_val[e]
-                    h = max(np.float32(0.0), np.float32(1.0) - margin[c0 + child])
+                        c = child_ptr[node] + p - lb[local]
+                    z = bias[c] + _margin(
+                        q_idx, q_val, lo, hi, w_feature, w_val, w_ptr[c], w_ptr[c + 1]
+                    )
+                    h = max(np.float32(0.0), np.float32(1.0) - z)
+                    if v + 1 < n_levels:
+                        seen[c] = i
+                        loss_of[c] = h * h
                     loss += h * h
                 out[i, j] = loss
     return out

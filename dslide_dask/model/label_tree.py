@@ -20,6 +20,7 @@ each cluster of labels one against the clusters most like it. This is that tree:
 
 from __future__ import annotations
 
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -39,40 +40,27 @@ ITERATIONS = 6
 #: The classifiers' C, passes and pruning: the label classifiers' (docs/accuracy.md).
 C, PASSES, PRUNE = 1.0, 6, 0.1
 #: The arrays that define a tree (:meth:`LabelTree.state`).
-ARRAYS = (
-    "perm",
-    "bounds",
-    "level_ptr",
-    "node_feat_ptr",
-    "features",
-    "w_ptr",
-    "w_child",
-    "w_val",
-    "child_ptr",
-    "bias",
-)
+ARRAYS = ("perm", "bounds", "level_ptr", "child_ptr", "w_ptr", "w_feature", "w_val", "bias")
 
 #: The arrays not of int64.
-DTYPES: dict[str, type] = {"w_child": np.int32, "w_val": np.float32, "bias": np.float32}
+DTYPES: dict[str, type] = {"w_feature": np.int32, "w_val": np.float32, "bias": np.float32}
 
 
 @dataclass(frozen=True, eq=False)
 class LabelTree:
     """Labels in tree order ``perm``; classifier level ``v``'s nodes begin at positions
     ``bounds[level_ptr[v]:level_ptr[v+1]]`` (the last entry: the end); node ``n``
-    (numbered level by level) holds its children's weights by feature over
-    ``node_feat_ptr[n]:node_feat_ptr[n+1]`` of ``features`` (``w_child/w_val`` through
-    ``w_ptr``) and their biases at ``bias[child_ptr[n]:child_ptr[n+1]]``."""
+    (numbered level by level) has the children ``child_ptr[n]:child_ptr[n+1]``, and child
+    ``c`` the weights ``w_feature/w_val[w_ptr[c]:w_ptr[c+1]]`` (features ascending) and
+    the bias ``bias[c]``."""
 
     perm: np.ndarray
     bounds: np.ndarray
     level_ptr: np.ndarray
-    node_feat_ptr: np.ndarray
-    features: np.ndarray
-    w_ptr: np.ndarray
-    w_child: np.ndarray
-    w_val: np.ndarray
     child_ptr: np.ndarray
+    w_ptr: np.ndarray
+    w_feature: np.ndarray
+    w_val: np.ndarray
     bias: np.ndarray
 
     @classmethod
@@ -138,6 +126,7 @@ class LabelTree:
     def n_labels(self) -> int:
         return len(self.perm)
 
+    @functools.cached_property
     def position(self) -> np.ndarray:
         """Each label's place in tree order."""
         out = np.empty(len(self.perm), np.int64)
@@ -149,18 +138,19 @@ class LabelTree:
     ) -> np.ndarray:
         """For unit-norm ``query`` rows (CSR) and their candidates ``ids`` (-1: none):
         the sum of the squared hinge losses on each candidate's path (0 for none)."""
+        ptr, idx, val = _sorted_rows(*query)
         return kernels.path_losses(
-            *query,
+            ptr,
+            idx,
+            val,
             ids,
-            self.position(),
+            self.position,
             self.bounds,
             self.level_ptr,
-            self.node_feat_ptr,
-            self.features,
-            self.w_ptr,
-            self.w_child,
-            self.w_val,
             self.child_ptr,
+            self.w_ptr,
+            self.w_feature,
+            self.w_val,
             self.bias,
             4 * numba.get_num_threads(),
         )
@@ -200,27 +190,22 @@ class LabelTree:
                 for v, starts in enumerate(levels)
             ]
         )
-        child_ptr, node_feat_ptr = a["child_ptr"], a["node_feat_ptr"]
-        if len(child_ptr) != len(n_children) + 1 or len(node_feat_ptr) != len(child_ptr):
-            raise ValueError(f"child_ptr and node_feat_ptr must have {len(n_children) + 1} entries")
+        child_ptr, w_ptr, w_feature = a["child_ptr"], a["w_ptr"], a["w_feature"]
+        if len(child_ptr) != len(n_children) + 1:
+            raise ValueError(f"child_ptr must have {len(n_children) + 1} entries")
         _pointer(child_ptr, len(a["bias"]), "child_ptr")
         if not np.array_equal(np.diff(child_ptr), n_children):
             raise ValueError("child_ptr must count each node's children")
-        features, w_ptr, w_child = a["features"], a["w_ptr"], a["w_child"]
-        _pointer(node_feat_ptr, len(features), "node_feat_ptr")
-        if len(features) and not 0 <= features.min() <= features.max() < n_features:
-            raise ValueError(f"features must lie in [0, {n_features})")
-        node = np.repeat(np.arange(len(n_children)), np.diff(node_feat_ptr))
-        if (np.diff(features)[node[1:] == node[:-1]] <= 0).any():
-            raise ValueError("features must rise within each node")
-        if len(w_ptr) != len(features) + 1:
-            raise ValueError("w_ptr must have an entry a feature, then the end")
-        _pointer(w_ptr, len(w_child), "w_ptr")
-        if len(a["w_val"]) != len(w_child):
-            raise ValueError("w_val and w_child must hold as many entries")
-        owner = np.repeat(node, np.diff(w_ptr))
-        if len(w_child) and ((w_child < 0) | (w_child >= n_children[owner])).any():
-            raise ValueError("w_child must name a child of its node")
+        if len(w_ptr) != len(a["bias"]) + 1:
+            raise ValueError("w_ptr must have an entry a child, then the end")
+        _pointer(w_ptr, len(w_feature), "w_ptr")
+        if len(a["w_val"]) != len(w_feature):
+            raise ValueError("w_val and w_feature must hold as many entries")
+        if len(w_feature) and not 0 <= w_feature.min() <= w_feature.max() < n_features:
+            raise ValueError(f"w_feature must lie in [0, {n_features})")
+        owner = np.repeat(np.arange(len(a["bias"])), np.diff(w_ptr))
+        if (np.diff(w_feature)[owner[1:] == owner[:-1]] <= 0).any():
+            raise ValueError("w_feature must rise within each classifier")
         if not (np.isfinite(a["w_val"]).all() and np.isfinite(a["bias"]).all()):
             raise ValueError("w_val and bias must be finite")
         return cls(**a)
@@ -282,19 +267,29 @@ def _levels(levels: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _joined(parts: list) -> tuple[np.ndarray, ...]:
-    """The nodes' trained weights as one set of arrays (:class:`LabelTree`'s last seven)."""
-    node_feat_ptr = np.zeros(len(parts) + 1, np.int64)
-    np.cumsum([len(p[0]) for p in parts], out=node_feat_ptr[1:])
-    w_offsets = np.cumsum([0] + [p[1][-1] for p in parts])
-    w_ptr = np.concatenate([[0]] + [p[1][1:] + w_offsets[n] for n, p in enumerate(parts)])
+    """The nodes' trained classifiers as one set of arrays (:class:`LabelTree`'s last
+    five)."""
     child_ptr = np.zeros(len(parts) + 1, np.int64)
-    np.cumsum([len(p[4]) for p in parts], out=child_ptr[1:])
+    np.cumsum([len(p[3]) for p in parts], out=child_ptr[1:])
+    offsets = np.cumsum([0] + [p[0][-1] for p in parts])
+    w_ptr = np.concatenate([[0]] + [p[0][1:] + offsets[n] for n, p in enumerate(parts)])
     return (
-        node_feat_ptr,
-        np.concatenate([p[0] for p in parts]).astype(np.int64),
+        child_ptr,
         w_ptr.astype(np.int64),
+        np.concatenate([p[1] for p in parts]),
         np.concatenate([p[2] for p in parts]),
         np.concatenate([p[3] for p in parts]),
-        child_ptr,
-        np.concatenate([p[4] for p in parts]),
     )
+
+
+def _sorted_rows(
+    ptr: np.ndarray, idx: np.ndarray, val: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CSR rows with their features ascending (the tree's dot products merge them)."""
+    if len(idx) < 2:
+        return ptr, idx, val
+    rows = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
+    if ((np.diff(idx) > 0) | (rows[1:] != rows[:-1])).all():
+        return ptr, idx, val
+    order = np.lexsort((idx, rows))
+    return ptr, idx[order], val[order]
