@@ -127,6 +127,11 @@ class LabelTree:
         return len(self.perm)
 
     @functools.cached_property
+    def n_features(self) -> int:
+        """Features the classifiers weigh: up to the highest one weighed."""
+        return int(self.w_feature.max(initial=-1)) + 1
+
+    @functools.cached_property
     def position(self) -> np.ndarray:
         """Each label's place in tree order."""
         out = np.empty(len(self.perm), np.int64)
@@ -152,6 +157,7 @@ class LabelTree:
             self.w_feature,
             self.w_val,
             self.bias,
+            max(self.n_features, int(idx.max(initial=-1)) + 1),
             4 * numba.get_num_threads(),
         )
 
