@@ -21,7 +21,6 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.estimator._inputs import _plain
 from dslide_dask.estimator._state import EstimatorState
-from dslide_dask.kernels.neighbours import normalised
 from dslide_dask.metrics import xc_metrics
 from dslide_dask.model.config import check_float, check_int
 from dslide_dask.model.fusion import (
@@ -34,7 +33,6 @@ from dslide_dask.model.fusion import (
 )
 from dslide_dask.model.label_centroids import SCORED
 from dslide_dask.model.label_classifiers import LabelClassifiers
-from dslide_dask.model.label_tree import LabelTree
 from dslide_dask.model.neighbours import CANDIDATES, NeighbourIndex
 
 #: Rows held out of the network's training to choose the weight on: 5% of the rows, at
@@ -171,32 +169,15 @@ class NeighboursMixin(EstimatorState):
         self.neighbours_ = self._index(data, classifiers)
         self._index_rows, self._embed_step, self._weight_step = data.X, -1, -1
         if self._held is None:  # given, or too few rows to hold out
-            weight = (self.neighbour_weight_ or FALLBACK_WEIGHTS)[:2]
-            c = FALLBACK_CLASSIFIER_WEIGHT if classifiers is not None else 0.0
-            if self.neighbours_.centroids is not None:
-                d = self._label_centroids()
-                weight = (*weight, c, FALLBACK_CENTROID_WEIGHT if d is None else d)
-            elif classifiers is not None:
-                weight = (*weight, c)
-            self.neighbour_weight_ = weight
-            if self.tail_exponent_ is None:
-                self.tail_exponent_ = FALLBACK_TAIL
+            self.neighbour_weight_, self.tail_exponent_ = self._fallback(
+                self._given_weight(), self.tail_exponent_, self.neighbours_
+            )
 
     def _index(self, data: XCDataset, classifiers: LabelClassifiers | None) -> NeighbourIndex:
         """The index of ``data``'s rows, with ``classifiers`` and, unless
         ``label_centroids`` is 0, the labels' centroids."""
         index = NeighbourIndex.build(data.X, data.Y).with_classifiers(classifiers)
         return index if self._label_centroids() == 0.0 else index.with_centroids()
-
-    def _tree(self, data: XCDataset) -> LabelTree:
-        """The label tree of ``data``'s rows (over the index's centroids when it has
-        them: the same rows)."""
-        index = self.neighbours_
-        centroids = None if index is None else index.with_centroids().centroids
-        if centroids is None:
-            raise RuntimeError("a label tree is built over an index")  # _build_neighbours'
-        rows = data.X.indptr, data.X.indices, normalised(data.X.indptr, data.X.values())
-        return LabelTree.build(rows, data.Y.indptr, data.Y.indices, centroids, self.seed_)
 
     def _finish_neighbours(self, data) -> bool:
         """At the end of a fit: the weight chosen for the final network, then the held
@@ -211,7 +192,7 @@ class NeighboursMixin(EstimatorState):
             classifiers = self.neighbours_.classifiers  # trained on the network's rows
             self.neighbours_ = self._index(data, classifiers)
         if self._label_tree():
-            self.neighbours_ = self.neighbours_.with_tree(self._tree(data))
+            self.neighbours_ = self.neighbours_.with_built_tree(self.seed_)
         self.neighbours_ = self.neighbours_.with_embedding(self.trainer_.embed(data.X))
         self._index_rows, self._embed_step = None, self._step
         return True
@@ -233,7 +214,7 @@ class NeighboursMixin(EstimatorState):
                 given,
                 tail,
                 self._label_centroids(),
-                self._prior(given, tail, index),
+                self._fallback(given, tail, index),
             )
             self.neighbour_weight_, self.tail_exponent_ = weight, chosen_tail
             self._weight_step = self._step
@@ -241,13 +222,20 @@ class NeighboursMixin(EstimatorState):
             raise RuntimeError("the neighbours' weights were never set")  # callers fuse
         return self.neighbour_weight_, self.tail_exponent_
 
-    def _prior(self, given, tail, index: NeighbourIndex) -> tuple[tuple[float, ...], float]:
-        """The weights the held rows must clearly beat: those given, else the fallbacks."""
+    def _fallback(
+        self, given: tuple[float, float] | None, tail: float | None, index: NeighbourIndex
+    ) -> tuple[tuple[float, ...], float]:
+        """The weights and tail used when none are chosen, and which held rows must
+        clearly beat: what was given, else the fallbacks, with a weight for each source
+        ``index`` has (the classifiers' third, the centroids' fourth)."""
+        weight: tuple[float, ...] = given or FALLBACK_WEIGHTS
         c = FALLBACK_CLASSIFIER_WEIGHT if index.classifiers is not None else 0.0
-        d = self._label_centroids()
-        d = (FALLBACK_CENTROID_WEIGHT if d is None else d) if index.centroids is not None else 0.0
-        weight = given or FALLBACK_WEIGHTS
-        return (*weight, c, d), FALLBACK_TAIL if tail is None else tail
+        if index.centroids is not None:
+            d = self._label_centroids()
+            weight = (*weight, c, FALLBACK_CENTROID_WEIGHT if d is None else d)
+        elif index.classifiers is not None:
+            weight = (*weight, c)
+        return weight, FALLBACK_TAIL if tail is None else tail
 
     def _index_now(self) -> NeighbourIndex:
         """The index, with hidden vectors of the network as it is now."""

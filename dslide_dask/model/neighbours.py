@@ -148,9 +148,22 @@ class NeighbourIndex:
         """This index with each label's centroid of its points (:class:`LabelCentroids`)."""
         if self.centroids is not None:
             return self
-        rows = kernels.transpose(self.post_ptr, self.post_pts, self.post_val, self.n_points)
-        built = LabelCentroids.build(rows, self.y_ptr, self.y_idx, self.n_labels, self.n_features)
-        return dataclasses.replace(self, centroids=built)
+        return dataclasses.replace(self, centroids=self._centroids(self._rows()))
+
+    def with_built_tree(self, seed: int) -> NeighbourIndex:
+        """This index with a label tree of its points, split over their labels'
+        centroids (:class:`LabelTree`)."""
+        rows = self._rows()
+        centroids = self.centroids if self.centroids is not None else self._centroids(rows)
+        tree = LabelTree.build(rows, self.y_ptr, self.y_idx, centroids, seed)
+        return dataclasses.replace(self, tree=tree)
+
+    def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The points' normalised rows (CSR: ptr, features, values), from the postings."""
+        return kernels.transpose(self.post_ptr, self.post_pts, self.post_val, self.n_points)
+
+    def _centroids(self, rows: tuple[np.ndarray, np.ndarray, np.ndarray]) -> LabelCentroids:
+        return LabelCentroids.build(rows, self.y_ptr, self.y_idx, self.n_labels, self.n_features)
 
     def with_tree(self, tree: LabelTree | None) -> NeighbourIndex:
         """This index with a label tree (None: without)."""
