@@ -41,6 +41,44 @@ def _centre(members, c_ptr, c_idx, c_val, acc, touched) -> int:
     return n
 
 
+@numba.njit(cache=True, nogil=True)
+def _localised(members, c_ptr, c_idx, c_val, local, features):
+    """The centroids ``members`` as CSR over their own features, numbered from 0 in the
+    order first met (``features[:n]`` their global ids; ``local``, -1 per feature, is
+    left as found): a small node's centres then fit in cache."""
+    size = members.shape[0]
+    l_ptr = np.zeros(size + 1, np.int64)
+    for m in range(size):
+        l_ptr[m + 1] = l_ptr[m] + c_ptr[members[m] + 1] - c_ptr[members[m]]
+    l_idx = np.empty(l_ptr[size], np.int32)
+    l_val = np.empty(l_ptr[size], np.float32)
+    n = 0
+    for m in range(size):
+        shift = l_ptr[m] - c_ptr[members[m]]
+        for e in range(c_ptr[members[m]], c_ptr[members[m] + 1]):
+            f = c_idx[e]
+            if local[f] < 0:
+                local[f] = n
+                features[n] = f
+                n += 1
+            l_idx[e + shift] = local[f]
+            l_val[e + shift] = c_val[e]
+    for t in range(n):
+        local[features[t]] = -1
+    return l_ptr, l_idx, l_val, n
+
+
+@numba.njit(cache=True, nogil=True)
+def _gaps(own, l_ptr, l_idx, l_val, centre, gap) -> None:
+    """The dot product of centroid ``own[i]`` with the dense ``centre``, into ``gap[i]``."""
+    for i in range(own.shape[0]):
+        m = own[i]
+        g = np.float32(0.0)
+        for e in range(l_ptr[m], l_ptr[m + 1]):
+            g += l_val[e] * centre[l_idx[e]]
+        gap[i] = g
+
+
 @numba.njit(cache=True, nogil=True, parallel=True)
 def split_level(
     c_ptr: np.ndarray,
@@ -62,10 +100,8 @@ def split_level(
     n_nodes = bounds.shape[0] - 1
     n_chunks = max(1, min(n_nodes, n_chunks))
     for chunk in numba.prange(n_chunks):
-        c0 = np.zeros(n_features, np.float32)
-        c1 = np.zeros(n_features, np.float32)
-        t0 = np.empty(n_features, np.int64)
-        t1 = np.empty(n_features, np.int64)
+        local = np.full(n_features, -1, np.int32)
+        features = np.empty(n_features, np.int32)
         for j in range(chunk * n_nodes // n_chunks, (chunk + 1) * n_nodes // n_chunks):
             lo, hi = bounds[j], bounds[j + 1]
             size = hi - lo
@@ -73,38 +109,29 @@ def split_level(
                 continue
             half = size // 2
             members = perm[lo:hi].copy()
+            l_ptr, l_idx, l_val, n = _localised(members, c_ptr, c_idx, c_val, local, features)
+            c0 = np.zeros(n, np.float32)
+            c1 = np.zeros(n, np.float32)
+            towards = np.empty(n, np.float32)
+            touched = np.empty(n, np.int64)
+            own = np.arange(size)
             r = _mix(np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(j))
             a = np.int64(r % np.uint64(size))
-            n0 = _centre(members[a : a + 1], c_ptr, c_idx, c_val, c0, t0)
+            _centre(own[a : a + 1], l_ptr, l_idx, l_val, c0, touched)
             gap = np.empty(size, np.float32)
-            for m in range(size):  # the second centre: the member least like the first
-                lab = members[m]
-                g = np.float32(0.0)
-                for e in range(c_ptr[lab], c_ptr[lab + 1]):
-                    g += c_val[e] * c0[c_idx[e]]
-                gap[m] = g
+            _gaps(own, l_ptr, l_idx, l_val, c0, gap)  # the second centre: the least like it
             b = np.argmin(gap)
-            n1 = _centre(members[b : b + 1], c_ptr, c_idx, c_val, c1, t1)
+            _centre(own[b : b + 1], l_ptr, l_idx, l_val, c1, touched)
             for _ in range(iterations):
-                for m in range(size):
-                    lab = members[m]
-                    g = np.float32(0.0)
-                    for e in range(c_ptr[lab], c_ptr[lab + 1]):
-                        g += c_val[e] * (c1[c_idx[e]] - c0[c_idx[e]])
-                    gap[m] = g
-                order = np.argsort(gap, kind="mergesort")
-                members = members[order]
-                for t in range(n0):
-                    c0[t0[t]] = 0.0
-                for t in range(n1):
-                    c1[t1[t]] = 0.0
-                n0 = _centre(members[:half], c_ptr, c_idx, c_val, c0, t0)
-                n1 = _centre(members[half:], c_ptr, c_idx, c_val, c1, t1)
-            for t in range(n0):
-                c0[t0[t]] = 0.0
-            for t in range(n1):
-                c1[t1[t]] = 0.0
-            perm[lo:hi] = members
+                for f in range(n):
+                    towards[f] = c1[f] - c0[f]
+                _gaps(own, l_ptr, l_idx, l_val, towards, gap)
+                own = own[np.argsort(gap, kind="mergesort")]
+                c0[:] = 0.0
+                c1[:] = 0.0
+                _centre(own[:half], l_ptr, l_idx, l_val, c0, touched)
+                _centre(own[half:], l_ptr, l_idx, l_val, c1, touched)
+            perm[lo:hi] = members[own]
 
 
 @numba.njit(cache=True, nogil=True)
