@@ -7,8 +7,8 @@ discrimination: each label has a classifier trained against the labels most like
 each cluster of labels one against the clusters most like it. This is that tree:
 
 - Labels are split in halves, recursively, by a balanced spherical 2-means over their
-  centroids (:class:`~dslide_dask.model.label_centroids.LabelCentroids`, their large
-  entries), until a leaf has at most :data:`LEAF` labels.
+  centroids (:class:`~dslide_dask.model.label_centroids.LabelCentroids`), until a leaf has
+  at most :data:`LEAF` labels.
 - Classifier nodes sit every :data:`SPAN` halvings from the leaves up, and at the root:
   each trains a classifier per child (a node :data:`SPAN` halvings down, or a label at a
   leaf) on its own rows, those with a label under it. That is the root over every row, a
@@ -37,9 +37,6 @@ LEAF = 100
 SPAN = 6
 #: Rounds of the balanced 2-means at each split.
 ITERATIONS = 6
-#: The splits see a centroid's entries of at least this: a fifth of them, and 40% of a
-#: tree's build time saved, at the same P@1 (docs/accuracy.md).
-SPLIT_PRUNE = 0.1
 #: The classifiers' C, passes and pruning: the label classifiers' (docs/accuracy.md).
 C, PASSES, PRUNE = 1.0, 6, 0.1
 #: The arrays that define a tree (:meth:`LabelTree.state`).
@@ -82,12 +79,11 @@ class LabelTree:
         depth = leaf_depth(n_labels)
         perm = np.arange(n_labels, dtype=np.int64)
         chunks = 4 * numba.get_num_threads()
-        c_ptr, c_idx, c_val = _pruned(centroids, SPLIT_PRUNE)
         for d in range(depth):
             kernels.split_level(
-                c_ptr,
-                c_idx,
-                c_val,
+                centroids.ptr,
+                centroids.idx,
+                centroids.val,
                 perm,
                 halvings(n_labels, d),
                 n_features,
@@ -225,17 +221,6 @@ def _pointer(ptr: np.ndarray, end: int, name: str) -> None:
     """ValueError unless ``ptr`` starts at 0, never falls and ends at ``end``."""
     if len(ptr) < 1 or ptr[0] != 0 or ptr[-1] != end or (np.diff(ptr) < 0).any():
         raise ValueError(f"{name} must run from 0 to {end} and never fall")
-
-
-def _pruned(
-    centroids: LabelCentroids, threshold: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The centroids' CSR less the entries under ``threshold`` in magnitude."""
-    keep = np.abs(centroids.val) >= threshold
-    labels = np.repeat(np.arange(centroids.n_labels), np.diff(centroids.ptr))
-    ptr = np.zeros(centroids.n_labels + 1, np.int64)
-    np.cumsum(np.bincount(labels[keep], minlength=centroids.n_labels), out=ptr[1:])
-    return ptr, centroids.idx[keep], centroids.val[keep]
 
 
 def leaf_depth(n_labels: int) -> int:
