@@ -230,13 +230,15 @@ def test_rescoring_multiplies_by_the_likelihood_and_reorders():
     np.testing.assert_allclose(got[0], np.sort(want)[::-1], rtol=1e-6)
 
 
-def test_a_fit_ranks_by_the_tree_saves_it_and_names_a_damaged_one(small, tmp_path):  # noqa: F811
+def test_a_fit_ranks_by_its_trees_saves_them_and_names_a_damaged_one(small, tmp_path):  # noqa: F811
     train, test = small
     off = SlideClassifier(epochs=1, label_tree=0, client=False, **PARAMS).fit(train.X, train.Y)
-    assert off.neighbours_.tree is None
-    clf = SlideClassifier(epochs=1, client=False, **PARAMS).fit(train.X, train.Y)
-    tree = clf.neighbours_.tree
-    assert tree is not None and tree.n_labels == train.n_labels
+    assert off.neighbours_.trees == ()
+    clf = SlideClassifier(epochs=1, n_label_trees=2, client=False, **PARAMS)
+    clf.fit(train.X, train.Y)
+    trees = clf.neighbours_.trees
+    assert len(trees) == 2 and all(tree.n_labels == train.n_labels for tree in trees)
+    assert not np.array_equal(trees[0].perm, trees[1].perm)  # split from different seeds
     X = test.X.slice_rows(0, 100)
     weight, tail = clf._choose_weight()
     ids, logits = clf._network_topk(X, clf._candidates(), True)
@@ -245,21 +247,34 @@ def test_a_fit_ranks_by_the_tree_saves_it_and_names_a_damaged_one(small, tmp_pat
     from dslide_dask.model.fusion import fused_topk
 
     fused = fused_topk(ids, logits, votes, weight, SCORED, tail, index.inverse_propensity)
-    want = tree_rescored(*fused, index.tree_losses(X, fused[0]), 0.5, 5)
+    query = (X.indptr, X.indices, normalised(X.indptr, X.values()))
+    mean = (trees[0].losses(query, fused[0]) + trees[1].losses(query, fused[0])) / 2
+    np.testing.assert_allclose(index.tree_losses(X, fused[0]), mean, rtol=1e-6)
+    want = tree_rescored(*fused, mean, 0.5, 5)
     got = clf.predict_topk(X, 5, return_scores=True)
     np.testing.assert_array_equal(got[0], want[0])
-    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
     url = clf.save(str(tmp_path / "model"))
     loaded = SlideClassifier.load(url)
-    for name, array in tree.state().items():
-        np.testing.assert_array_equal(loaded.neighbours_.tree.state()[name], array)
+    assert loaded.n_label_trees == 2 and len(loaded.neighbours_.trees) == 2
+    for tree, again in zip(trees, loaded.neighbours_.trees, strict=True):
+        for name, array in tree.state().items():
+            np.testing.assert_array_equal(again.state()[name], array)
     again = loaded.predict_topk(X, 5, return_scores=True)
     np.testing.assert_array_equal(again[0], got[0])
     manifest = next((tmp_path / "model").rglob("neighbours/index.json"))
     entries = json.loads(manifest.read_text())
-    arrays = {k: v for k, v in entries["arrays"].items() if k != "tree_bias"}
-    manifest.write_text(json.dumps({**entries, "arrays": arrays}))
-    with pytest.raises(CheckpointError, match="index.json: neighbour index: label tree arrays"):
-        SlideClassifier.load(url)
-    with pytest.raises(ValueError, match=r"label_tree must be a number in \[0.0, 2.0\]"):
-        SlideClassifier(label_tree=3.0, client=False, **PARAMS).fit(train.X, train.Y)
+    for gone, error in (
+        ({"tree2_bias"}, "index.json: neighbour index: label tree arrays"),
+        ({k for k in entries["arrays"] if k.startswith("tree_")}, "label tree 1 is missing"),
+    ):
+        arrays = {k: v for k, v in entries["arrays"].items() if k not in gone}
+        manifest.write_text(json.dumps({**entries, "arrays": arrays}))
+        with pytest.raises(CheckpointError, match=error):
+            SlideClassifier.load(url)
+    for bad, error in (
+        ({"label_tree": 3.0}, r"label_tree must be a number in \[0.0, 2.0\]"),
+        ({"n_label_trees": 0}, r"n_label_trees must be an integer in \[1, 8\]"),
+    ):
+        with pytest.raises(ValueError, match=error):
+            SlideClassifier(epochs=1, client=False, **bad, **PARAMS).fit(train.X, train.Y)

@@ -64,11 +64,11 @@ def load_neighbours(url: str, storage_options: dict | None = None) -> NeighbourI
     n_labels, entries = manifest.get("n_labels"), manifest.get("arrays")
     if not isinstance(n_labels, int) or not 1 <= n_labels < 1 << 31:
         raise CheckpointError(f"{where}: n_labels must be a positive 32-bit integer")
-    optional = {EMBEDDING, *CLASSIFIER_ARRAYS, *TREE_ARRAYS}
+    optional = {EMBEDDING, *CLASSIFIER_ARRAYS, *(key for tree in TREE_ARRAYS for key in tree)}
     if not isinstance(entries, dict) or set(entries) - optional != set(ARRAYS):
         raise CheckpointError(
             f"{where}: arrays must be {sorted(ARRAYS)} (and {EMBEDDING}, the classifiers', "
-            "the label tree's)"
+            "the label trees')"
         )
     arrays = {}
     for name, entry in entries.items():

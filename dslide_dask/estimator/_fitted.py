@@ -116,6 +116,7 @@ class FittedMixin(EstimatorState):
         saved.setdefault("label_classifiers", 0)  # saved before them: none
         saved.setdefault("label_centroids", 0.0)  # likewise
         saved.setdefault("label_tree", 0.0)  # likewise
+        saved.setdefault("n_label_trees", 1)  # saved before it: one
         if "seed" in saved:  # saved before the parameter was random_state
             saved["random_state"] = saved.pop("seed")
         names = cls._get_param_names()

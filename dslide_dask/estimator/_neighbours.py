@@ -33,7 +33,7 @@ from dslide_dask.model.fusion import (
 )
 from dslide_dask.model.label_centroids import SCORED
 from dslide_dask.model.label_classifiers import LabelClassifiers
-from dslide_dask.model.neighbours import CANDIDATES, NeighbourIndex
+from dslide_dask.model.neighbours import CANDIDATES, MAX_TREES, NeighbourIndex
 
 #: Rows held out of the network's training to choose the weight on: 5% of the rows, at
 #: most this many (enough to tell weights 0.1 apart); none below HELD_MIN_POINTS rows (under
@@ -106,6 +106,12 @@ class NeighboursMixin(EstimatorState):
         check_float("label_tree", power, 0.0, MAX_TREE_POWER)
         return float(power)
 
+    def _n_trees(self) -> int:
+        """``n_label_trees``: how many label trees the fit builds."""
+        n = _plain(self.n_label_trees)
+        check_int("n_label_trees", n, 1, MAX_TREES)
+        return int(n)
+
     def _optional_float(self, name: str, high: float) -> float | None:
         """Parameter ``name``: None (left to the fit) or a number in [0, ``high``]."""
         value = _plain(getattr(self, name))
@@ -124,7 +130,7 @@ class NeighboursMixin(EstimatorState):
         rows are held when the weight is given, the index is off or the rows are few."""
         self.neighbours_, self.neighbour_weight_ = None, self._given_weight()
         self.tail_exponent_ = self._given_tail()
-        self._neighbour_mix()
+        self._neighbour_mix(), self._label_tree(), self._n_trees()  # checked before training
         if self._neighbour_k() == 0 or not isinstance(data, XCDataset):
             return data, None
         n_held = data.n_points - self.n_network_rows(data.n_points)
@@ -192,7 +198,7 @@ class NeighboursMixin(EstimatorState):
             classifiers = self.neighbours_.classifiers  # trained on the network's rows
             self.neighbours_ = self._index(data, classifiers)
         if self._label_tree():
-            self.neighbours_ = self.neighbours_.with_built_tree(self.seed_)
+            self.neighbours_ = self.neighbours_.with_built_trees(self.seed_, self._n_trees())
         self.neighbours_ = self.neighbours_.with_embedding(self.trainer_.embed(data.X))
         self._index_rows, self._embed_step = None, self._step
         return True
@@ -306,7 +312,7 @@ class NeighboursMixin(EstimatorState):
         ids, logits = self._network_topk(X, max(k, self._candidates()), exact)
         index = self._index_now()
         votes = self._with_centroid_votes(X, (ids, logits), self._votes(X, weight), weight, tail)
-        power = self._label_tree() if index.tree is not None else 0.0
+        power = self._label_tree() if index.trees else 0.0
         width = max(k, SCORED) if power else k
         top, scores = fused_topk(ids, logits, votes, weight, width, tail, index.inverse_propensity)
         if not power:
