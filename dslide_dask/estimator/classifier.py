@@ -385,7 +385,7 @@ class SlideClassifier(
         every training row: scores asked during the fit go without it. 0: none.
     n_label_trees : int, default=1
         Label trees built from different seeds, in [1, 8]; a candidate's path loss is
-        their mean. A single tree's P@1 moves by 0.003-0.005 with its seed; each tree
+        their mean. A single tree's P@1 moves by 0.002-0.005 with its seed; each tree
         adds its build time to the fit and its scoring to a served row.
     client : distributed.Client, False or None, default=None
         The Dask client to train on. None: the current client if there is one, else
