@@ -130,7 +130,8 @@ class NeighboursMixin(EstimatorState):
         rows are held when the weight is given, the index is off or the rows are few."""
         self.neighbours_, self.neighbour_weight_ = None, self._given_weight()
         self.tail_exponent_ = self._given_tail()
-        self._neighbour_mix(), self._label_tree(), self._n_trees()  # checked before training
+        for check in (self._neighbour_mix, self._label_tree, self._n_trees):
+            check()  # a bad value fails before training, not after it
         if self._neighbour_k() == 0 or not isinstance(data, XCDataset):
             return data, None
         n_held = data.n_points - self.n_network_rows(data.n_points)
