@@ -42,6 +42,7 @@ from dslide_dask.distributed.queries import AnswersQueries
 from dslide_dask.distributed.shard_actor import InProcess, ShardActor
 from dslide_dask.distributed.shard_calls import CallsShards
 from dslide_dask.distributed.specs import CoordinatorSpec
+from dslide_dask.distributed.turns import TicketBook
 from dslide_dask.distributed.worker_process import prepare_worker_process
 from dslide_dask.metrics import TrainingLabels
 from dslide_dask.model.hidden import HiddenLayers
@@ -100,6 +101,7 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
         )
         self.shards: list = [InProcess(self.local_shard, self._on_kernel_thread)]
         self.remote, self.n_remote = [False], 0
+        self.tickets = TicketBook(1)
         self.shard_workers = list(spec.shard_workers)
         self.wire_dtype = spec.wire_dtype
         self.pipeline = spec.pipeline
@@ -136,6 +138,7 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
             raise ValueError(f"{len(shards)} shard actors for {len(self.shard_workers)} shards")
         self.shards = [self.shards[0], *shards]
         self.remote, self.n_remote = [False] + [True] * len(shards), len(shards)
+        self.tickets = TicketBook(len(self.shards))
         if self.hidden_units:
             holders = self.shards[: len(self.hidden_units)]
             self.stack = SplitHidden(holders, self.hidden_units, self._all)
@@ -211,11 +214,13 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
     async def _pipelined_step(self) -> dict | None:
         """Finish step t while step t+1 starts, keeping every shard busy.
 
-        Each shard gets ``backward(t)`` at once and ``forward(t+1)`` as soon as it has
-        answered it (calls to one shard stay in order): this worker computes the
-        activations of t+1 first, then applies the hidden layers' update of t while the
-        shards work. The activations of t+1 therefore come from hidden weights one
-        update old; two updates old learns worse early on, so the pipeline goes no deeper.
+        Each shard gets ``backward(t)`` at once and ``forward(t+1)`` as soon as this worker
+        has the activations of t+1, without waiting for the first answer: the calls take
+        turns (:mod:`.turns`), so a remote shard starts the forward the moment it has
+        finished the backward. This worker computes the activations of t+1 first, then
+        applies the hidden layers' update of t while the shards work. The activations of
+        t+1 therefore come from hidden weights one update old; two updates old learns
+        worse early on, so the pipeline goes no deeper.
         """
         t0 = time.perf_counter()
         sent = 0
@@ -235,18 +240,20 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
         if item is not None:  # first in this worker's queue: the remote shards never wait
             *next_where, following = item
             ahead = asyncio.ensure_future(self._forward_packed(following.X))
-        backward = [asyncio.ensure_future(s.backward(lse)) for s in self.shards]
+        backward = [
+            asyncio.ensure_future(self._in_turn(i, "backward", lse))
+            for i in range(len(self.shards))
+        ]
         sent += self.n_remote * lse.nbytes
         if item is not None:
 
-            async def forward_after(i: int, shard):
-                await backward[i]  # calls to one shard stay in order
+            async def forward_after(i: int):
+                if not self.remote[i]:
+                    await backward[i]  # this worker's shard: queued behind its backward
                 h_wire, _ = await ahead
-                return await shard.forward(h_wire, following.Y)
+                return await self._in_turn(i, "forward", h_wire, following.Y)
 
-            forward = [
-                asyncio.ensure_future(forward_after(i, s)) for i, s in enumerate(self.shards)
-            ]
+            forward = [asyncio.ensure_future(forward_after(i)) for i in range(len(self.shards))]
         try:
             grads = await self._all(backward, "backward")
             if item is not None:  # t+1's activations come from the weights before t's update
@@ -260,6 +267,9 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
                 sent += self.n_remote * payload_bytes((h_wire, following.Y))
                 received += self._remote_bytes(next_parts)
                 self.pending = (next_where, following, next_acts, next_parts)
+        except BaseException:
+            self.tickets.abandon()  # calls numbered but never sent must not hold up others
+            raise
         finally:
             if item is not None:
                 for task in (ahead, *forward):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import weakref
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import numba
 import numpy as np
+from distributed import get_worker
 
 from dslide_dask.checkpoint import Folder, open_checkpoint
 from dslide_dask.checkpoint.model import restore_hidden, restore_shard, write_hidden, write_shard
@@ -22,6 +25,7 @@ from dslide_dask.distributed.moves.mirroring import (
 )
 from dslide_dask.distributed.registry import register
 from dslide_dask.distributed.specs import ShardSpec
+from dslide_dask.distributed.turns import Ticket, Turns
 from dslide_dask.distributed.worker_process import prepare_worker_process
 from dslide_dask.model.hidden import HiddenLayers
 from dslide_dask.model.layout import ShardLayout
@@ -82,6 +86,7 @@ class ShardActor:
             weakref.finalize(self, self._feed.stop)  # a dropped move's thread ends with it
         self._mirror: MirrorSender | None = None  # where this shard streams its rows to
         self._inputs: dict[int, tuple] = {}  # a step's input and activations, for backward
+        self._turns = Turns()
         self.busy_seconds = 0.0
         self.calls = 0
         register(spec.model_id, spec.shard_index, self)
@@ -115,6 +120,16 @@ class ShardActor:
         if self._feed is None:  # taken over, or never streamed to
             return MirrorStatus(True, self.shard.step)
         return self._feed.status()
+
+    async def in_turn(self, ticket: Ticket, method: str, *args) -> Any:
+        """``forward`` or ``backward`` in the order of ``ticket`` (:mod:`.turns`), on the
+        worker's actor thread like every other call here."""
+        if method not in ("forward", "backward"):
+            raise ValueError(f"only forward and backward take turns, not {method!r}")
+        call = partial(getattr(self, method), *args)
+        actor_thread = get_worker().executors["actor"]
+        loop = asyncio.get_running_loop()
+        return await self._turns.run(ticket, lambda: loop.run_in_executor(actor_thread, call))
 
     def forward(self, h: Packed, Y: CSR) -> SoftmaxPartials:
         with self._busy():

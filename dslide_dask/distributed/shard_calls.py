@@ -18,6 +18,7 @@ import numba
 
 from dslide_dask.distributed.errors import POLL_SECONDS
 from dslide_dask.distributed.liveness import scheduler_lists
+from dslide_dask.distributed.turns import TicketBook
 from dslide_dask.errors import ShardLostError
 
 #: The one thread of a worker process that runs the coordinators' and their local shards'
@@ -31,6 +32,9 @@ class CallsShards:
 
     # set by the host, the coordinator
     shard_workers: list[str]  #: the worker of each shard
+    shards: list  #: their actors (shard 0: this worker's, in process)
+    remote: list[bool]  #: whether each shard is on another worker
+    tickets: TicketBook  #: numbers the calls that take turns
     worker: Any  #: this process's Dask worker
     step: int
     n_threads: int
@@ -39,6 +43,14 @@ class CallsShards:
     wait_seconds: float  #: waiting for the shards (overlapping waits once)
     shard_seconds: list[float]  #: each shard's answers, in all
     _waiting: tuple[int, float]  #: waits under way, and since when
+
+    def _in_turn(self, i: int, method: str, *args):
+        """Shard ``i``'s ``method(*args)``, started after the calls numbered before it
+        (:mod:`.turns`); this worker's own shard needs no number: the caller awaits."""
+        shard = self.shards[i]
+        if not self.remote[i]:
+            return getattr(shard, method)(*args)
+        return shard.in_turn(self.tickets.ticket(i), method, *args)
 
     async def _on_kernel_thread(self, fn, *args):
         loop = asyncio.get_running_loop()
