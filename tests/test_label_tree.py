@@ -66,6 +66,34 @@ def test_a_split_puts_each_of_two_clear_clusters_in_its_own_half():
         assert halves == {frozenset({0}), frozenset({1})}
 
 
+def _reference_split(C: np.ndarray, seed: int, node: int, rounds: int) -> np.ndarray:
+    """A node's balanced spherical 2-means in dense numpy: the order of its labels."""
+    size, half = len(C), len(C) // 2
+    r = kernels._mix(np.uint64((seed * 0x9E3779B97F4A7C15 + node) % 2**64))
+    c0 = C[int(r % np.uint64(size))]
+    c1 = C[np.argmin(C @ c0)]
+    order, halves = np.arange(size), None
+    for _ in range(rounds):
+        order = order[np.argsort(C[order] @ (c1 - c0), kind="mergesort")]
+        if halves is not None and set(order[:half]) == halves:
+            break  # the next round would be the same
+        halves = set(order[:half])
+        c0, c1 = C[order[:half]].sum(0), C[order[half:]].sum(0)
+        c0, c1 = c0 / np.linalg.norm(c0), c1 / np.linalg.norm(c1)
+    return order
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 6, 40])
+def test_a_split_is_the_dense_balanced_spherical_2_means(rounds):
+    rng = np.random.default_rng(3)
+    ptr, idx, val = _unit_rows(_random_csr(rng, 37, 30, 6))
+    C = _dense(CSR(ptr, idx, val, 30)).astype(np.float32)
+    for seed in range(4):
+        perm = np.arange(37, dtype=np.int64)
+        kernels.split_level(ptr, idx, val, perm, np.array([0, 37]), 30, rounds, seed, 1)
+        np.testing.assert_array_equal(perm, _reference_split(C, seed, 0, rounds))
+
+
 def test_the_same_tree_whatever_the_threads():
     rng = np.random.default_rng(1)
     X, Y = _random_csr(rng, 300, 60, 8), _labels(rng, 300, 250)

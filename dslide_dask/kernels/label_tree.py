@@ -79,6 +79,28 @@ def _gaps(own, l_ptr, l_idx, l_val, centre, gap) -> None:
         gap[i] = g
 
 
+@numba.njit(cache=True, nogil=True)
+def _towards(own, half, l_ptr, l_idx, l_val, total, first, towards) -> None:
+    """``c1 - c0`` for the unit-norm sums ``c0`` of the centroids ``own[:half]`` and
+    ``c1`` of the rest, into ``towards``; ``total`` is the sum of all of them, so the
+    second half's sum is ``total - first`` and costs no pass over its centroids."""
+    first[:] = 0.0
+    for i in range(half):
+        m = own[i]
+        for e in range(l_ptr[m], l_ptr[m + 1]):
+            first[l_idx[e]] += l_val[e]
+    norm0 = 0.0
+    norm1 = 0.0
+    for f in range(first.shape[0]):
+        rest = total[f] - first[f]
+        norm0 += first[f] * first[f]
+        norm1 += rest * rest
+    s0 = np.float32(1.0 / np.sqrt(norm0) if norm0 > 0.0 else 0.0)
+    s1 = np.float32(1.0 / np.sqrt(norm1) if norm1 > 0.0 else 0.0)
+    for f in range(first.shape[0]):
+        towards[f] = s1 * (total[f] - first[f]) - s0 * first[f]
+
+
 @numba.njit(cache=True, nogil=True, parallel=True)
 def split_level(
     c_ptr: np.ndarray,
@@ -95,8 +117,9 @@ def split_level(
     first half (``(size) // 2`` labels) is one cluster, the rest the other: a balanced
     spherical 2-means over the labels' centroids (CSR ``c_*``, unit rows), started from a
     member picked by ``seed`` and the node and the member least like it, labels ranked
-    by how much nearer the second centre they lie. Nodes are independent: the result
-    does not depend on threads."""
+    by how much nearer the second centre they lie, for at most ``iterations`` rounds: a
+    round that leaves the halves as they were would repeat itself, so the split stops
+    there. Nodes are independent: the result does not depend on threads."""
     n_nodes = bounds.shape[0] - 1
     n_chunks = max(1, min(n_nodes, n_chunks))
     for chunk in numba.prange(n_chunks):
@@ -122,15 +145,24 @@ def split_level(
             _gaps(own, l_ptr, l_idx, l_val, c0, gap)  # the second centre: the least like it
             b = np.argmin(gap)
             _centre(own[b : b + 1], l_ptr, l_idx, l_val, c1, touched)
+            for f in range(n):
+                towards[f] = c1[f] - c0[f]
+            total = np.zeros(n, np.float32)  # the node's sum; c0 holds a half's from now on
+            for e in range(l_ptr[size]):
+                total[l_idx[e]] += l_val[e]
+            side = np.full(size, -1, np.int8)  # each member's half after the last round
             for _ in range(iterations):
-                for f in range(n):
-                    towards[f] = c1[f] - c0[f]
                 _gaps(own, l_ptr, l_idx, l_val, towards, gap)
                 own = own[np.argsort(gap, kind="mergesort")]
-                c0[:] = 0.0
-                c1[:] = 0.0
-                _centre(own[:half], l_ptr, l_idx, l_val, c0, touched)
-                _centre(own[half:], l_ptr, l_idx, l_val, c1, touched)
+                moved = False
+                for i in range(size):
+                    now = np.int8(i >= half)
+                    if side[own[i]] != now:
+                        side[own[i]] = now
+                        moved = True
+                if not moved:
+                    break
+                _towards(own, half, l_ptr, l_idx, l_val, total, c0, towards)
             perm[lo:hi] = members[own]
 
 
