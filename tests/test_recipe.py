@@ -67,6 +67,26 @@ def test_table_rebuilds_left_to_the_data_follow_the_number_of_labels():
     assert SlideConfig(rebuild_every=7).for_data(670_091).rebuild_every == 7
 
 
+def test_a_fit_with_neighbours_draws_fewer_negatives_for_the_network_they_rank():
+    """From 100K labels each example draws its own negatives: 2,500 for a network that
+    ranks alone, 1,000 for one whose candidates the neighbours and a tree rank."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    X = sp.random(400, 60, density=0.1, format="csr", random_state=0, dtype=np.float32)
+    Y = sp.csr_matrix(
+        (np.ones(800, np.float32), (np.repeat(np.arange(400), 2), rng.integers(0, 40, 800))),
+        shape=(400, 100_000),
+    )
+    drawn = {}
+    for k in (30, 0):
+        clf = SlideClassifier(epochs=1, hidden=(16,), neighbours=k, client=False, random_state=0)
+        drawn[k] = clf.fit(X, Y).trainer_.network.cfg.min_active
+    assert drawn == {30: 1000, 0: 2500}
+    given = SlideClassifier(epochs=1, hidden=(16,), min_active=700, client=False, random_state=0)
+    assert given.fit(X, Y).trainer_.network.cfg.min_active == 700
+
+
 @pytest.mark.parametrize(
     "params, message",
     [

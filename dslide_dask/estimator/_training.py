@@ -203,7 +203,10 @@ class TrainingMixin(EstimatorState):
         the lr schedule (0: unknown, as for ``partial_fit``)."""
         if "trainer_" in self.__dict__:
             self.trainer_.close()
-        cfg = replace(self.config(), seed=seed).for_data(data.n_labels, steps, steps // epochs)
+        fused = self._neighbour_k() > 0 and isinstance(data, XCDataset) and steps > 0
+        cfg = replace(self.config(), seed=seed).for_data(
+            data.n_labels, steps, steps // epochs, fused=fused
+        )
         policy = None
         if self.checkpoint_url is not None:
             every = self._int("checkpoint_every", 1, 1 << 40)

@@ -29,6 +29,10 @@ AUTO_LR, AUTO_LR_MANY = 1e-2, 2e-2
 #: negatives="auto": shared by the batch below MANY_LABELS labels, drawn for each example
 #: from it; min_active=None: this many random negatives for each.
 MIN_ACTIVE_SHARED, MIN_ACTIVE_EXAMPLE = 4096, 2500
+#: min_active=None with negatives drawn for each example, for a network whose candidates
+#: the neighbours and the label tree rank (a fit with ``neighbours``): they decide the
+#: final order, and 2,500 cost a third more time for the same P@1 (docs/recipe.md).
+MIN_ACTIVE_FUSED = 1000
 #: rebuild_every=None: steps between table rebuilds, below and from MANY_LABELS. At 670K
 #: labels a rebuild hashes every row (a fifth of a step's time at 50); every 200 steps
 #: lost nothing on amazon-670k and debian-files and trained 6-9% faster (docs/recipe.md).
@@ -107,7 +111,8 @@ class SlideConfig:
     threshold: int = 2
     #: Random negatives an example scores, over the whole layer (each shard draws its
     #: share): more negatives, a better-trained softmax. None: 4,096 shared, 2,500 drawn
-    #: for each example (filling its active set up to that number).
+    #: for each example (filling its active set up to that number), 1,000 when neighbours
+    #: and a label tree rank the network's candidates.
     min_active: int | None = None
     max_active: int = 4096  # per example, over the whole layer
     #: Where the random negatives come from: "shared" by the whole batch (drawn once,
@@ -186,10 +191,14 @@ class SlideConfig:
         check_int("redraw_every", self.redraw_every, 0, 1 << 40)
         check_int("seed", self.seed, 0, (1 << 63) - 1)
 
-    def for_data(self, n_labels: int, steps: int = 0, epoch_steps: int = 0) -> SlideConfig:
+    def for_data(
+        self, n_labels: int, steps: int = 0, epoch_steps: int = 0, fused: bool = False
+    ) -> SlideConfig:
         """This config for a model of ``n_labels`` outputs (the learning rates, if left to
         it) and a fit of ``steps`` steps, ``epoch_steps`` an epoch (the schedule's
-        ``decay_steps`` and ``stable_steps``, if left to the fit; 0: no fit known)."""
+        ``decay_steps`` and ``stable_steps``, if left to the fit; 0: no fit known);
+        ``fused``: the network's candidates will be ranked beside neighbours and a label
+        tree (fewer random negatives, if left to it)."""
         cfg = self
         many = n_labels >= MANY_LABELS
         lr = cfg.lr
@@ -207,7 +216,8 @@ class SlideConfig:
             cfg = replace(cfg, rebuild_every=REBUILD_EVERY_MANY if many else REBUILD_EVERY)
         if cfg.min_active is None:
             shared = cfg.negatives == "shared"
-            cfg = replace(cfg, min_active=MIN_ACTIVE_SHARED if shared else MIN_ACTIVE_EXAMPLE)
+            own = MIN_ACTIVE_FUSED if fused else MIN_ACTIVE_EXAMPLE
+            cfg = replace(cfg, min_active=MIN_ACTIVE_SHARED if shared else own)
         if steps and cfg.lr_schedule != "constant":
             stable = epoch_steps if cfg.stable_steps is None else cfg.stable_steps
             cfg = replace(cfg, decay_steps=cfg.decay_steps or int(steps), stable_steps=stable)
