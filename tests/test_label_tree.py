@@ -16,7 +16,13 @@ from dslide_dask.kernels.neighbours import normalised, transpose
 from dslide_dask.model import label_tree
 from dslide_dask.model.fusion import tree_rescored
 from dslide_dask.model.label_centroids import SCORED, LabelCentroids
-from dslide_dask.model.label_tree import LabelTree, classifier_depths, halvings, leaf_depth
+from dslide_dask.model.label_tree import (
+    LabelTree,
+    classifier_depths,
+    halvings,
+    leaf_depth,
+    trees_for,
+)
 from tests.test_label_centroids import _labels, small  # noqa: F401 (a fixture)
 from tests.test_neighbours import PARAMS, _dense, _random_csr
 
@@ -258,10 +264,22 @@ def test_rescoring_multiplies_by_the_likelihood_and_reorders():
     np.testing.assert_allclose(got[0], np.sort(want)[::-1], rtol=1e-6)
 
 
+def test_the_trees_left_to_the_fit_follow_the_share_of_rare_labels():
+    frequent = np.repeat(np.arange(10), 10)  # 10 labels of 10 training rows each
+    assert trees_for(frequent, 10) == 1
+    one_row = np.concatenate([frequent, np.arange(10, 60)])  # 50 of the 150 of single rows
+    assert trees_for(one_row, 60) == 2
+    assert trees_for(np.concatenate([frequent, np.repeat(np.arange(10, 27), 3)]), 27) == 2
+    assert trees_for(np.concatenate([frequent, np.arange(10, 50)]), 50) == 1  # 40 of 140
+    assert trees_for(np.zeros(0, np.int64), 5) == 1
+
+
 def test_a_fit_ranks_by_its_trees_saves_them_and_names_a_damaged_one(small, tmp_path):  # noqa: F811
     train, test = small
     off = SlideClassifier(epochs=1, label_tree=0, client=False, **PARAMS).fit(train.X, train.Y)
     assert off.neighbours_.trees == ()
+    auto = SlideClassifier(epochs=1, client=False, **PARAMS).fit(train.X, train.Y)
+    assert len(auto.neighbours_.trees) == trees_for(train.Y.indices, train.n_labels)
     clf = SlideClassifier(epochs=1, n_label_trees=2, client=False, **PARAMS)
     clf.fit(train.X, train.Y)
     trees = clf.neighbours_.trees

@@ -33,6 +33,7 @@ from dslide_dask.model.fusion import (
 )
 from dslide_dask.model.label_centroids import SCORED
 from dslide_dask.model.label_classifiers import LabelClassifiers
+from dslide_dask.model.label_tree import trees_for
 from dslide_dask.model.neighbours import CANDIDATES, MAX_TREES, NeighbourIndex
 
 #: Rows held out of the network's training to choose the weight on: 5% of the rows, at
@@ -106,9 +107,12 @@ class NeighboursMixin(EstimatorState):
         check_float("label_tree", power, 0.0, MAX_TREE_POWER)
         return float(power)
 
-    def _n_trees(self) -> int:
-        """``n_label_trees``: how many label trees the fit builds."""
+    def _n_trees(self, Y: CSR | None = None) -> int:
+        """``n_label_trees``: how many label trees the fit builds (None: by the share of
+        rare labels in ``Y``, the training labels; 1 without them)."""
         n = _plain(self.n_label_trees)
+        if n is None:
+            return 1 if Y is None else trees_for(Y.indices, Y.n_cols)
         check_int("n_label_trees", n, 1, MAX_TREES)
         return int(n)
 
@@ -199,7 +203,8 @@ class NeighboursMixin(EstimatorState):
             classifiers = self.neighbours_.classifiers  # trained on the network's rows
             self.neighbours_ = self._index(data, classifiers)
         if self._label_tree():
-            self.neighbours_ = self.neighbours_.with_built_trees(self.seed_, self._n_trees())
+            trees = self._n_trees(data.Y)
+            self.neighbours_ = self.neighbours_.with_built_trees(self.seed_, trees)
         self.neighbours_ = self.neighbours_.with_embedding(self.trainer_.embed(data.X))
         self._index_rows, self._embed_step = None, self._step
         return True

@@ -55,7 +55,7 @@ class EstimatorState:
     label_classifiers: int
     label_centroids: float | None
     label_tree: float
-    n_label_trees: int
+    n_label_trees: int | None
     tail_exponent: float | None
     _client: Any
 

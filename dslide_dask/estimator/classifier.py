@@ -383,10 +383,12 @@ class SlideClassifier(
         0.2702 on debian-files' labels of at most 20 rows, 0.7883 -> 0.8070 on
         debian-files; docs/accuracy.md). Trained in seconds at the end of the fit, on
         every training row: scores asked during the fit go without it. 0: none.
-    n_label_trees : int, default=1
+    n_label_trees : int or None, default=None
         Label trees built from different seeds, in [1, 8]; a candidate's path loss is
         their mean. A single tree's P@1 moves by 0.002-0.005 with its seed; each tree
-        adds its build time to the fit and its scoring to a served row.
+        adds its build time to the fit and its scoring to a served row. None: 2 where
+        labels of at most 3 training rows hold a third of the training labels or more
+        (their ranking is the tree's), else 1; ``len(neighbours_.trees)`` says which.
     client : distributed.Client, False or None, default=None
         The Dask client to train on. None: the current client if there is one, else
         this process; False: this process even with a current client. Not a
@@ -534,7 +536,7 @@ class SlideClassifier(
         label_classifiers: int = 0,
         label_centroids: float | None = 0.5,
         label_tree: float = 0.5,
-        n_label_trees: int = 1,
+        n_label_trees: int | None = None,
         client=None,
         seed=None,
     ) -> None:
