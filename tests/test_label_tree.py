@@ -180,6 +180,9 @@ def _reference_losses(tree: LabelTree, Q: CSR, ids: np.ndarray, n_features: int)
         for j, lab in enumerate(row):
             if lab < 0:
                 continue
+            if int(lab) not in position:
+                out[i, j] = kernels.UNSEEN
+                continue
             p, loss = position[int(lab)], 0.0
             for v, starts in enumerate(levels):
                 local = max(k for k in range(len(starts) - 1) if starts[k] <= p)
@@ -201,15 +204,20 @@ def test_path_losses_are_those_of_the_classifiers_on_each_labels_path(monkeypatc
     monkeypatch.setattr(label_tree, "SPAN", 2)  # 40 labels: depth 4, nodes at 0, 2 and 4
     rng = np.random.default_rng(3)
     X, Y = _random_csr(rng, 200, 50, 8), _labels(rng, 200, 40)
+    Y = CSR(Y.indptr, Y.indices, None, 44)  # labels 40-43 have no training row
+    assert set(Y.indices) == set(range(40))
     tree = _tree(X, Y)
+    assert tree.n_labels == 40 and sorted(tree.perm) == list(range(40))
     assert len(tree.level_ptr) - 1 == 3
     assert len(tree.child_ptr) - 1 == 1 + 4 + 16
     Q = _random_csr(rng, 12, 60, 10)  # features the tree never saw count for nothing
-    ids = rng.integers(-1, 40, (12, 9))
+    ids = rng.integers(-1, 44, (12, 9))
     got = tree.losses(_unit_rows(Q), ids)
     want = _reference_losses(tree, Q, ids, 60)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert (got[ids < 0] == 0).all()
+    assert (got[ids >= 40] == kernels.UNSEEN).all() and (ids >= 40).any()
+    assert (got[(ids >= 0) & (ids < 40)] < 100).all()
     ptr, idx, val = _unit_rows(Q)  # features out of order within each row: the same
     flipped = np.concatenate(
         [np.arange(a, b)[::-1] for a, b in zip(ptr[:-1], ptr[1:], strict=True)]
@@ -239,7 +247,7 @@ def test_a_damaged_tree_is_named(monkeypatch):
         return out
 
     cases = [
-        ("perm", lambda a: np.where(a == 0, 1, a), "perm must order the 20 labels"),
+        ("perm", lambda a: np.where(a == 0, 1, a), "perm must list distinct labels of the 20"),
         ("w_feature", lambda a: a + 30, r"w_feature must lie in \[0, 30\)"),
         ("w_feature", lambda a: a[::-1].copy(), "w_feature must rise within each classifier"),
         ("bounds", unnested, "must split level"),
@@ -283,7 +291,8 @@ def test_a_fit_ranks_by_its_trees_saves_them_and_names_a_damaged_one(small, tmp_
     clf = SlideClassifier(epochs=1, n_label_trees=2, client=False, **PARAMS)
     clf.fit(train.X, train.Y)
     trees = clf.neighbours_.trees
-    assert len(trees) == 2 and all(tree.n_labels == train.n_labels for tree in trees)
+    seen = len(np.unique(train.Y.indices))  # a tree holds the labels with a training row
+    assert len(trees) == 2 and all(tree.n_labels == seen for tree in trees)
     assert not np.array_equal(trees[0].perm, trees[1].perm)  # split from different seeds
     X = test.X.slice_rows(0, 100)
     weight, tail = clf._choose_weight()

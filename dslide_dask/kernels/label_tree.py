@@ -21,6 +21,9 @@ from dslide_dask.kernels.label_svm import dcd_block, dcd_pass
 #: gather over them, one with more by a binary search per query feature (16, 64, 256: a
 #: served Debian-26K row's tree 0.64, 0.47, 0.84 ms; amazon-670k's 1.10, 0.90, 1.08 ms).
 GATHER_RATIO = 64
+#: The path loss of a label not in the tree (no training row): its likelihood
+#: ``exp(-power * UNSEEN)`` is 0, so it ranks below every label the tree holds.
+UNSEEN = np.float32(1e4)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -349,6 +352,9 @@ def path_losses(
             for j in range(m):
                 lab = cand[i, j]
                 if lab < 0:
+                    continue
+                if lab >= position.shape[0] or position[lab] < 0:
+                    out[i, j] = UNSEEN
                     continue
                 p = position[lab]
                 loss = np.float32(0.0)

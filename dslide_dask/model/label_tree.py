@@ -75,12 +75,17 @@ class LabelTree:
         centroids: LabelCentroids,
         seed: int,
     ) -> LabelTree:
-        """The tree of ``centroids.n_labels`` labels over unit-norm ``rows`` (CSR: ptr,
-        features, values) whose labels are ``y_idx[y_ptr[i]:y_ptr[i+1]]``."""
+        """The tree over unit-norm ``rows`` (CSR: ptr, features, values) whose labels are
+        ``y_idx[y_ptr[i]:y_ptr[i+1]]``, of the labels of ``centroids.n_labels`` that
+        have a row: a label without one has no classifier to train
+        (:data:`~dslide_dask.kernels.label_tree.UNSEEN`)."""
         n_labels, n_features = centroids.n_labels, centroids.n_features
         ptr, idx, val = rows
-        depth = leaf_depth(n_labels)
-        perm = np.arange(n_labels, dtype=np.int64)
+        perm = np.flatnonzero(np.bincount(y_idx, minlength=n_labels)).astype(np.int64)
+        if len(perm) == 0:
+            perm = np.arange(n_labels, dtype=np.int64)
+        n = len(perm)
+        depth = leaf_depth(n)
         chunks = 4 * numba.get_num_threads()
         for d in range(depth):
             kernels.split_level(
@@ -88,7 +93,7 @@ class LabelTree:
                 centroids.idx,
                 centroids.val,
                 perm,
-                halvings(n_labels, d),
+                halvings(n, d),
                 n_features,
                 ITERATIONS,
                 seed + d,
@@ -113,10 +118,10 @@ class LabelTree:
                 *problem, children, PASSES, C, PRUNE, seed + node, blocks, *scratch[worker]
             )
 
-        levels = [halvings(n_labels, d) for d in classifier_depths(depth)]
+        levels = [halvings(n, d) for d in classifier_depths(depth)]
         parts: list[tuple] = []
         for v, starts in enumerate(levels):
-            below = levels[v + 1] if v + 1 < len(levels) else np.arange(n_labels + 1)
+            below = levels[v + 1] if v + 1 < len(levels) else np.arange(n + 1)
             cuts = np.searchsorted(below, starts)
             jobs = [
                 (below[a : b + 1], len(parts) + j)
@@ -127,6 +132,7 @@ class LabelTree:
 
     @property
     def n_labels(self) -> int:
+        """Labels in the tree: those with a training row."""
         return len(self.perm)
 
     @functools.cached_property
@@ -136,8 +142,8 @@ class LabelTree:
 
     @functools.cached_property
     def position(self) -> np.ndarray:
-        """Each label's place in tree order."""
-        out = np.empty(len(self.perm), np.int64)
+        """Each label's place in tree order (-1: not in the tree), up to the highest."""
+        out = np.full(int(self.perm.max(initial=-1)) + 1, -1, np.int64)
         out[self.perm] = np.arange(len(self.perm))
         return out
 
@@ -145,7 +151,8 @@ class LabelTree:
         self, query: tuple[np.ndarray, np.ndarray, np.ndarray], ids: np.ndarray
     ) -> np.ndarray:
         """For unit-norm ``query`` rows (CSR) and their candidates ``ids`` (-1: none):
-        the sum of the squared hinge losses on each candidate's path (0 for none)."""
+        the sum of the squared hinge losses on each candidate's path (0 for none,
+        :data:`~dslide_dask.kernels.label_tree.UNSEEN` for a label not in the tree)."""
         ptr, idx, val = _sorted_rows(*query)
         return kernels.path_losses(
             ptr,
@@ -178,15 +185,18 @@ class LabelTree:
             if a[name].dtype != want or a[name].ndim != 1:
                 raise ValueError(f"{name} must be 1-D {np.dtype(want)}")
         perm, bounds, level_ptr = a["perm"], a["bounds"], a["level_ptr"]
-        if len(perm) != n_labels or not np.array_equal(np.sort(perm), np.arange(n_labels)):
-            raise ValueError(f"perm must order the {n_labels} labels")
+        n = len(perm)
+        if not (0 < n <= n_labels and 0 <= perm.min() <= perm.max() < n_labels) or (
+            len(np.unique(perm)) != n
+        ):
+            raise ValueError(f"perm must list distinct labels of the {n_labels}")
         _pointer(level_ptr, len(bounds), "level_ptr")
         levels = [bounds[level_ptr[v] : level_ptr[v + 1]] for v in range(len(level_ptr) - 1)]
         if not levels or len(levels[0]) != 2:
-            raise ValueError("bounds must begin with the root, [0, n_labels]")
+            raise ValueError("bounds must begin with the root, [0, labels in perm]")
         for v, starts in enumerate(levels):
-            if len(starts) < 2 or starts[0] != 0 or starts[-1] != n_labels:
-                raise ValueError(f"bounds of level {v} must run from 0 to {n_labels}")
+            if len(starts) < 2 or starts[0] != 0 or starts[-1] != n:
+                raise ValueError(f"bounds of level {v} must run from 0 to {n}")
             if (np.diff(starts) <= 0).any():
                 raise ValueError(f"bounds of level {v} must rise")
             if v and not np.isin(levels[v - 1], starts).all():

@@ -181,7 +181,7 @@ class NeighbourIndex:
         """This index with label trees (none: without)."""
         if len(trees) > MAX_TREES:
             raise ValueError(f"an index holds at most {MAX_TREES} label trees")
-        if any(tree.n_labels != self.n_labels for tree in trees):
+        if any(int(tree.perm.max(initial=-1)) >= self.n_labels for tree in trees):
             raise ValueError("a label tree has other labels than the index")
         return dataclasses.replace(self, trees=tuple(trees))
 
