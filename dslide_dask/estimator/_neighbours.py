@@ -107,6 +107,11 @@ class NeighboursMixin(EstimatorState):
         check_float("label_tree", power, 0.0, MAX_TREE_POWER)
         return float(power)
 
+    def _indexes(self, data) -> bool:
+        """Whether a fit on ``data`` indexes its rows for the neighbours (and ranks the
+        network's candidates with them): with ``neighbours``, on rows in memory."""
+        return self._neighbour_k() > 0 and isinstance(data, XCDataset)
+
     def _n_trees(self, Y: CSR | None = None) -> int:
         """``n_label_trees``: how many label trees the fit builds (None: by the share of
         rare labels in ``Y``, the training labels; 1 without them)."""
@@ -136,7 +141,7 @@ class NeighboursMixin(EstimatorState):
         self.tail_exponent_ = self._given_tail()
         for check in (self._neighbour_mix, self._label_tree, self._n_trees):
             check()  # a bad value fails before training, not after it
-        if self._neighbour_k() == 0 or not isinstance(data, XCDataset):
+        if not self._indexes(data):
             return data, None
         n_held = data.n_points - self.n_network_rows(data.n_points)
         if n_held == 0:
@@ -170,7 +175,7 @@ class NeighboursMixin(EstimatorState):
 
     def _build_neighbours(self, data) -> None:
         """Index the rows the network trains on (nothing for data not in memory)."""
-        if self._neighbour_k() == 0 or not isinstance(data, XCDataset):
+        if not self._indexes(data):
             return
         min_count, classifiers = self._label_classifiers(), None
         if min_count:

@@ -203,7 +203,7 @@ class TrainingMixin(EstimatorState):
         the lr schedule (0: unknown, as for ``partial_fit``)."""
         if "trainer_" in self.__dict__:
             self.trainer_.close()
-        fused = self._neighbour_k() > 0 and isinstance(data, XCDataset) and steps > 0
+        fused = steps > 0 and self._indexes(data)  # partial_fit's network ranks alone
         cfg = replace(self.config(), seed=seed).for_data(
             data.n_labels, steps, steps // epochs, fused=fused
         )
