@@ -21,6 +21,7 @@ from dslide_dask.model.label_tree import (
     classifier_depths,
     halvings,
     leaf_depth,
+    mostly_rare,
     trees_for,
 )
 from tests.test_label_centroids import _labels, small  # noqa: F401 (a fixture)
@@ -280,6 +281,7 @@ def test_the_trees_left_to_the_fit_follow_the_share_of_rare_labels():
     assert trees_for(np.concatenate([frequent, np.repeat(np.arange(10, 27), 3)]), 27) == 2
     assert trees_for(np.concatenate([frequent, np.arange(10, 50)]), 50) == 1  # 40 of 140
     assert trees_for(np.zeros(0, np.int64), 5) == 1
+    assert mostly_rare(one_row, 60) and not mostly_rare(frequent, 10)
 
 
 def test_a_fit_ranks_by_its_trees_saves_them_and_names_a_damaged_one(small, tmp_path):  # noqa: F811

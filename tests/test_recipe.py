@@ -67,22 +67,25 @@ def test_table_rebuilds_left_to_the_data_follow_the_number_of_labels():
     assert SlideConfig(rebuild_every=7).for_data(670_091).rebuild_every == 7
 
 
-def test_a_fit_with_neighbours_draws_fewer_negatives_for_the_network_they_rank():
+@pytest.mark.parametrize("used_labels, fused", [(40, 1000), (50_000, 250)])
+def test_a_fit_with_neighbours_draws_fewer_negatives_for_the_network_they_rank(used_labels, fused):
     """From 100K labels each example draws its own negatives: 2,500 for a network that
-    ranks alone, 1,000 for one whose candidates the neighbours and a tree rank."""
+    ranks alone, 1,000 for one whose candidates the neighbours and a tree rank, 250 when
+    most training labels are of labels seen at most three times (50K used by 800)."""
     import scipy.sparse as sp
 
     rng = np.random.default_rng(0)
     X = sp.random(400, 60, density=0.1, format="csr", random_state=0, dtype=np.float32)
+    labels = rng.integers(0, used_labels, 800)
     Y = sp.csr_matrix(
-        (np.ones(800, np.float32), (np.repeat(np.arange(400), 2), rng.integers(0, 40, 800))),
+        (np.ones(800, np.float32), (np.repeat(np.arange(400), 2), labels)),
         shape=(400, 100_000),
     )
     drawn = {}
     for k in (30, 0):
         clf = SlideClassifier(epochs=1, hidden=(16,), neighbours=k, client=False, random_state=0)
         drawn[k] = clf.fit(X, Y).trainer_.network.cfg.min_active
-    assert drawn == {30: 1000, 0: 2500}
+    assert drawn == {30: fused, 0: 2500}
     given = SlideClassifier(epochs=1, hidden=(16,), min_active=700, client=False, random_state=0)
     assert given.fit(X, Y).trainer_.network.cfg.min_active == 700
 

@@ -18,6 +18,7 @@ from dslide_dask.estimator._inputs import _plain
 from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.model.config import check_int
+from dslide_dask.model.label_tree import mostly_rare
 
 if TYPE_CHECKING:
     from dslide_dask.estimator._state import TrainingData
@@ -204,8 +205,9 @@ class TrainingMixin(EstimatorState):
         if "trainer_" in self.__dict__:
             self.trainer_.close()
         fused = steps > 0 and self._indexes(data)  # partial_fit's network ranks alone
+        rare = fused and isinstance(data, XCDataset) and mostly_rare(data.Y.indices, data.n_labels)
         cfg = replace(self.config(), seed=seed).for_data(
-            data.n_labels, steps, steps // epochs, fused=fused
+            data.n_labels, steps, steps // epochs, fused=fused, rare=rare
         )
         policy = None
         if self.checkpoint_url is not None:

@@ -33,6 +33,11 @@ MIN_ACTIVE_SHARED, MIN_ACTIVE_EXAMPLE = 4096, 2500
 #: the neighbours and the label tree rank (a fit with ``neighbours``): they decide the
 #: final order, and 2,500 cost a third more time for the same P@1 (docs/recipe.md).
 MIN_ACTIVE_FUSED = 1000
+#: MIN_ACTIVE_FUSED where most training labels are of rare labels
+#: (:func:`~dslide_dask.model.label_tree.mostly_rare`): the trees and the centroids rank
+#: those, and 250 gave debian-files-rare the same P@1 within the seeds' spread in a fifth
+#: less time and amazon-670k the same P@1 with epochs a third shorter (docs/recipe.md).
+MIN_ACTIVE_RARE = 250
 #: rebuild_every=None: steps between table rebuilds, below and from MANY_LABELS. At 670K
 #: labels a rebuild hashes every row (a fifth of a step's time at 50); every 200 steps
 #: lost nothing on amazon-670k and debian-files and trained 6-9% faster (docs/recipe.md).
@@ -192,13 +197,19 @@ class SlideConfig:
         check_int("seed", self.seed, 0, (1 << 63) - 1)
 
     def for_data(
-        self, n_labels: int, steps: int = 0, epoch_steps: int = 0, fused: bool = False
+        self,
+        n_labels: int,
+        steps: int = 0,
+        epoch_steps: int = 0,
+        fused: bool = False,
+        rare: bool = False,
     ) -> SlideConfig:
         """This config for a model of ``n_labels`` outputs (the learning rates, if left to
         it) and a fit of ``steps`` steps, ``epoch_steps`` an epoch (the schedule's
         ``decay_steps`` and ``stable_steps``, if left to the fit; 0: no fit known);
         ``fused``: the network's candidates will be ranked beside neighbours and a label
-        tree (fewer random negatives, if left to it)."""
+        tree (fewer random negatives, if left to it), ``rare``: most of the training
+        labels are of labels seen a few times (fewer still, when fused)."""
         cfg = self
         many = n_labels >= MANY_LABELS
         lr = cfg.lr
@@ -216,7 +227,9 @@ class SlideConfig:
             cfg = replace(cfg, rebuild_every=REBUILD_EVERY_MANY if many else REBUILD_EVERY)
         if cfg.min_active is None:
             shared = cfg.negatives == "shared"
-            own = MIN_ACTIVE_FUSED if fused else MIN_ACTIVE_EXAMPLE
+            own = MIN_ACTIVE_EXAMPLE
+            if fused:
+                own = MIN_ACTIVE_RARE if rare else MIN_ACTIVE_FUSED
             cfg = replace(cfg, min_active=MIN_ACTIVE_SHARED if shared else own)
         if steps and cfg.lr_schedule != "constant":
             stable = epoch_steps if cfg.stable_steps is None else cfg.stable_steps

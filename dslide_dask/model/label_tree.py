@@ -250,16 +250,22 @@ def classifier_depths(depth: int) -> list[int]:
     return sorted({0, *range(depth, 0, -SPAN)})
 
 
-def trees_for(y_idx: np.ndarray, n_labels: int) -> int:
-    """How many label trees to build for training labels ``y_idx``: 2 where rare labels
-    hold a large share of them, else 1. The tree is what ranks rare labels (the network
-    learns them least) and a single tree's ranking moves with its seed, so the mean of
-    two pays for its build there: P@1 +0.004-0.005 where labels of at most 3 rows hold
-    half the training labels, +0.001 where they hold a tenth to a quarter (docs/accuracy.md)."""
+def mostly_rare(y_idx: np.ndarray, n_labels: int) -> bool:
+    """Whether labels of at most :data:`RARE_ROWS` training rows hold :data:`RARE_SHARE`
+    or more of the training labels ``y_idx`` (a label once per row it is on)."""
     if len(y_idx) == 0:
-        return 1
+        return False
     counts = np.bincount(y_idx, minlength=n_labels)
-    return 2 if np.mean(counts[y_idx] <= RARE_ROWS) >= RARE_SHARE else 1
+    return bool(np.mean(counts[y_idx] <= RARE_ROWS) >= RARE_SHARE)
+
+
+def trees_for(y_idx: np.ndarray, n_labels: int) -> int:
+    """How many label trees to build for training labels ``y_idx``: 2 where they are
+    :func:`mostly_rare`, else 1. The tree is what ranks rare labels (the network learns
+    them least) and a single tree's ranking moves with its seed, so the mean of two pays
+    for its build there: P@1 +0.004-0.005 where labels of at most 3 rows hold half the
+    training labels, +0.001 where they hold a tenth to a quarter (docs/accuracy.md)."""
+    return 2 if mostly_rare(y_idx, n_labels) else 1
 
 
 def halvings(n_labels: int, depth: int) -> np.ndarray:
