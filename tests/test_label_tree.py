@@ -18,6 +18,7 @@ from dslide_dask.model.fusion import tree_rescored
 from dslide_dask.model.label_centroids import SCORED, LabelCentroids
 from dslide_dask.model.label_tree import (
     LabelTree,
+    build_forest,
     classifier_depths,
     halvings,
     leaf_depth,
@@ -114,6 +115,26 @@ def test_the_same_tree_whatever_the_threads():
         numba.set_num_threads(before)
     for name, array in one.state().items():
         np.testing.assert_array_equal(array, two.state()[name], err_msg=name)
+
+
+def test_a_forest_built_side_by_side_holds_the_trees_built_one_by_one():
+    rng = np.random.default_rng(4)
+    X, Y = _random_csr(rng, 300, 60, 8), _labels(rng, 300, 250)
+    rows = _unit_rows(X)
+    centroids = LabelCentroids.build(rows, Y.indptr, Y.indices, Y.n_cols, X.n_cols)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        forest = build_forest(rows, Y.indptr, Y.indices, centroids, [0, 1 << 20, 2 << 20])
+        assert numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
+    finally:
+        numba.set_num_threads(before)
+    assert len(forest) == 3
+    for tree, seed in zip(forest, (0, 1 << 20, 2 << 20), strict=True):
+        alone = _tree(X, Y, seed)
+        for name, array in alone.state().items():
+            np.testing.assert_array_equal(array, tree.state()[name], err_msg=name)
+    assert not np.array_equal(forest[0].perm, forest[1].perm)  # the seeds differ
 
 
 def test_a_nodes_classifiers_are_the_l2_loss_svms_of_its_rows():

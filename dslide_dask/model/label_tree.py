@@ -21,6 +21,7 @@ each cluster of labels one against the clusters most like it. This is that tree:
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -248,6 +249,32 @@ def classifier_depths(depth: int) -> list[int]:
     """The depths of the classifier nodes: the root, then every :data:`SPAN` halvings up
     from the leaves' ``depth``."""
     return sorted({0, *range(depth, 0, -SPAN)})
+
+
+def build_forest(
+    rows: tuple[np.ndarray, np.ndarray, np.ndarray],
+    y_ptr: np.ndarray,
+    y_idx: np.ndarray,
+    centroids: LabelCentroids,
+    seeds: Sequence[int],
+) -> tuple[LabelTree, ...]:
+    """A tree of each seed (:meth:`LabelTree.build`), built side by side on a share of
+    numba's threads each. A tree's top levels are a node or two, and a node takes one
+    thread, so a tree built alone leaves threads idle there: two trees on 2 threads took
+    6.5 s instead of 7.9 on debian-files-rare, 13.5 instead of 17.9 on amazon-670k. A
+    tree does not depend on how many threads built it."""
+    threads = numba.get_num_threads()
+    at_once = min(len(seeds), threads)
+    if at_once < 2:
+        return tuple(LabelTree.build(rows, y_ptr, y_idx, centroids, seed) for seed in seeds)
+    share = threads // at_once
+
+    def build(seed: int) -> LabelTree:
+        numba.set_num_threads(share)  # the pool's own thread: its setting is its own
+        return LabelTree.build(rows, y_ptr, y_idx, centroids, seed)
+
+    with ThreadPoolExecutor(at_once) as pool:
+        return tuple(pool.map(build, seeds))
 
 
 def mostly_rare(y_idx: np.ndarray, n_labels: int) -> bool:

@@ -41,7 +41,7 @@ from dslide_dask.model import label_classifiers, label_tree
 from dslide_dask.model.config import check_int
 from dslide_dask.model.label_centroids import LabelCentroids
 from dslide_dask.model.label_classifiers import LabelClassifiers
-from dslide_dask.model.label_tree import LabelTree
+from dslide_dask.model.label_tree import LabelTree, build_forest
 from dslide_dask.model.output_index import IndexSettings
 from dslide_dask.model.point_search import PointSearch
 
@@ -164,10 +164,8 @@ class NeighbourIndex:
         check_int("n_trees", n_trees, 1, MAX_TREES)
         rows = self._rows()
         centroids = self.centroids if self.centroids is not None else self._centroids(rows)
-        trees = tuple(
-            LabelTree.build(rows, self.y_ptr, self.y_idx, centroids, seed + (t << 20))
-            for t in range(n_trees)
-        )
+        seeds = [seed + (t << 20) for t in range(n_trees)]
+        trees = build_forest(rows, self.y_ptr, self.y_idx, centroids, seeds)
         return dataclasses.replace(self, trees=trees)
 
     def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
