@@ -137,6 +137,22 @@ def test_a_forest_built_side_by_side_holds_the_trees_built_one_by_one():
     assert not np.array_equal(forest[0].perm, forest[1].perm)  # the seeds differ
 
 
+def test_the_workqueue_threading_layer_builds_a_forest_one_tree_at_a_time(monkeypatch):
+    """It cannot run parallel kernels from two threads at once (numba aborts)."""
+    rng = np.random.default_rng(5)
+    X, Y = _random_csr(rng, 200, 40, 6), _labels(rng, 200, 120)
+    rows = _unit_rows(X)
+    centroids = LabelCentroids.build(rows, Y.indptr, Y.indices, Y.n_cols, X.n_cols)
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a pool of threads under the workqueue layer")
+
+    monkeypatch.setattr(label_tree.numba, "threading_layer", lambda: "workqueue")
+    monkeypatch.setattr(label_tree, "ThreadPoolExecutor", no_pool)
+    forest = build_forest(rows, Y.indptr, Y.indices, centroids, [0, 1 << 20])
+    assert np.array_equal(forest[1].perm, _tree(X, Y, 1 << 20).perm)
+
+
 def test_a_nodes_classifiers_are_the_l2_loss_svms_of_its_rows():
     """One node over every label: its children's classifiers, run to convergence and
     unpruned, are liblinear's squared-hinge SVMs (bias a feature of value 1) on the rows

@@ -262,8 +262,10 @@ def build_forest(
     numba's threads each. A tree's top levels are a node or two, and a node takes one
     thread, so a tree built alone leaves threads idle there: two trees on 2 threads took
     6.5 s instead of 7.9 on debian-files-rare, 13.5 instead of 17.9 on amazon-670k. A
-    tree does not depend on how many threads built it."""
-    threads = numba.get_num_threads()
+    tree does not depend on how many threads built it. numba's workqueue threading layer
+    (where neither OpenMP nor TBB is found) cannot run two parallel kernels at once, so
+    there the trees are built one by one."""
+    threads = numba.get_num_threads() if _threadsafe() else 1
     at_once = min(len(seeds), threads)
     if at_once < 2:
         return tuple(LabelTree.build(rows, y_ptr, y_idx, centroids, seed) for seed in seeds)
@@ -275,6 +277,14 @@ def build_forest(
 
     with ThreadPoolExecutor(at_once) as pool:
         return tuple(pool.map(build, seeds))
+
+
+def _threadsafe() -> bool:
+    """Whether numba's threading layer runs parallel kernels from two threads at once."""
+    try:
+        return numba.threading_layer() != "workqueue"
+    except ValueError:  # no parallel kernel has run yet: the layer is not chosen
+        return False
 
 
 def mostly_rare(y_idx: np.ndarray, n_labels: int) -> bool:
