@@ -117,7 +117,8 @@ class SlideConfig:
     #: Random negatives an example scores, over the whole layer (each shard draws its
     #: share): more negatives, a better-trained softmax. None: 4,096 shared, 2,500 drawn
     #: for each example (filling its active set up to that number), 1,000 when neighbours
-    #: and a label tree rank the network's candidates.
+    #: and a label tree rank the network's candidates, 250 when most training labels are
+    #: also of rare labels.
     min_active: int | None = None
     max_active: int = 4096  # per example, over the whole layer
     #: Where the random negatives come from: "shared" by the whole batch (drawn once,

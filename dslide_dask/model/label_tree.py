@@ -40,8 +40,9 @@ SPAN = 6
 ITERATIONS = 6
 #: The classifiers' C, passes and pruning: the label classifiers' (docs/accuracy.md).
 C, PASSES, PRUNE = 1.0, 6, 0.1
-#: Trees a fit builds when left to it (:func:`trees_for`): two where labels of at most
-#: RARE_ROWS training rows hold at least RARE_SHARE of the training labels.
+#: Training labels are :func:`mostly_rare` where labels of at most RARE_ROWS training rows
+#: hold at least RARE_SHARE of them: a fit left to it then builds two trees
+#: (:func:`trees_for`) and draws fewer negatives (``config.MIN_ACTIVE_RARE``).
 RARE_ROWS, RARE_SHARE = 3, 1 / 3
 #: The arrays that define a tree (:meth:`LabelTree.state`).
 ARRAYS = ("perm", "bounds", "level_ptr", "child_ptr", "w_ptr", "w_feature", "w_val", "bias")
