@@ -32,7 +32,7 @@ from dslide_dask.data.csr import CSR
         ({"optimizer": "sgd"}, r"optimizer must be one of \['adam', 'dense-adam'\]"),
         ({"min_active": 10, "max_active": 5}, r"min_active must be an integer in \[0, 5\]"),
         ({"threshold": 0}, r"threshold must be an integer in \[1, 50\]"),
-        ({"rebuild_every": 0}, r"rebuild_every must be an integer in \[1, "),
+        ({"rebuild_every": -1}, r"rebuild_every must be an integer in \[0, "),
         ({"rebuild_growth": -1.0}, r"rebuild_growth must be a number in \[0\.0, 1\.0\]"),
     ],
 )

@@ -175,3 +175,34 @@ def test_a_fresh_layer_trains_on_padding_until_its_first_rebuild():
     other = WideShard(cfg, 8, ShardLayout.strided(300, 1))
     assert other.index.counts.sum() == 300 * cfg.L  # built on first read
     assert (found(other) > 1).any()
+
+
+def test_a_layer_that_never_rebuilds_trains_on_labels_and_padding_and_serves_fresh_tables():
+    """rebuild_every=0: training retrieves nothing, whatever the tables hold, and hashes
+    nothing; inference still finds neurons, in tables of the rows as they are now."""
+    from dslide_dask.data.csr import CSR
+    from dslide_dask.model.layout import ShardLayout
+    from dslide_dask.model.wide_shard import WideShard
+
+    cfg = SlideConfig(
+        hidden=(8,), K=2, L=4, rebuild_every=0, min_active=20, negatives="example"
+    ).for_data(300)
+    rng = np.random.default_rng(0)
+    h = rng.standard_normal((16, 8)).astype(np.float32)
+    Y = CSR.from_lists([[int(i)] for i in rng.integers(0, 300, 16)], 300)
+    shard = WideShard(cfg, 8, ShardLayout.strided(300, 1))
+    before = shard.index.ids.copy()  # built, as inference would: training still retrieves nothing
+    hashed = []
+    shard._index.buckets = lambda v: hashed.append(v) or np.zeros((len(v), cfg.L), np.int32)
+    for _ in range(5):
+        sets = shard.hash(h, Y)
+        assert (sets.n_found == 1).all() and (sets.n_active == 20).all()  # label + padding
+        shard.gather(sets)
+        shard.backward(np.zeros(16, np.float32))
+    assert hashed == [] and shard.schedule.n_rebuilds == 0
+    del shard._index.buckets
+    fresh = WideShard(cfg, 8, ShardLayout.strided(300, 1))
+    fresh.set_state(*shard.state())
+    assert not np.array_equal(shard.index.ids, before)  # rebuilt from the rows as trained
+    assert np.array_equal(shard.index.counts, fresh.index.counts)
+    assert np.array_equal(shard.index.ids, fresh.index.ids)

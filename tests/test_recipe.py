@@ -65,6 +65,13 @@ def test_table_rebuilds_left_to_the_data_follow_the_number_of_labels():
     assert SlideConfig().for_data(26_556).rebuild_every == 50
     assert SlideConfig().for_data(670_091).rebuild_every == 200  # a rebuild hashes every row
     assert SlideConfig(rebuild_every=7).for_data(670_091).rebuild_every == 7
+    # trees and centroids rank mostly rare labels: the network trains without retrieval
+    assert SlideConfig().for_data(670_091, fused=True, rare=True).rebuild_every == 0
+    assert SlideConfig().for_data(670_091, fused=True).rebuild_every == 200
+    assert SlideConfig().for_data(670_091, rare=True).rebuild_every == 200
+    shared = SlideConfig(negatives="shared").for_data(670_091, fused=True, rare=True)
+    assert shared.rebuild_every == 200
+    assert SlideConfig(rebuild_every=7).for_data(670_091, fused=True, rare=True).rebuild_every == 7
 
 
 @pytest.mark.parametrize("used_labels, fused", [(40, 1000), (50_000, 250)])
@@ -81,11 +88,13 @@ def test_a_fit_with_neighbours_draws_fewer_negatives_for_the_network_they_rank(u
         (np.ones(800, np.float32), (np.repeat(np.arange(400), 2), labels)),
         shape=(400, 100_000),
     )
-    drawn = {}
+    drawn, rebuilds = {}, {}
     for k in (30, 0):
         clf = SlideClassifier(epochs=1, hidden=(16,), neighbours=k, client=False, random_state=0)
-        drawn[k] = clf.fit(X, Y).trainer_.network.cfg.min_active
+        cfg = clf.fit(X, Y).trainer_.network.cfg
+        drawn[k], rebuilds[k] = cfg.min_active, cfg.rebuild_every
     assert drawn == {30: fused, 0: 2500}
+    assert rebuilds == {30: 0 if fused == 250 else 200, 0: 200}  # 0: no retrieval
     given = SlideClassifier(epochs=1, hidden=(16,), min_active=700, client=False, random_state=0)
     assert given.fit(X, Y).trainer_.network.cfg.min_active == 700
 

@@ -257,9 +257,14 @@ class SlideClassifier(
         sampled-softmax correction: ``log(neurons not found / neurons padded)`` added to
         their logits). False: each padding neuron counts once.
     rebuild_every : int or None, default=None
-        Steps between rebuilds of the hash tables from the output rows, in [1, 2**40]:
-        the rows move as they train, and the tables go stale. None: 50 below 100,000
-        labels, 200 from there (where a rebuild hashes every row and costs most).
+        Steps between rebuilds of the hash tables from the output rows, in [0, 2**40]:
+        the rows move as they train, and the tables go stale. 0: training retrieves no
+        neurons (an example scores its labels and random negatives), and the tables are
+        built when inference first asks for them. None: 50 below 100,000 labels, 200
+        from there (where a rebuild hashes every row and costs most), and 0 in a fit
+        with ``neighbours`` whose training labels are mostly of rare labels (where
+        ``min_active`` is 250): the label trees and centroids rank those, and the
+        tables' hard negatives moved nothing.
     rebuild_growth : float, default=0.0
         Lengthens the intervals between rebuilds: the k-th interval is
         ``rebuild_every * exp(rebuild_growth * k)`` steps (SLIDE's decaying rebuild

@@ -95,7 +95,7 @@ def active_sets(
                     cnt += 1
             n_label[b] = cnt
             nc = 0
-            start = (seed + b) % L
+            start = (seed + b) % L if L > 0 else 0
             for r in range(L):
                 t = (start + r) % L
                 bucket = buckets[b, t]

@@ -42,6 +42,11 @@ MIN_ACTIVE_RARE = 250
 #: labels a rebuild hashes every row (a fifth of a step's time at 50); every 200 steps
 #: lost nothing on amazon-670k and debian-files and trained 6-9% faster (docs/recipe.md).
 REBUILD_EVERY, REBUILD_EVERY_MANY = 50, 200
+#: rebuild_every=None where MIN_ACTIVE_RARE applies: training retrieves no neurons (0).
+#: The tables' hard negatives moved nothing there, beside the trees and the centroids
+#: (debian-files-rare, amazon-670k: docs/recipe.md), and hashing and rebuilds cost
+#: about a seventh of a step.
+REBUILD_EVERY_RARE = 0
 #: input_lr=None and output_lr=None: these multiples of lr, below and from MANY_LABELS.
 INPUT_LR_SCALE, INPUT_LR_SCALE_MANY = 4.0, 8.0
 OUTPUT_LR_SCALE, OUTPUT_LR_SCALE_MANY = 1 / 8, 1 / 64
@@ -128,8 +133,9 @@ class SlideConfig:
     #: labels, for each example from there.
     negatives: str = "auto"
     pad_correction: bool = True  # weigh random padding as the neurons it stands for
-    #: Steps between rebuilds of the hash tables. None: 50 below 100K labels, 200 from
-    #: there.
+    #: Steps between rebuilds of the hash tables; 0: training retrieves no neurons
+    #: (labels and random negatives), the tables are built when inference asks. None:
+    #: 50 below 100K labels, 200 from there, 0 in a fused fit on mostly rare labels.
     rebuild_every: int | None = None
     rebuild_growth: float = 0.0
     redraw_every: int = 1000
@@ -192,7 +198,7 @@ class SlideConfig:
         if self.min_active is not None:
             check_int("min_active", self.min_active, 0, self.max_active)
         if self.rebuild_every is not None:
-            check_int("rebuild_every", self.rebuild_every, 1, 1 << 40)
+            check_int("rebuild_every", self.rebuild_every, 0, 1 << 40)
         check_float("rebuild_growth", self.rebuild_growth, 0.0, 1.0)
         check_int("redraw_every", self.redraw_every, 0, 1 << 40)
         check_int("seed", self.seed, 0, (1 << 63) - 1)
@@ -224,10 +230,12 @@ class SlideConfig:
             cfg = replace(cfg, output_lr=lr * scale)
         if cfg.negatives == "auto":
             cfg = replace(cfg, negatives="example" if many else "shared")
+        shared = cfg.negatives == "shared"
+        fewest = fused and rare and not shared  # the trees and centroids rank rare labels
         if cfg.rebuild_every is None:
-            cfg = replace(cfg, rebuild_every=REBUILD_EVERY_MANY if many else REBUILD_EVERY)
+            every = REBUILD_EVERY_MANY if many else REBUILD_EVERY
+            cfg = replace(cfg, rebuild_every=REBUILD_EVERY_RARE if fewest else every)
         if cfg.min_active is None:
-            shared = cfg.negatives == "shared"
             own = MIN_ACTIVE_EXAMPLE
             if fused:
                 own = MIN_ACTIVE_RARE if rare else MIN_ACTIVE_FUSED

@@ -125,6 +125,9 @@ class WideShard(ShardRows):
         # Fresh rows are random, and tables of random rows retrieve random neurons, which
         # an active set's padding gives anyway: training builds them at the first rebuild.
         self._unbuilt = initialize
+        #: whether training's active sets take the neurons the tables find (rebuild_every 0:
+        #: never; the tables are then built from the rows when inference asks)
+        self.retrieves = cfg.rebuild_every > 0
         self.schedule = RebuildSchedule(cfg.rebuild_every, cfg.rebuild_growth, cfg.redraw_every)
         self._scratch = active_kernels.scratch(0, self.n_local)
         self._shared_pos = np.zeros(0, np.int32)  # each row's index among the shared, or -1
@@ -181,9 +184,11 @@ class WideShard(ShardRows):
             pos[shared.rows] = np.arange(len(shared.rows), dtype=np.int32)
         pad = self._share(self.min_active) if train and shared is None else 0
         index = self._index if train else self.index  # training reads unbuilt tables as empty
+        none = np.zeros((len(h), 0), np.int32)  # without retrieval: nothing hashed or probed
+        buckets = index.buckets(h) if self.retrieves or not train else none
         try:
             return active_kernels.active_sets(
-                index.buckets(h),
+                buckets,
                 index.ids,
                 index.counts,
                 label_ptr,
@@ -246,14 +251,8 @@ class WideShard(ShardRows):
     def gather(self, sets: ActiveSets) -> SoftmaxPartials:
         """The second half of :meth:`forward`: the logits of the active neurons' rows,
         kept for :meth:`backward`, and their softmax partials."""
-        h, weight, active, n_active, n_label, n_found = (
-            sets.h,
-            sets.weight,
-            sets.active,
-            sets.n_active,
-            sets.n_label,
-            sets.n_found,
-        )
+        h, weight, active, n_active = sets.h, sets.weight, sets.active, sets.n_active
+        n_label, n_found = sets.n_label, sets.n_found
         keep = self._dropout(h.shape)
         if keep is not None:
             h = h * keep
@@ -348,7 +347,8 @@ class WideShard(ShardRows):
         )
         if keep is not None:
             grad_h *= keep
-        rebuild, redraw = self.schedule.due(self.step)
+        rebuild, redraw = self.schedule.due(self.step) if self.retrieves else (False, False)
+        self._unbuilt |= not self.retrieves  # the rows moved: inference builds tables afresh
         if redraw:
             self._index.draw(self._index.seed + 1)
         if rebuild:
