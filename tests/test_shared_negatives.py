@@ -111,7 +111,7 @@ def test_auto_shares_negatives_below_many_labels_and_draws_them_per_example_abov
     assert (many.negatives, many.min_active) == ("example", 2500)
     fused = SlideConfig().for_data(670_091, fused=True)  # neighbours and a tree rank its output
     assert (fused.negatives, fused.min_active) == ("example", 1000)
-    assert SlideConfig().for_data(670_091, fused=True, rare=True).min_active == 250
+    assert SlideConfig().for_data(670_091, fused=True, rare=True).min_active == 60
     assert SlideConfig().for_data(670_091, rare=True).min_active == 2500  # ranks alone
     assert SlideConfig().for_data(26_556, fused=True).min_active == 4096
     given = SlideConfig(negatives="example", min_active=300).for_data(26_556)

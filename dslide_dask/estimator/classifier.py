@@ -241,7 +241,9 @@ class SlideClassifier(
         example scores that many beside its labels and the neurons its tables found;
         with ``'example'``, its own random ones fill its active set up to this number.
         More negatives train a better softmax. None: 4096 shared, 2500 for each
-        example. Prediction computes none.
+        example; in a fit with ``neighbours`` (they and the label tree rank the
+        network's candidates) 1000 for each, and 60 where most training labels are of
+        rare labels. Prediction computes none.
     max_active : int, default=4096
         At most this many neurons per example, over the whole layer, in [1, 2**24]
         (never fewer than an example's labels).
@@ -263,7 +265,7 @@ class SlideClassifier(
         built when inference first asks for them. None: 50 below 100,000 labels, 200
         from there (where a rebuild hashes every row and costs most), and 0 in a fit
         with ``neighbours`` whose training labels are mostly of rare labels (where
-        ``min_active`` is 250): the label trees and centroids rank those, and the
+        ``min_active`` is 60): the label trees and centroids rank those, and the
         tables' hard negatives moved nothing.
     rebuild_growth : float, default=0.0
         Lengthens the intervals between rebuilds: the k-th interval is

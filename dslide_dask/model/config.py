@@ -35,9 +35,10 @@ MIN_ACTIVE_SHARED, MIN_ACTIVE_EXAMPLE = 4096, 2500
 MIN_ACTIVE_FUSED = 1000
 #: MIN_ACTIVE_FUSED where most training labels are of rare labels
 #: (:func:`~dslide_dask.model.label_tree.mostly_rare`): the trees and the centroids rank
-#: those, and 250 gave debian-files-rare the same P@1 within the seeds' spread in a fifth
-#: less time and amazon-670k the same P@1 with epochs a third shorter (docs/recipe.md).
-MIN_ACTIVE_RARE = 250
+#: those. With no tables in training (REBUILD_EVERY_RARE), 60 against 250 gave
+#: debian-files-rare P@1 0.2685 against 0.2661 (mean of three seeds) and amazon-670k at
+#: five epochs 0.5584 against 0.5578, both faster; 30 lost (docs/recipe.md).
+MIN_ACTIVE_RARE = 60
 #: rebuild_every=None: steps between table rebuilds, below and from MANY_LABELS. At 670K
 #: labels a rebuild hashes every row (a fifth of a step's time at 50); every 200 steps
 #: lost nothing on amazon-670k and debian-files and trained 6-9% faster (docs/recipe.md).
@@ -122,7 +123,7 @@ class SlideConfig:
     #: Random negatives an example scores, over the whole layer (each shard draws its
     #: share): more negatives, a better-trained softmax. None: 4,096 shared, 2,500 drawn
     #: for each example (filling its active set up to that number), 1,000 when neighbours
-    #: and a label tree rank the network's candidates, 250 when most training labels are
+    #: and a label tree rank the network's candidates, 60 when most training labels are
     #: also of rare labels.
     min_active: int | None = None
     max_active: int = 4096  # per example, over the whole layer
