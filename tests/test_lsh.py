@@ -137,6 +137,8 @@ def test_active_set_padding_reaches_the_minimum_without_duplicates():
 
 def test_rebuild_schedule_fixed_and_growing():
     fixed = RebuildSchedule(every=10)
+    never = RebuildSchedule(every=0, redraw_every=5)  # training without tables
+    assert not any(any(never.due(s)) for s in range(1, 50))
     assert [s for s in range(1, 41) if fixed.due(s)[0]] == [10, 20, 30, 40]
     growing = RebuildSchedule(every=10, growth=0.5)
     steps = [s for s in range(1, 200) if growing.due(s)[0]]
@@ -147,19 +149,25 @@ def test_rebuild_schedule_fixed_and_growing():
     assert [s for s, (_, r) in enumerate(due, 1) if r] == [25, 50]
 
 
-def test_a_fresh_layer_trains_on_padding_until_its_first_rebuild():
-    """Tables of random rows would retrieve random neurons: a fresh shard's stay empty
-    until the schedule's first rebuild, while anything else reading them builds them."""
+def _small_layer(rebuild_every: int):
+    """A 300-neuron layer's config, and 16 hidden vectors with one label each."""
     from dslide_dask.data.csr import CSR
-    from dslide_dask.model.layout import ShardLayout
-    from dslide_dask.model.wide_shard import WideShard
 
     cfg = SlideConfig(
-        hidden=(8,), K=2, L=4, rebuild_every=3, min_active=20, negatives="example"
+        hidden=(8,), K=2, L=4, rebuild_every=rebuild_every, min_active=20, negatives="example"
     ).for_data(300)
     rng = np.random.default_rng(0)
     h = rng.standard_normal((16, 8)).astype(np.float32)
-    Y = CSR.from_lists([[int(i)] for i in rng.integers(0, 300, 16)], 300)
+    return cfg, h, CSR.from_lists([[int(i)] for i in rng.integers(0, 300, 16)], 300)
+
+
+def test_a_fresh_layer_trains_on_padding_until_its_first_rebuild():
+    """Tables of random rows would retrieve random neurons: a fresh shard's stay empty
+    until the schedule's first rebuild, while anything else reading them builds them."""
+    from dslide_dask.model.layout import ShardLayout
+    from dslide_dask.model.wide_shard import WideShard
+
+    cfg, h, Y = _small_layer(3)
 
     def found(shard):  # labels or retrieved, per example (the rest is random padding)
         return shard.hash(h, Y).n_found
@@ -180,16 +188,10 @@ def test_a_fresh_layer_trains_on_padding_until_its_first_rebuild():
 def test_a_layer_that_never_rebuilds_trains_on_labels_and_padding_and_serves_fresh_tables():
     """rebuild_every=0: training retrieves nothing, whatever the tables hold, and hashes
     nothing; inference still finds neurons, in tables of the rows as they are now."""
-    from dslide_dask.data.csr import CSR
     from dslide_dask.model.layout import ShardLayout
     from dslide_dask.model.wide_shard import WideShard
 
-    cfg = SlideConfig(
-        hidden=(8,), K=2, L=4, rebuild_every=0, min_active=20, negatives="example"
-    ).for_data(300)
-    rng = np.random.default_rng(0)
-    h = rng.standard_normal((16, 8)).astype(np.float32)
-    Y = CSR.from_lists([[int(i)] for i in rng.integers(0, 300, 16)], 300)
+    cfg, h, Y = _small_layer(0)
     shard = WideShard(cfg, 8, ShardLayout.strided(300, 1))
     before = shard.index.ids.copy()  # built, as inference would: training still retrieves nothing
     hashed = []

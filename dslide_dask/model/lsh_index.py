@@ -216,7 +216,8 @@ class MIPSIndex:
 class RebuildSchedule:
     """When to rehash: every N0 steps, or at intervals ``N0 * exp(growth * k)`` growing
     with the number k of rebuilds so far; hash functions are redrawn every
-    ``redraw_every`` steps (0: never)."""
+    ``redraw_every`` steps (0: never). ``every`` 0: never either (training without
+    tables)."""
 
     def __init__(self, every: int, growth: float = 0.0, redraw_every: int = 0) -> None:
         self.every = every
@@ -228,6 +229,8 @@ class RebuildSchedule:
 
     def due(self, step: int) -> tuple[bool, bool]:
         """``(rebuild, redraw)`` after update number ``step``; advances the schedule."""
+        if self.every == 0:
+            return False, False
         redraw = False
         if self.next_redraw is not None and step >= self.next_redraw:
             redraw = True

@@ -125,9 +125,6 @@ class WideShard(ShardRows):
         # Fresh rows are random, and tables of random rows retrieve random neurons, which
         # an active set's padding gives anyway: training builds them at the first rebuild.
         self._unbuilt = initialize
-        #: whether training's active sets take the neurons the tables find (rebuild_every 0:
-        #: never; the tables are then built from the rows when inference asks)
-        self.retrieves = cfg.rebuild_every > 0
         self.schedule = RebuildSchedule(cfg.rebuild_every, cfg.rebuild_growth, cfg.redraw_every)
         self._scratch = active_kernels.scratch(0, self.n_local)
         self._shared_pos = np.zeros(0, np.int32)  # each row's index among the shared, or -1
@@ -136,6 +133,11 @@ class WideShard(ShardRows):
         self.last_update: tuple | None = None
         #: tables serving's LSH top-k probes instead of training's (set for serving only)
         self.serving_index: LSHIndex | MIPSIndex | None = None
+
+    @property
+    def retrieves(self) -> bool:
+        """Whether training takes the neurons the tables find (rebuild_every 0: never)."""
+        return bool(self.cfg.rebuild_every)
 
     @property
     def index(self) -> LSHIndex:
@@ -184,8 +186,10 @@ class WideShard(ShardRows):
             pos[shared.rows] = np.arange(len(shared.rows), dtype=np.int32)
         pad = self._share(self.min_active) if train and shared is None else 0
         index = self._index if train else self.index  # training reads unbuilt tables as empty
-        none = np.zeros((len(h), 0), np.int32)  # without retrieval: nothing hashed or probed
-        buckets = index.buckets(h) if self.retrieves or not train else none
+        if self.retrieves or not train:
+            buckets = index.buckets(h)
+        else:  # no table probed, no vector hashed
+            buckets = np.zeros((len(h), 0), np.int32)
         try:
             return active_kernels.active_sets(
                 buckets,
@@ -347,7 +351,7 @@ class WideShard(ShardRows):
         )
         if keep is not None:
             grad_h *= keep
-        rebuild, redraw = self.schedule.due(self.step) if self.retrieves else (False, False)
+        rebuild, redraw = self.schedule.due(self.step)
         self._unbuilt |= not self.retrieves  # the rows moved: inference builds tables afresh
         if redraw:
             self._index.draw(self._index.seed + 1)
