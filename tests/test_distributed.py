@@ -275,3 +275,32 @@ def test_a_split_hidden_layer_checkpoints_and_restores_under_any_split(client, t
                 np.testing.assert_array_equal(got, expected)
             assert restored.step == 20
             restored.train(data, Stream(32, seed=3))  # and trains on
+
+
+# -- closing ---------------------------------------------------------------------------------------
+def _model_parts_alive() -> int:
+    """Shards and hidden stacks alive in this worker process (run on each worker)."""
+    import gc
+
+    from dslide_dask.model.hidden import HiddenLayers
+    from dslide_dask.model.wide_shard import WideShard
+
+    return sum(isinstance(o, WideShard | HiddenLayers) for o in gc.get_objects())
+
+
+@pytest.mark.parametrize("hidden_shards", [1, 2], ids=["hidden on the coordinator", "split"])
+def test_closing_a_trainer_frees_its_model_on_the_workers_at_once(client, tiny, hidden_shards):
+    """The coordinator's own parts refer back to it, so a released coordinator would keep
+    shard 0 and the hidden layers until the worker's next full garbage collection (on a
+    small worker, a second model built meanwhile finds no room): ``close`` drops them
+    first. The workers' collector is off here, so only ``close`` can free them."""
+    import gc
+
+    client.run(gc.disable)
+    try:
+        trainer, _ = _train_split(client, tiny[0].slice(0, 320), hidden_shards, True)
+        assert all(n > 0 for n in client.run(_model_parts_alive).values())
+        trainer.close()
+        assert client.run(_model_parts_alive) == dict.fromkeys(trainer.placement.workers, 0)
+    finally:
+        client.run(gc.enable)

@@ -164,6 +164,19 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
         self.position = (stream.first_epoch, stream.first_batch)
         self.batches = stream.batches(planned, self.reads)
 
+    async def close(self) -> None:
+        """Drop the model's arrays on every worker now (the trainer's ``close``), not when
+        each worker's garbage collector finds the released actors: the coordinator is
+        referenced from its own parts, so releasing it alone frees nothing."""
+        try:
+            await self._all([s.close() for s in self.shards], "close")
+        finally:
+            self.local_shard.close()  # also if a remote shard failed
+            self.hidden = self.pending = self.planned = None
+            self.batches = iter(())
+            self.shards = [self.shards[0]]
+            vars(self).pop("stack", None)
+
     def data_left(self) -> tuple | None:
         """The planned data source and the rest of the stream, for a successor."""
         if self.planned is None:

@@ -189,6 +189,16 @@ class ShardActor:
         with self._busy():
             return self.shard.recall() and (self.hidden is None or self.hidden.recall())
 
+    def close(self) -> None:
+        """Drop this shard's arrays now (again: nothing): a released actor held in a
+        reference cycle would keep them until the worker's next full garbage collection."""
+        if self._feed is not None:
+            self._feed.stop()
+        self._feed = self._mirror = None
+        self._inputs.clear()
+        self.hidden = None
+        vars(self).pop("shard", None)
+
     def info(self) -> dict:
         shard = self.shard
         return {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import uuid
 
@@ -251,10 +252,14 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels)
         return self._wait(self.coordinator.ask_shards("get_weights"))
 
     def close(self) -> None:
-        """Release the actors (and the model they hold): their futures and the handle
-        of the coordinator, which keeps its actor alive too."""
+        """Free the model on its workers, then release the actors: their futures and the
+        handle of the coordinator, which keeps its actor alive too. The memory is free
+        when this returns, so a next model on the same workers finds it."""
         self._drop_prepared()
         self._release_old_model()
+        if self.coordinator is not None:
+            with contextlib.suppress(Exception):  # a lost worker took its part already
+                self._wait(self.coordinator.close())
         futures, self._futures, self.coordinator = self._futures, [], None
         self._release(futures)
 
