@@ -253,8 +253,8 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels)
 
     def close(self) -> None:
         """Free the model on its workers, then release the actors: their futures and the
-        handle of the coordinator, which keeps its actor alive too. The memory is free
-        when this returns, so a next model on the same workers finds it."""
+        handle of the coordinator, which keeps its actor alive too. The arrays go without
+        waiting for the workers' garbage collectors, so a next model finds their memory."""
         self._drop_prepared()
         self._release_old_model()
         if self.coordinator is not None:
