@@ -297,15 +297,17 @@ def test_closing_a_trainer_frees_its_model_on_the_workers_at_once(client, tiny, 
     first. The workers' collector is off here, so only ``close`` can free them."""
     import gc
 
+    client.run(gc.collect)  # earlier tests' garbage: not this model's parts
     client.run(gc.disable)
     try:
+        before = client.run(_model_parts_alive)
         trainer, _ = _train_split(client, tiny[0].slice(0, 320), hidden_shards, True)
-        assert all(n > 0 for n in client.run(_model_parts_alive).values())
+        built = client.run(_model_parts_alive)
+        assert all(built[w] > before[w] for w in trainer.placement.workers)
         trainer.close()
-        gone = dict.fromkeys(trainer.placement.workers, 0)
         deadline = time.monotonic() + 5  # a call's last references go with its reply
-        while (alive := client.run(_model_parts_alive)) != gone and time.monotonic() < deadline:
+        while (alive := client.run(_model_parts_alive)) != before and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert alive == gone
+        assert alive == before
     finally:
         client.run(gc.enable)
