@@ -91,6 +91,7 @@ def test_a_live_rebalance_moves_every_row_worker_to_worker_unchanged(
             client, CFG, train.n_features, train.n_labels, hidden_shards=hidden_shards
         ) as trainer,
     ):
+        client.run(gc.disable)  # only the move itself can free the old model
         trainer.train(train, Stream(BATCH, epochs=1))
         before = _weights(trainer)
         old = trainer.placement
@@ -98,6 +99,7 @@ def test_a_live_rebalance_moves_every_row_worker_to_worker_unchanged(
         assert trainer.rebalance() is None  # no new worker: nothing to do
         lc.scale(3)
         client.wait_for_workers(3)
+        client.run(gc.disable)
         move = trainer.rebalance()
         assert move is not None and move.live and move.workers == 3
         new = trainer.placement
@@ -111,6 +113,15 @@ def test_a_live_rebalance_moves_every_row_worker_to_worker_unchanged(
         history = trainer.train(train, Stream(BATCH, epochs=2))
         assert [r["step"] for r in history] == list(range(41, 121))
         assert trainer.evaluate(test)["P@1"] > 0.3
+        # the old model's shards are gone from the workers that stay: only the new 3 are left
+        assert sum(client.run(_shards_alive).values()) == 3
+
+
+def _shards_alive() -> int:
+    """Wide-layer shards alive in this worker process (run on each worker)."""
+    from dslide_dask.model.wide_shard import WideShard
+
+    return sum(isinstance(o, WideShard) for o in gc.get_objects())
 
 
 @pytest.mark.slow

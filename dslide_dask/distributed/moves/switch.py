@@ -10,6 +10,7 @@ model being built and switching to it is its own job, with its own failure modes
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 import warnings
@@ -92,6 +93,7 @@ class SwitchesModels:
         super().__init__()
         self._prepared: PreparedMove | None = None
         self._old_model: list = []  #: the actors of the model switched from, until released
+        self._old_coordinator: Any = None  #: its coordinator's handle, until released
         #: the new model's placement, while it takes the old one's parts
         self._moving_to: Placement | None = None
         #: joined workers a new model could not be built on
@@ -228,6 +230,7 @@ class SwitchesModels:
             self._moving_to = None
             self._mirroring = False
         self._old_model = self._futures  # let go at the next boundary, not now
+        self._old_coordinator = self.coordinator
         self._adopt(launch)
         if prepared.leaving:
             self._release_old_model()  # before the workers that left may retire
@@ -254,8 +257,14 @@ class SwitchesModels:
         return max(0.0, during - n * statistics.median(before))
 
     def _release_old_model(self) -> None:
+        """Free the old model on its workers (as ``close`` frees a model), then let its
+        actors go."""
         if self._old_model:
             old, self._old_model = self._old_model, []
+            coordinator, self._old_coordinator = self._old_coordinator, None
+            if coordinator is not None:
+                with contextlib.suppress(Exception):  # a worker it was on may be gone
+                    self._wait(coordinator.close())
             self._release(old, now=False)
 
     def _drop_prepared(self, stop_mirror: bool = False) -> None:
