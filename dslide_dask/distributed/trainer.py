@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import uuid
 
@@ -257,9 +256,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels)
         waiting for the workers' garbage collectors, so a next model finds their memory."""
         self._drop_prepared()
         self._release_old_model()
-        if self.coordinator is not None:
-            with contextlib.suppress(Exception):  # a lost worker took its part already
-                self._wait(self.coordinator.close())
+        self._free(self.coordinator)
         futures, self._futures, self.coordinator = self._futures, [], None
         self._release(futures)
 

@@ -262,10 +262,15 @@ class SwitchesModels:
         if self._old_model:
             old, self._old_model = self._old_model, []
             coordinator, self._old_coordinator = self._old_coordinator, None
-            if coordinator is not None:
-                with contextlib.suppress(Exception):  # a worker it was on may be gone
-                    self._wait(coordinator.close())
+            self._free(coordinator)
             self._release(old, now=False)
+
+    def _free(self, coordinator: Any) -> None:
+        """Have a model's coordinator drop its arrays and its shards' now (before their
+        actors go); a worker already lost took its part with it."""
+        if coordinator is not None:
+            with contextlib.suppress(Exception):
+                self._wait(coordinator.close())
 
     def _drop_prepared(self, stop_mirror: bool = False) -> None:
         """Release a prepared model that will not be switched to; the workers it was to
