@@ -311,3 +311,29 @@ def test_closing_a_trainer_frees_its_model_on_the_workers_at_once(client, tiny, 
         assert alive == before
     finally:
         client.run(gc.enable)
+
+
+@pytest.mark.parametrize("hidden_shards", [1, 2], ids=["hidden on the coordinator", "split"])
+def test_a_trainer_dropped_without_closing_frees_its_model_on_the_workers(
+    client, tiny, hidden_shards
+):
+    """A notebook that builds a second trainer under the same name never closes the
+    first. Once the client lets go of its actors, the workers free the model by reference
+    counting alone: the coordinator's parts hold its methods weakly, so it is in no
+    reference cycle that only a full collection (rare on a quiet worker) would break."""
+    import gc
+
+    client.run(gc.collect)
+    client.run(gc.disable)
+    try:
+        before = client.run(_model_parts_alive)
+        trainer, _ = _train_split(client, tiny[0].slice(0, 320), hidden_shards, True)
+        assert client.run(_model_parts_alive) != before
+        del trainer
+        gc.collect()  # the client's side: distributed's actor handles sit in cycles there
+        deadline = time.monotonic() + 5
+        while (alive := client.run(_model_parts_alive)) != before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert alive == before
+    finally:
+        client.run(gc.enable)

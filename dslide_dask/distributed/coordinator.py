@@ -40,7 +40,7 @@ from dslide_dask.distributed.moves.handover import (
 from dslide_dask.distributed.moves.mirroring import MirrorsRows
 from dslide_dask.distributed.queries import AnswersQueries
 from dslide_dask.distributed.shard_actor import InProcess, ShardActor
-from dslide_dask.distributed.shard_calls import CallsShards
+from dslide_dask.distributed.shard_calls import CallsShards, weakly
 from dslide_dask.distributed.specs import CoordinatorSpec
 from dslide_dask.distributed.turns import TicketBook
 from dslide_dask.distributed.worker_process import prepare_worker_process
@@ -73,7 +73,7 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
         self.hidden: HiddenLayers | None = None  # here, unless split over the shards
         if not spec.hidden_units:
             self.hidden = HiddenLayers(self.cfg, spec.n_features, self.cfg.seed, fresh)
-            self.stack: LocalHidden | SplitHidden = LocalHidden(self.hidden, self._compute)
+            self.stack: LocalHidden | SplitHidden = LocalHidden(self.hidden, weakly(self._compute))
         self.hidden_units = spec.hidden_units
         self._keys = itertools.count()  # names a training step's hidden forward
         self.layout = spec.layout
@@ -99,7 +99,7 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
         self.local_shard = ShardActor(
             spec.local_shard, pieces, None if self.hidden is not None else units
         )
-        self.shards: list = [InProcess(self.local_shard, self._on_kernel_thread)]
+        self.shards: list = [InProcess(self.local_shard, weakly(self._on_kernel_thread))]
         self.remote, self.n_remote = [False], 0
         self.tickets = TicketBook(1)
         self.shard_workers = list(spec.shard_workers)
@@ -141,7 +141,7 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
         self.tickets = TicketBook(len(self.shards))
         if self.hidden_units:
             holders = self.shards[: len(self.hidden_units)]
-            self.stack = SplitHidden(holders, self.hidden_units, self._all)
+            self.stack = SplitHidden(holders, self.hidden_units, weakly(self._all))
 
     # -- data --------------------------------------------------------------------------------
     async def set_data(

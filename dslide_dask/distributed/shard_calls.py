@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -24,6 +26,26 @@ from dslide_dask.errors import ShardLostError
 #: The one thread of a worker process that runs the coordinators' and their local shards'
 #: kernels, one call at a time (its thread starts with the first call).
 KERNEL_THREAD = ThreadPoolExecutor(1, thread_name_prefix="dslide-kernels")
+
+
+def weakly(method: Callable) -> Callable:
+    """``method``, bound to an object that this callable does not keep alive.
+
+    The coordinator hands its own methods to its parts (shard 0's in-process handle, the
+    hidden stack): held strongly, they would make reference cycles, and a released
+    coordinator would keep shard 0 and the hidden layers until the worker's next full
+    garbage collection, where a next model might not find the memory.
+    """
+    ref = weakref.WeakMethod(method)
+    name = method.__name__
+
+    def call(*args):
+        bound = ref()
+        if bound is None:
+            raise RuntimeError(f"{name}: its coordinator was released")
+        return bound(*args)
+
+    return call
 
 
 class CallsShards:
