@@ -291,10 +291,9 @@ def _model_parts_alive() -> int:
 
 @pytest.mark.parametrize("hidden_shards", [1, 2], ids=["hidden on the coordinator", "split"])
 def test_closing_a_trainer_frees_its_model_on_the_workers_at_once(client, tiny, hidden_shards):
-    """The coordinator's own parts refer back to it, so a released coordinator would keep
-    shard 0 and the hidden layers until the worker's next full garbage collection (on a
-    small worker, a second model built meanwhile finds no room): ``close`` drops them
-    first. The workers' collector is off here, so only ``close`` can free them."""
+    """``close`` frees the model on every worker before it returns (on a small worker, a
+    second model built next would otherwise find no room), with the workers' collector
+    off: nothing is left for a later collection."""
     import gc
 
     client.run(gc.collect)  # earlier tests' garbage: not this model's parts

@@ -165,9 +165,10 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
         self.batches = stream.batches(planned, self.reads)
 
     async def close(self) -> None:
-        """Drop the model's arrays on every worker now (the trainer's ``close``), not when
-        each worker's garbage collector finds the released actors: the coordinator is
-        referenced from its own parts, so releasing it alone frees nothing."""
+        """Drop the model's arrays on every worker now (the trainer's ``close``, and a
+        live move's old model), not when its actors are released: the client lets go of
+        an actor only once its own collector has broken the reference cycles that
+        distributed's actor handles sit in, and a move releases the old actors lazily."""
         try:
             await self._all([s.close() for s in self.shards], "close")
         finally:

@@ -190,8 +190,8 @@ class ShardActor:
             return self.shard.recall() and (self.hidden is None or self.hidden.recall())
 
     def close(self) -> None:
-        """Drop this shard's arrays now (again: nothing): a released actor held in a
-        reference cycle would keep them until the worker's next full garbage collection."""
+        """Drop this shard's arrays now (again: nothing), before the actor is released
+        (:meth:`.Coordinator.close` says when that is)."""
         if self._feed is not None:
             self._feed.stop()
         self._feed = self._mirror = None
