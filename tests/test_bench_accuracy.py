@@ -50,6 +50,8 @@ def test_bench_accuracy_end_to_end(capsys, tmp_path: Path, tiny_files) -> None:
     for name in names:
         assert any(line.startswith(f"{name} ") for line in lines), name
     assert "engine P@1 by epoch:" in out
+    by_epoch = next(line for line in lines if line.startswith("engine P@1 by epoch:"))
+    assert by_epoch.endswith(" s, fitted)") and by_epoch.count("fitted") == 1
     results = {r["contender"]: r for r in json.loads(out_json.read_text())["results"]}
     assert list(results) == names
     engine = results["engine"]

@@ -163,6 +163,8 @@ def run_engine(train, test, config: dict[str, Any], client=None) -> dict[str, An
         t = time.perf_counter()
         topk = clf.predict_topk(test.X, max(KS))
         point = {"epoch": step / steps_per_epoch, "step": step, "samples": seen[0]}
+        if final:
+            point["fitted"] = True
         curve.append({**point, "seconds": t - t0 - paused[0], **score(topk)})
         paused[0] += time.perf_counter() - t
 
@@ -287,11 +289,18 @@ def format_report(results: list[dict[str, Any]]) -> str:
     lines = [engine_bench.format_table(ran, COLUMNS)] if ran else []
     for r in ran:
         if r.get("curve"):
-            points = "  ".join(f"{p['P@1']:.4f} ({p['seconds']:.1f} s)" for p in r["curve"])
+            points = "  ".join(_point(p) for p in r["curve"])
             per = "member" if "members" in r["curve"][0] else "epoch"
             lines.append(f"{r['contender']} P@1 by {per}: {points}")
     lines += [f"{r['contender']}: skipped, {r['skipped']}" for r in results if "skipped" in r]
     return "\n".join(lines)
+
+
+def _point(p: dict[str, Any]) -> str:
+    """A curve's point: P@1 and seconds; the model a fit returns is marked, as it has
+    what the fit builds after its last step (held rows indexed, label trees), which the
+    epochs' points have not."""
+    return f"{p['P@1']:.4f} ({p['seconds']:.1f} s{', fitted' if p.get('fitted') else ''})"
 
 
 def plot_p1(results: list[dict[str, Any]], title: str = "") -> bytes:
