@@ -162,9 +162,7 @@ def run_engine(train, test, config: dict[str, Any], client=None) -> dict[str, An
             curve.pop()
         t = time.perf_counter()
         topk = clf.predict_topk(test.X, max(KS))
-        point = {"epoch": step / steps_per_epoch, "step": step, "samples": seen[0]}
-        if final:
-            point["fitted"] = True
+        point = {"epoch": step / steps_per_epoch, "step": step, "samples": seen[0], "fitted": final}
         curve.append({**point, "seconds": t - t0 - paused[0], **score(topk)})
         paused[0] += time.perf_counter() - t
 
@@ -297,9 +295,8 @@ def format_report(results: list[dict[str, Any]]) -> str:
 
 
 def _point(p: dict[str, Any]) -> str:
-    """A curve's point: P@1 and seconds; the model a fit returns is marked, as it has
-    what the fit builds after its last step (held rows indexed, label trees), which the
-    epochs' points have not."""
+    """P@1 and seconds; "fitted" marks the model the fit returns: it has what the fit
+    builds after its last step (held rows indexed, label trees), the epochs' points not."""
     return f"{p['P@1']:.4f} ({p['seconds']:.1f} s{', fitted' if p.get('fitted') else ''})"
 
 
