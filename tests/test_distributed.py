@@ -289,11 +289,11 @@ def _model_parts_alive() -> int:
     return sum(isinstance(o, WideShard | HiddenLayers) for o in gc.get_objects())
 
 
-@pytest.mark.parametrize("hidden_shards", [1, 2], ids=["hidden on the coordinator", "split"])
-def test_closing_a_trainer_frees_its_model_on_the_workers_at_once(client, tiny, hidden_shards):
-    """``close`` frees the model on every worker before it returns (on a small worker, a
-    second model built next would otherwise find no room), with the workers' collector
-    off: nothing is left for a later collection."""
+def _parts_left_after(client, tiny, hidden_shards, close: bool) -> tuple[dict, dict, dict]:
+    """Each worker's model parts before a trainer is built, once it has trained (its
+    workers), and after it is closed or dropped (waiting up to 5 s: a call's last
+    references go with its reply), with the workers' garbage collector off, so nothing is
+    left to it."""
     import gc
 
     client.run(gc.collect)  # earlier tests' garbage: not this model's parts
@@ -302,14 +302,28 @@ def test_closing_a_trainer_frees_its_model_on_the_workers_at_once(client, tiny, 
         before = client.run(_model_parts_alive)
         trainer, _ = _train_split(client, tiny[0].slice(0, 320), hidden_shards, True)
         built = client.run(_model_parts_alive)
-        assert all(built[w] > before[w] for w in trainer.placement.workers)
-        trainer.close()
-        deadline = time.monotonic() + 5  # a call's last references go with its reply
+        workers = trainer.placement.workers
+        if close:
+            trainer.close()
+        del trainer
+        if not close:
+            gc.collect()  # the client's side: distributed's actor handles sit in cycles there
+        deadline = time.monotonic() + 5
         while (alive := client.run(_model_parts_alive)) != before and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert alive == before
+        return before, {w: built[w] for w in workers}, alive
     finally:
         client.run(gc.enable)
+
+
+@pytest.mark.parametrize("hidden_shards", [1, 2], ids=["hidden on the coordinator", "split"])
+def test_closing_a_trainer_frees_its_model_on_the_workers_at_once(client, tiny, hidden_shards):
+    """``close`` frees the model on every worker before it returns (on a small worker, a
+    second model built next would otherwise find no room), with the workers' collector
+    off: nothing is left for a later collection."""
+    before, built, alive = _parts_left_after(client, tiny, hidden_shards, close=True)
+    assert all(built[w] > before[w] for w in built)
+    assert alive == before
 
 
 @pytest.mark.parametrize("hidden_shards", [1, 2], ids=["hidden on the coordinator", "split"])
@@ -320,19 +334,6 @@ def test_a_trainer_dropped_without_closing_frees_its_model_on_the_workers(
     first. Once the client lets go of its actors, the workers free the model by reference
     counting alone: the coordinator's parts hold its methods weakly, so it is in no
     reference cycle that only a full collection (rare on a quiet worker) would break."""
-    import gc
-
-    client.run(gc.collect)
-    client.run(gc.disable)
-    try:
-        before = client.run(_model_parts_alive)
-        trainer, _ = _train_split(client, tiny[0].slice(0, 320), hidden_shards, True)
-        assert client.run(_model_parts_alive) != before
-        del trainer
-        gc.collect()  # the client's side: distributed's actor handles sit in cycles there
-        deadline = time.monotonic() + 5
-        while (alive := client.run(_model_parts_alive)) != before and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert alive == before
-    finally:
-        client.run(gc.enable)
+    before, built, alive = _parts_left_after(client, tiny, hidden_shards, close=False)
+    assert built != {w: before[w] for w in built}
+    assert alive == before

@@ -40,7 +40,7 @@ from dslide_dask.distributed.moves.handover import (
 from dslide_dask.distributed.moves.mirroring import MirrorsRows
 from dslide_dask.distributed.queries import AnswersQueries
 from dslide_dask.distributed.shard_actor import InProcess, ShardActor
-from dslide_dask.distributed.shard_calls import CallsShards, weakly
+from dslide_dask.distributed.shard_calls import CallsShards, on_kernel_thread, weakly
 from dslide_dask.distributed.specs import CoordinatorSpec
 from dslide_dask.distributed.turns import TicketBook
 from dslide_dask.distributed.worker_process import prepare_worker_process
@@ -99,7 +99,7 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
         self.local_shard = ShardActor(
             spec.local_shard, pieces, None if self.hidden is not None else units
         )
-        self.shards: list = [InProcess(self.local_shard, weakly(self._on_kernel_thread))]
+        self.shards: list = [InProcess(self.local_shard, on_kernel_thread)]
         self.remote, self.n_remote = [False], 0
         self.tickets = TicketBook(1)
         self.shard_workers = list(spec.shard_workers)

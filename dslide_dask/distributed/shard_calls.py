@@ -28,11 +28,17 @@ from dslide_dask.errors import ShardLostError
 KERNEL_THREAD = ThreadPoolExecutor(1, thread_name_prefix="dslide-kernels")
 
 
+async def on_kernel_thread(fn, *args):
+    """``fn(*args)`` on :data:`KERNEL_THREAD`, awaited from the event loop."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(KERNEL_THREAD, partial(fn, *args))
+
+
 def weakly(method: Callable) -> Callable:
     """``method``, bound to an object that this callable does not keep alive.
 
-    The coordinator hands its own methods to its parts (shard 0's in-process handle, the
-    hidden stack): held strongly, they would make reference cycles, and a released
+    The coordinator hands its own methods to its hidden stack: held strongly, they
+    would make reference cycles (the coordinator holds the stack), and a released
     coordinator would keep shard 0 and the hidden layers until the worker's next full
     garbage collection, where a next model might not find the memory.
     """
@@ -74,15 +80,10 @@ class CallsShards:
             return getattr(shard, method)(*args)
         return shard.in_turn(self.tickets.ticket(i), method, *args)
 
-    async def _on_kernel_thread(self, fn, *args):
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(KERNEL_THREAD, partial(fn, *args))
-
     async def _compute(self, fn, *args):
         """Run model arithmetic on the kernel thread, like the local shard's methods, so
         numba kernels never run from two threads of this process at once."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(KERNEL_THREAD, partial(self._timed, fn, *args))
+        return await on_kernel_thread(self._timed, fn, *args)
 
     def _timed(self, fn, *args):
         """``fn(*args)`` with this worker's threads, its time counted as hidden-layer work
