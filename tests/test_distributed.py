@@ -332,8 +332,8 @@ def test_a_trainer_dropped_without_closing_frees_its_model_on_the_workers(
 ):
     """A notebook that builds a second trainer under the same name never closes the
     first. Once the client lets go of its actors, the workers free the model by reference
-    counting alone: the coordinator's parts hold its methods weakly, so it is in no
-    reference cycle that only a full collection (rare on a quiet worker) would break."""
+    counting alone: its hidden stack holds its methods weakly, so it is in no reference
+    cycle that only a full collection (rare on a quiet worker) would break."""
     before, built, alive = _parts_left_after(client, tiny, hidden_shards, close=False)
     assert built != {w: before[w] for w in built}
     assert alive == before
