@@ -337,7 +337,10 @@ def test_a_fit_ranks_by_its_trees_saves_them_and_names_a_damaged_one(small, tmp_
     weight, tail = clf._choose_weight()
     ids, logits = clf._network_topk(X, clf._candidates(), True)
     index = clf.neighbours_
-    votes = clf._with_centroid_votes(X, (ids, logits), clf._votes(X, weight), weight, tail)
+    model = clf.fused_model()
+    votes = model.with_centroid_votes(
+        X, (ids, logits), model.votes(clf.trainer_, X, weight), weight, tail
+    )
     from dslide_dask.model.fusion import fused_topk
 
     fused = fused_topk(ids, logits, votes, weight, SCORED, tail, index.inverse_propensity)

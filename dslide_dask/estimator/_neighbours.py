@@ -21,17 +21,9 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.estimator._inputs import _plain
 from dslide_dask.estimator._state import EstimatorState
-from dslide_dask.metrics import xc_metrics
 from dslide_dask.model.config import check_float, check_int
-from dslide_dask.model.fusion import (
-    CENTROID_WEIGHTS,
-    TAILS,
-    candidate_union,
-    choose_weights,
-    fused_topk,
-    tree_rescored,
-)
-from dslide_dask.model.label_centroids import SCORED
+from dslide_dask.model.fused import MAX_TREE_POWER, FusedModel, Fusion
+from dslide_dask.model.fusion import CENTROID_WEIGHTS, TAILS, choose_weights
 from dslide_dask.model.label_classifiers import LabelClassifiers
 from dslide_dask.model.label_tree import trees_for
 from dslide_dask.model.neighbours import CANDIDATES, MAX_TREES, NeighbourIndex
@@ -56,8 +48,6 @@ FALLBACK_CENTROID_WEIGHT = 0.5
 #: At most this many labels, the most frequent, get a classifier of their own (each costs
 #: a pass's arithmetic over every row's features; debian-files gives 325 labels 100 rows).
 MAX_CLASSIFIED = 1024
-#: ``label_tree`` at most: past 2 the tree's likelihood all but decides alone.
-MAX_TREE_POWER = 2.0
 
 
 class NeighboursMixin(EstimatorState):
@@ -220,8 +210,9 @@ class NeighboursMixin(EstimatorState):
         if self._held is not None and self._weight_step != self._step:
             held, given, tail = self._held, self._given_weight(), self._given_tail()
             ids, logits = self.trainer_.topk_scores(held.X, self._candidates(), True)
-            votes = self._with_centroid_votes(held.X, (ids, logits), self._votes(held.X))
-            index = self._index_now()
+            fused, net = self._fused(), _EstimatorNetwork(self)
+            votes = fused.with_centroid_votes(held.X, (ids, logits), fused.votes(net, held.X))
+            index = fused.index
             weight, chosen_tail = choose_weights(
                 ids,
                 logits,
@@ -265,54 +256,30 @@ class NeighboursMixin(EstimatorState):
             self._embed_step = self._step
         return index
 
-    def _votes(
-        self, X: CSR, weight: tuple[float, ...] = (1.0, 1.0)
-    ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The votes of the points nearest each row in the input, and in the hidden space
-        once the index has the points' hidden vectors (during a fit: of the network as it
-        is now, computed again when it has stepped since), then the label classifiers'
-        scores if the index has them (asked unless ``weight`` has a third entry, 0). A
-        source of ``weight`` 0 is not asked: its list is empty (on amazon-670k the fit
-        gives the hidden votes 0, and asking them would double a served row's time)."""
-        index = self._index_now()
-        k, m, mix = self._neighbour_k(), self._candidates(), self._neighbour_mix()
-        hidden = index.embedding is not None and weight[1] > 0
-        near = None
-        votes = [_none(X)]
-        if weight[0] > 0 or (hidden and mix > 0 and index.search is not None):
-            ids, shares, near = index.votes_and_points(X, k, m)
-            votes = [(ids, shares) if weight[0] > 0 else _none(X)]
-        if hidden:
-            embedded = self.trainer_.embed(X)
-            votes.append(index.embedding_votes(embedded, k, m, X, mix, near if mix > 0 else None))
-        if index.classifiers is not None and (len(weight) < 3 or weight[2] > 0):
-            votes += [_none(X)] * (2 - len(votes))  # their place is the third
-            votes.append(index.classifier_votes(X, m))
-        return votes
+    def fused_model(self) -> FusedModel | None:
+        """The fused parts of the fitted model, apart from its network.
 
-    def _with_centroid_votes(
-        self,
-        X: CSR,
-        net: tuple[np.ndarray, np.ndarray],
-        votes: list[tuple[np.ndarray, np.ndarray]],
-        weight: tuple[float, ...] | None = None,
-        tail: float = 0.0,
-    ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """``votes`` and the label centroids' cosines, if the index has them (unless
-        ``weight``'s fourth entry is 0): with the weights known, for the
-        :data:`~dslide_dask.model.label_centroids.SCORED` best labels of the network's
-        (``net``: ids, logits) and the votes' fused scores; else (choosing the weights)
-        for every candidate they name."""
-        index = self._index_now()
-        if index.centroids is None or (weight is not None and len(weight) > 3 and not weight[3]):
-            return votes
-        if weight is None:
-            candidates = candidate_union(net[0], votes)
-        else:
-            others = weight[:3]
-            candidates, _ = fused_topk(*net, votes, others, SCORED, tail, index.inverse_propensity)
-        votes = votes + [_none(X)] * (3 - len(votes))
-        return [*votes, index.centroid_votes(X, candidates)]
+        Returns
+        -------
+        FusedModel or None
+            The neighbour index (training rows, their hidden vectors, label classifiers,
+            centroids and trees) and the chosen :class:`~dslide_dask.model.fused.Fusion`;
+            None when the network answers alone (``neighbours=0``, or a fit that kept
+            no rows).
+        """
+        self._check_fitted()
+        if getattr(self, "neighbours_", None) is None:
+            return None
+        return self._fused(*self._choose_weight())
+
+    def _fused(self, weight: tuple[float, ...] | None = None, tail: float = 0.0) -> FusedModel:
+        """The fused model as it is now: the index (with hidden vectors of the network as
+        it is now) and the fusion ``weight`` (None: every source asked, as while the
+        weights are chosen) and ``tail``."""
+        fusion = Fusion(
+            self._neighbour_k(), self._neighbour_mix(), weight, tail, self._label_tree()
+        )
+        return FusedModel(self._index_now(), fusion)
 
     def _candidates(self) -> int:
         return min(CANDIDATES, self.trainer_.n_labels)
@@ -320,24 +287,25 @@ class NeighboursMixin(EstimatorState):
     def _fused_topk(self, X: CSR, k: int, exact: bool) -> tuple[np.ndarray, np.ndarray]:
         """Top-k ids and fused scores of the network and the neighbours' votes."""
         weight, tail = self._choose_weight()
-        ids, logits = self._network_topk(X, max(k, self._candidates()), exact)
-        index = self._index_now()
-        votes = self._with_centroid_votes(X, (ids, logits), self._votes(X, weight), weight, tail)
-        power = self._label_tree() if index.trees else 0.0
-        width = max(k, SCORED) if power else k
-        top, scores = fused_topk(ids, logits, votes, weight, width, tail, index.inverse_propensity)
-        if not power:
-            return top, scores
-        return tree_rescored(top, scores, index.tree_losses(X, top), power, k)
+        return self._fused(weight, tail).topk(_EstimatorNetwork(self), X, k, exact)
 
     def _fused_metrics(self, data: XCDataset, ks: tuple[int, ...], exact: bool) -> dict:
         """P@k, nDCG@k and PSP@k of the fused top-k (propensities from the indexed rows:
         every training row, once the fit is over)."""
-        top, _ = self._fused_topk(data.X, max(ks), exact)
-        index = self._index_now()
-        return xc_metrics(top, data.Y, ks, label_counts=index.label_counts, n_train=index.n_points)
+        weight, tail = self._choose_weight()
+        fused = self._fused(weight, tail)
+        return fused.metrics(_EstimatorNetwork(self), data.X, data.Y, ks, exact)
 
 
-def _none(X: CSR) -> tuple[np.ndarray, np.ndarray]:
-    """An empty list of votes for each row of ``X`` (a source not asked)."""
-    return np.full((X.n_rows, 0), -1, np.int64), np.zeros((X.n_rows, 0), np.float32)
+class _EstimatorNetwork:
+    """The estimator's network as fusion asks it (:class:`~dslide_dask.model.fused.
+    Network`): through its output index when one is built."""
+
+    def __init__(self, estimator: NeighboursMixin) -> None:
+        self.estimator = estimator
+
+    def topk_scores(self, X: CSR, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        return self.estimator._network_topk(X, k, exact)
+
+    def embed(self, X: CSR) -> np.ndarray:
+        return self.estimator.trainer_.embed(X)

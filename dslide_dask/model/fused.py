@@ -1,0 +1,173 @@
+"""The whole model a user is served: the network's answer fused with the training points'.
+
+A :class:`FusedModel` is the :class:`~dslide_dask.model.neighbours.NeighbourIndex` (the
+training rows, their hidden vectors, the label classifiers, centroids and trees) and the
+:class:`Fusion` that weighs each source, apart from the network that trained beside it:
+the network is whatever answers :class:`Network` (the in-process or distributed trainer,
+a network loaded on a worker, through its output index or not). So the estimator, the
+prediction graphs and ``dslide predict`` rank with one piece of code, and a model saved
+by any of them is served the same everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from dslide_dask.data.csr import CSR
+from dslide_dask.metrics import xc_metrics
+from dslide_dask.model.config import check_float, check_int
+from dslide_dask.model.fusion import (
+    CENTROID_WEIGHTS,
+    TAILS,
+    candidate_union,
+    fused_topk,
+    tree_rescored,
+)
+from dslide_dask.model.label_centroids import SCORED
+from dslide_dask.model.neighbours import CANDIDATES, NeighbourIndex
+
+#: A list of votes: per row, label ids (-1: none) and their scores.
+Votes = tuple[np.ndarray, np.ndarray]
+#: The largest power of a label tree's path likelihood (past 2 it all but decides alone).
+MAX_TREE_POWER = 2.0
+
+
+class Network(Protocol):
+    """What fusion asks of a network: its best labels with their logits, and the last
+    hidden layer's output (the space the hidden-space neighbours are found in)."""
+
+    def topk_scores(self, X: CSR, k: int, exact: bool = True) -> Votes: ...
+
+    def embed(self, X: CSR) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How the sources are weighed: ``k`` nearest points vote (found by ``(1 - mix) *
+    cos_hidden + mix * cos_input`` in the hidden space), ``weight`` the sources'
+    weights (input votes, hidden votes, label classifiers, centroids; the network gets
+    ``1 - `` the first two) or None while a fit chooses them (every source asked),
+    ``tail`` the inverse propensity's exponent, ``tree_power`` the label trees'
+    likelihood's (0: no re-ranking)."""
+
+    k: int
+    mix: float = 0.0
+    weight: tuple[float, ...] | None = None
+    tail: float = 0.0
+    tree_power: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_int("neighbours", self.k, 1, 1 << 16)
+        check_float("neighbour_mix", self.mix, 0.0, 1.0)
+        check_float("tail_exponent", self.tail, 0.0, max(TAILS))
+        check_float("label_tree", self.tree_power, 0.0, MAX_TREE_POWER)
+        if self.weight is not None:
+            check_weights(self.weight)
+
+    def to_dict(self) -> dict:
+        weight = None if self.weight is None else list(self.weight)
+        return {"k": self.k, "mix": self.mix, "weight": weight, "tail": self.tail,
+                "tree_power": self.tree_power}  # fmt: skip
+
+
+def check_weights(weight: tuple[float, ...]) -> None:
+    """ValueError unless ``weight`` is 2-4 source weights: two in [0, 1] of sum at most 1,
+    the classifiers' in [0, 1], the centroids' in [0, max(CENTROID_WEIGHTS)]."""
+    highest = (1.0, 1.0, 1.0, max(CENTROID_WEIGHTS))
+    if not 2 <= len(weight) <= 4 or sum(weight[:2]) > 1.0 + 1e-9:
+        raise ValueError(
+            f"the fusion weights must be 2 to 4, the first two of sum <= 1, got {weight}"
+        )
+    for value, top in zip(weight, highest, strict=False):
+        check_float("the fusion weights", value, 0.0, top)
+
+
+@dataclass(frozen=True, eq=False)
+class FusedModel:
+    """A network's answer fused with the points of :attr:`index` as :attr:`fusion` says."""
+
+    index: NeighbourIndex
+    fusion: Fusion
+
+    @property
+    def weight(self) -> tuple[float, ...]:
+        if self.fusion.weight is None:
+            raise RuntimeError("the fusion weights are not chosen yet")  # a fit sets them
+        return self.fusion.weight
+
+    def candidates(self) -> int:
+        """How many of the network's best labels the sources are fused over."""
+        return min(CANDIDATES, self.index.n_labels)
+
+    def votes(self, net: Network, X: CSR, weight: tuple[float, ...] = (1.0, 1.0)) -> list[Votes]:
+        """The votes of the points nearest each row in the input, and in the hidden space
+        once the index has the points' hidden vectors, then the label classifiers' scores
+        if the index has them (asked unless ``weight`` has a third entry, 0). A source of
+        ``weight`` 0 is not asked: its list is empty (on amazon-670k the fit gives the
+        hidden votes 0, and asking them would double a served row's time)."""
+        index, k, mix, m = self.index, self.fusion.k, self.fusion.mix, self.candidates()
+        hidden = index.embedding is not None and weight[1] > 0
+        near = None
+        votes = [_none(X)]
+        if weight[0] > 0 or (hidden and mix > 0 and index.search is not None):
+            ids, shares, near = index.votes_and_points(X, k, m)
+            votes = [(ids, shares) if weight[0] > 0 else _none(X)]
+        if hidden:
+            embedded = net.embed(X)
+            votes.append(index.embedding_votes(embedded, k, m, X, mix, near if mix > 0 else None))
+        if index.classifiers is not None and (len(weight) < 3 or weight[2] > 0):
+            votes += [_none(X)] * (2 - len(votes))  # their place is the third
+            votes.append(index.classifier_votes(X, m))
+        return votes
+
+    def with_centroid_votes(
+        self,
+        X: CSR,
+        net: Votes,
+        votes: list[Votes],
+        weight: tuple[float, ...] | None = None,
+        tail: float = 0.0,
+    ) -> list[Votes]:
+        """``votes`` and the label centroids' cosines, if the index has them (unless
+        ``weight``'s fourth entry is 0): with the weights known, for the
+        :data:`~dslide_dask.model.label_centroids.SCORED` best labels of the network's
+        (``net``: ids, logits) and the votes' fused scores; else (choosing the weights)
+        for every candidate they name."""
+        index = self.index
+        if index.centroids is None or (weight is not None and len(weight) > 3 and not weight[3]):
+            return votes
+        if weight is None:
+            candidates = candidate_union(net[0], votes)
+        else:
+            others = weight[:3]
+            candidates, _ = fused_topk(*net, votes, others, SCORED, tail, index.inverse_propensity)
+        votes = votes + [_none(X)] * (3 - len(votes))
+        return [*votes, index.centroid_votes(X, candidates)]
+
+    def topk(self, net: Network, X: CSR, k: int, exact: bool = True) -> Votes:
+        """Each row's ``k`` best labels by the fused score, and those scores."""
+        weight, tail, index = self.weight, self.fusion.tail, self.index
+        m = max(k, self.candidates())
+        ids, logits = net.topk_scores(X, m, exact)
+        votes = self.with_centroid_votes(X, (ids, logits), self.votes(net, X, weight), weight, tail)
+        power = self.fusion.tree_power if index.trees else 0.0
+        width = max(k, SCORED) if power else k
+        top, scores = fused_topk(ids, logits, votes, weight, width, tail, index.inverse_propensity)
+        if not power:
+            return top, scores
+        return tree_rescored(top, scores, index.tree_losses(X, top), power, k)
+
+    def metrics(self, net: Network, X: CSR, Y: CSR, ks: tuple[int, ...], exact: bool) -> dict:
+        """P@k, nDCG@k and PSP@k of the fused top-k of rows ``X`` with true labels ``Y``
+        (propensities from the indexed rows)."""
+        top, _ = self.topk(net, X, max(ks), exact)
+        index = self.index
+        return xc_metrics(top, Y, ks, label_counts=index.label_counts, n_train=index.n_points)
+
+
+def _none(X: CSR) -> Votes:
+    """An empty list of votes for each row of ``X`` (a source not asked)."""
+    return np.full((X.n_rows, 0), -1, np.int64), np.zeros((X.n_rows, 0), np.float32)
