@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from dslide_dask.checkpoint import Checkpoint, CheckpointPolicy, CheckpointStore
-from dslide_dask.checkpoint.model import check_shape, load_network, save_network
+from dslide_dask.checkpoint.model import PartsWriter, check_shape, load_network, save_network
 from dslide_dask.data.batches import Source, load, plan
 from dslide_dask.data.csr import CSR, SCORE_ROWS, row_ranges
 from dslide_dask.data.dataset import XCDataset
@@ -115,11 +115,18 @@ class LocalTrainer:
         self.history.extend(new)
         return new
 
-    def save(self, url: str, storage_options: dict | None = None, extra: dict | None = None) -> str:
-        """Write the model to ``url`` (a checkpoint store keeping only this one); the
-        checkpoint's URL."""
+    def save(
+        self,
+        url: str,
+        storage_options: dict | None = None,
+        extra: dict | None = None,
+        parts: PartsWriter | None = None,
+    ) -> str:
+        """Write the model to ``url`` (a checkpoint store keeping only this one), with
+        what ``parts`` writes into its folder before the commit; the checkpoint's URL."""
         store = CheckpointStore(url, storage_options, keep=1)
-        return save_network(store, self.network, extra).url
+        with store.saving():
+            return save_network(store, self.network, extra, parts).url
 
     def remember(self) -> None:
         """Keep a copy of the weights, to :meth:`recall` later (early stopping)."""

@@ -67,8 +67,15 @@ class Trainer(Protocol):
     def topk_scores(self, X: CSR, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Top-k label ids of each row and their logits (float32, -inf where none)."""
 
-    def save(self, url: str, storage_options: dict | None = None, extra: dict | None = None) -> str:
-        """Write the model to ``url``; the checkpoint URL."""
+    def save(
+        self,
+        url: str,
+        storage_options: dict | None = None,
+        extra: dict | None = None,
+        parts: Callable[[str, dict], dict] | None = None,
+    ) -> str:
+        """Write the model to ``url``, with what ``parts`` writes into its folder (and
+        the metadata it returns) before the commit; the checkpoint URL."""
 
     def remember(self) -> None:
         """Keep a copy of the weights (early stopping)."""

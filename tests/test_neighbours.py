@@ -226,11 +226,13 @@ def test_a_damaged_neighbour_index_is_named_on_load(small, tmp_path):
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("tail_exponent_", 5.0, r"tail_exponent_ must be in \[0, 0.4\]"),
-        ("tail_exponent_", "0.2", r"tail_exponent_ must be in \[0, 0.4\]"),
-        ("neighbour_weight_", [0.9, 0.9], "neighbour_weight_ must be two weights"),
-        ("neighbour_weight_", [0.2, 0.2, 3.0], "the label classifiers' in \\[0, 1\\]"),
-        ("neighbour_weight_", [0.2, 0.2, 0.5, 3.0], "the centroids' in \\[0, 2.0\\]"),
+        ("tail_exponent", 5.0, r"tail_exponent must be in \[0, 0.4\]"),
+        ("tail_exponent", "0.2", r"tail_exponent must be in \[0, 0.4\]"),
+        ("neighbour_weight", [0.9, 0.9], "neighbour_weight must be two weights"),
+        ("neighbour_weight", [0.2, 0.2, 3.0], "the label classifiers' in \\[0, 1\\]"),
+        ("neighbour_weight", [0.2, 0.2, 0.5, 3.0], "the centroids' in \\[0, 2.0\\]"),
+        ("neighbours", 1e12, r"neighbours must be an integer in \[1, 65536\]"),
+        ("label_tree", -1, r"label_tree must be in \[0, 2.0\]"),
     ],
 )
 def test_damaged_fusion_settings_are_named_on_load(small, tmp_path, key, value, message):
@@ -239,10 +241,32 @@ def test_damaged_fusion_settings_are_named_on_load(small, tmp_path, key, value, 
     url = model.save(str(tmp_path / "model"))
     meta = next((tmp_path / "model").rglob("meta.json"))
     saved = json.loads(meta.read_text())
-    assert saved["estimator"]["tail_exponent_"] == model.tail_exponent_
-    saved["estimator"][key] = value
+    assert saved["fusion"]["tail_exponent"] == model.tail_exponent_
+    saved["fusion"][key] = value
     meta.write_text(json.dumps(saved))
-    with pytest.raises(CheckpointError, match=message):
+    with pytest.raises(CheckpointError, match=r"meta.json: .*" + message):
+        SlideClassifier.load(url)
+
+
+def test_a_model_saved_before_the_fusion_block_loads_its_estimators_settings(small, tmp_path):
+    """Models saved before the fusion had a block of its own kept its weights in the
+    estimator's (``neighbour_weight_``, ``tail_exponent_`` and the parameters)."""
+    train, test = small
+    model = SlideClassifier(epochs=1, client=False, **PARAMS).fit(train.X, train.Y)
+    url = model.save(str(tmp_path / "model"))
+    meta = next((tmp_path / "model").rglob("meta.json"))
+    saved = json.loads(meta.read_text())
+    fusion = saved.pop("fusion")
+    saved["estimator"].update(
+        neighbour_weight_=fusion["neighbour_weight"], tail_exponent_=fusion["tail_exponent"]
+    )
+    meta.write_text(json.dumps(saved))
+    again = SlideClassifier.load(url)
+    assert again.neighbour_weight_ == model.neighbour_weight_
+    np.testing.assert_array_equal(again.predict_topk(test.X), model.predict_topk(test.X))
+    saved["estimator"]["neighbour_weight_"] = [0.9, 0.9]
+    meta.write_text(json.dumps(saved))
+    with pytest.raises(CheckpointError, match="meta.json: neighbour_weight_ must be two weights"):
         SlideClassifier.load(url)
 
 
@@ -284,6 +308,10 @@ def test_a_model_saved_before_the_mix_loads_with_the_hidden_space_alone(small, t
     url = model.save(str(tmp_path / "model"))
     meta = next((tmp_path / "model").rglob("meta.json"))
     saved = json.loads(meta.read_text())
+    fusion = saved.pop("fusion")  # as saved then: the weights in the estimator's block
+    saved["estimator"].update(
+        neighbour_weight_=fusion["neighbour_weight"], tail_exponent_=fusion["tail_exponent"]
+    )
     assert saved["estimator"].pop("neighbour_mix") == 0.35
     meta.write_text(json.dumps(saved))
     loaded = SlideClassifier.load(url)

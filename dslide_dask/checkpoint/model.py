@@ -7,7 +7,7 @@ picks its rows out of the old shards by global neuron id: re-sharding on load.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -214,16 +214,28 @@ def restore_shard(ckpt: Checkpoint, shard: WideShard) -> None:
         raise CheckpointError(f"{ckpt.url}: shard arrays don't fit the config: {err}") from None
 
 
+#: Writes more of a model (its fused parts, its output index) into a checkpoint folder
+#: (its URL; the metadata so far) before the checkpoint is committed; returns more
+#: metadata to keep.
+PartsWriter = Callable[[str, dict], dict]
+
+
 def save_network(
-    store: CheckpointStore, net: SlideNetwork, extra: dict | None = None
+    store: CheckpointStore,
+    net: SlideNetwork,
+    extra: dict | None = None,
+    parts: PartsWriter | None = None,
 ) -> Checkpoint:
-    """A checkpoint of an in-process network (same format as a distributed one)."""
+    """A checkpoint of an in-process network (same format as a distributed one), with
+    what ``parts`` writes beside it, committed once everything is written."""
     folder = store.new_folder(net.shards[0].step)
     hidden = write_hidden(folder, net.hidden)
     shards = [write_shard(folder, shard) for shard in net.shards]
     meta = model_meta(
         net.cfg, net.n_features, net.n_labels, net.layout, net.hidden.step, shards, hidden, extra
     )
+    if parts is not None:
+        meta.update(parts(folder.url, meta))
     return store.commit(folder, meta)
 
 

@@ -10,18 +10,24 @@ Layout::
         shard-0000/W.npy ...          one folder per shard of the wide layer
 
 A checkpoint is written into a fresh folder (a random suffix: never over an existing
-one); ``meta.json`` is written after every array and ``LATEST`` after ``meta.json``
-(a single small write: atomic on object stores, a rename on local disks). A crash at any
-moment therefore leaves ``LATEST`` naming the previous, complete checkpoint; folders that
-were never committed are ignored and removed by the next commit's pruning.
+one); ``meta.json`` is written after every array (a model's fused parts included) and
+``LATEST`` after ``meta.json`` (a single small write: atomic on object stores, a rename
+on local disks), and only then are older checkpoints pruned. A crash at any moment
+therefore leaves ``LATEST`` naming the previous, complete checkpoint; folders that were
+never committed are ignored and removed by the next commit's pruning. Two processes
+saving a model to one local folder take turns (:meth:`CheckpointStore.saving`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import posixpath
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import fsspec
@@ -40,6 +46,8 @@ META = "meta.json"
 META_MAX_BYTES = 16 << 20
 #: Largest LATEST read (a checkpoint folder's name).
 LATEST_MAX_BYTES = 4096
+#: The file a save holds locked on a local disk while it writes and commits.
+SAVE_LOCK = ".saving"
 
 
 @dataclass
@@ -103,6 +111,24 @@ class CheckpointStore:
         self.storage_options = dict(storage_options or {})
         self.keep = keep
 
+    @contextlib.contextmanager
+    def saving(self) -> Iterator[None]:
+        """Held around a whole save (arrays, fused parts, commit, pruning): on a local
+        disk a second process saving to the same folder waits its turn, so neither
+        prunes the other's folder mid-write. Object stores have no lock: there the last
+        commit wins and pruning never removes the checkpoint ``LATEST`` names."""
+        if not isinstance(self.fs, LocalFileSystem):
+            yield
+            return
+        self.fs.makedirs(self.root, exist_ok=True)
+        path = guard_write(self.fs, self.root, posixpath.join(self.root, SAVE_LOCK))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
     def new_folder(self, step: int) -> Folder:
         """A fresh, empty folder for the checkpoint of ``step``."""
         name = f"step-{step:08d}-{uuid.uuid4().hex[:8]}"
@@ -129,6 +155,12 @@ class CheckpointStore:
         else:
             self.fs.pipe_file(target, name.encode())  # one PUT: atomic on object stores
 
+    def _latest_name(self) -> str | None:
+        try:
+            return posixpath.basename(_follow_latest(self.fs, self.root))
+        except (OSError, ValueError):  # none yet, or unreadable: nothing to spare
+            return None
+
     def latest(self) -> Checkpoint | None:
         """The newest committed checkpoint, or None when there is none yet."""
         latest = posixpath.join(self.root, LATEST)
@@ -147,8 +179,10 @@ class CheckpointStore:
         return sorted(n for n in names if n.startswith("step-"))
 
     def _prune(self, keep_name: str) -> None:
-        """Remove uncommitted folders and all but the newest ``keep`` committed ones."""
-        names = [n for n in self.list() if n != keep_name]
+        """Remove uncommitted folders and all but the newest ``keep`` committed ones,
+        never the one ``LATEST`` names now (another saver's, committed since ours)."""
+        kept = {keep_name, self._latest_name()}
+        names = [n for n in self.list() if n not in kept]
         committed = [n for n in names if self.fs.exists(posixpath.join(self.root, n, META))]
         doomed = [n for n in names if n not in committed]
         if self.keep:

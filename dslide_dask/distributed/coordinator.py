@@ -341,10 +341,13 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
         return all([*recalled, await self.stack.recall()])
 
     # -- checkpoints -------------------------------------------------------------------------
-    async def save_checkpoint(self, store: CheckpointStore, extra: dict | None = None) -> str:
+    async def save_checkpoint(
+        self, store: CheckpointStore, extra: dict | None = None, commit: bool = True
+    ) -> str | tuple[str, dict]:
         """Write the whole model into ``store``: each shard writes its own rows straight
         to storage (no weights pass through here), then this worker the hidden layers and
-        the metadata, committing the checkpoint. Its URL."""
+        the metadata, committing the checkpoint. Its URL; with ``commit`` False, the
+        folder's URL and the metadata to commit it with once more parts are in it."""
         folder = await asyncio.to_thread(store.new_folder, self.step)
         calls = [s.write_checkpoint(folder.url, store.storage_options) for s in self.shards]
         shards = await self._all(calls, "checkpoint")
@@ -361,11 +364,17 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
             hidden,
             {**self.stream.meta(*self.position), **(extra or {})},
         )
+        if not commit:
+            return folder.url, meta
         ckpt = await asyncio.to_thread(store.commit, folder, meta)
         self.last_checkpoint = ckpt.url
         self.last_save = time.monotonic()
         return ckpt.url
 
-    async def save(self, url: str, storage_options: dict | None, extra: dict | None) -> str:
-        """Write the model to ``url`` (a store keeping only this checkpoint)."""
-        return await self.save_checkpoint(CheckpointStore(url, storage_options, keep=1), extra)
+    async def save(
+        self, url: str, storage_options: dict | None, extra: dict | None, commit: bool = True
+    ) -> str | tuple[str, dict]:
+        """Write the model to ``url`` (a store keeping only this checkpoint); with
+        ``commit`` False, uncommitted (see :meth:`save_checkpoint`)."""
+        store = CheckpointStore(url, storage_options, keep=1)
+        return await self.save_checkpoint(store, extra, commit)

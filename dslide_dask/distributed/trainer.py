@@ -8,8 +8,9 @@ import uuid
 import numpy as np
 from distributed import Client
 
-from dslide_dask.checkpoint import CheckpointPolicy, open_checkpoint
-from dslide_dask.checkpoint.model import check_shape
+from dslide_dask.checkpoint import CheckpointPolicy, CheckpointStore, open_checkpoint
+from dslide_dask.checkpoint.model import PartsWriter, check_shape
+from dslide_dask.checkpoint.store import Folder
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.stream import Stream
@@ -189,10 +190,24 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels)
             allow_other_workers=False,
         )
 
-    def save(self, url: str, storage_options: dict | None = None, extra: dict | None = None) -> str:
+    def save(
+        self,
+        url: str,
+        storage_options: dict | None = None,
+        extra: dict | None = None,
+        parts: PartsWriter | None = None,
+    ) -> str:
         """Write the model to ``url`` (each shard writes its own rows); the checkpoint URL.
-        ``extra``: more JSON metadata to keep with it."""
-        return self._wait(self.coordinator.save(url, storage_options, extra))
+        ``extra``: more JSON metadata to keep with it; ``parts``: writes more into the
+        folder (from here) before the checkpoint is committed."""
+        store = CheckpointStore(url, storage_options, keep=1)
+        with store.saving():
+            if parts is None:
+                return self._wait(self.coordinator.save(url, storage_options, extra))
+            saved = self._wait(self.coordinator.save(url, storage_options, extra, False))
+            folder_url, meta = saved
+            meta.update(parts(folder_url, meta))
+            return store.commit(Folder.open(folder_url, storage_options), meta).url
 
     def topk(self, X: CSR, k: int, exact: bool = True) -> np.ndarray:
         return self._wait(self.coordinator.topk(X, k, exact))

@@ -9,16 +9,14 @@ from typing import TYPE_CHECKING, Self
 import numpy as np
 
 from dslide_dask.checkpoint import open_checkpoint
-from dslide_dask.checkpoint.arrays import CheckpointError
+from dslide_dask.checkpoint.fused import load_fused, save_fused
 from dslide_dask.checkpoint.model import config_of
-from dslide_dask.checkpoint.neighbours import load_neighbours, save_neighbours
 from dslide_dask.estimator import collections
 from dslide_dask.estimator._inputs import _plain
 from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.metrics import topk_indicator
 from dslide_dask.model.config import check_int
-from dslide_dask.model.fusion import CENTROID_WEIGHTS, TAILS
 
 if TYPE_CHECKING:
     from dslide_dask.distributed import DistributedTrainer
@@ -62,14 +60,13 @@ class FittedMixin(EstimatorState):
         extra = {"estimator": {**params, "epochs_done": self.epochs_done_, "evals": self.evals_}}
         if self._multiclass:
             extra["estimator"]["classes"] = self.classes_.tolist()
-        if self._fusing():
-            weight, tail = self._choose_weight()
-            extra["estimator"].update(neighbour_weight_=weight, tail_exponent_=tail)
-        saved = self.trainer_.save(url, storage_options, extra)
-        if self._fusing():
-            save_neighbours(saved, self._index_now(), storage_options)
-        self._save_output_index(saved, storage_options)
-        return saved
+        fused = self.fused_model()
+
+        def parts(folder_url: str, meta: dict) -> dict:  # written before the commit
+            self._save_output_index(folder_url, meta, storage_options)
+            return {} if fused is None else save_fused(folder_url, fused, storage_options)
+
+        return self.trainer_.save(url, storage_options, extra, parts)
 
     @classmethod
     def load(
@@ -109,8 +106,8 @@ class FittedMixin(EstimatorState):
         ckpt = open_checkpoint(url, storage_options)
         saved = dict(ckpt.meta.get("estimator", {}))
         epochs_done, evals = saved.pop("epochs_done", 0), saved.pop("evals", [])
-        weight = saved.pop("neighbour_weight_", None)
-        tail = saved.pop("tail_exponent_", 0.0)  # 0: saved before the tail boost
+        saved.pop("neighbour_weight_", None)  # saved before the fusion block: load_fused's
+        saved.pop("tail_exponent_", None)
         classes = saved.pop("classes", None)
         saved.setdefault("neighbour_mix", 0.0)  # saved before it: the hidden space alone
         saved.setdefault("label_classifiers", 0)  # saved before them: none
@@ -152,35 +149,14 @@ class FittedMixin(EstimatorState):
         clf.n_features_in_ = n_features
         clf._multiclass = classes is not None
         clf.classes_ = np.asarray(classes) if classes is not None else np.arange(n_labels)
-        clf.neighbours_, clf.neighbour_weight_, clf._held = None, None, None
-        clf.tail_exponent_ = None
-        clf._index_rows = None
-        if weight is not None:
-            pair = [weight, 0.0] if isinstance(weight, float | int) else weight  # 1 weight: input
-            highest = [1.0, 1.0, 1.0, max(CENTROID_WEIGHTS)]  # the centroids' may pass 1
-            if not (
-                isinstance(pair, list)
-                and len(pair) in (2, 3, 4)
-                and all(
-                    isinstance(w, float | int) and 0.0 <= w <= top
-                    for w, top in zip(pair, highest, strict=False)
-                )
-                and sum(pair[:2]) <= 1.0 + 1e-9
-            ):
-                raise CheckpointError(
-                    f"{ckpt.url}: neighbour_weight_ must be two weights in [0, 1] of sum "
-                    f"<= 1, the label classifiers' in [0, 1] and the centroids' in "
-                    f"[0, {max(CENTROID_WEIGHTS)}]"
-                )
-            if not (isinstance(tail, float | int) and 0.0 <= tail <= max(TAILS)):
-                raise CheckpointError(f"{ckpt.url}: tail_exponent_ must be in [0, {max(TAILS)}]")
-            clf.neighbours_ = load_neighbours(ckpt.url, storage_options)
-            if len(pair) == 4 and pair[3] > 0:
-                clf.neighbours_ = clf.neighbours_.with_centroids()
-            clf.neighbour_weight_ = tuple(float(w) for w in pair)
-            clf.tail_exponent_ = float(tail)
-            if clf.neighbours_.n_labels != n_labels:
-                raise CheckpointError(f"{ckpt.url}: the neighbour index has other labels")
+        clf._held, clf._index_rows = None, None
+        fused = load_fused(ckpt, storage_options)
+        clf.neighbours_ = None if fused is None else fused.index
+        clf.neighbour_weight_ = None if fused is None else fused.fusion.weight
+        clf.tail_exponent_ = None if fused is None else fused.fusion.tail
+        if fused is not None:  # the model's own settings (a CLI model has no estimator's)
+            f = fused.fusion
+            clf.set_params(neighbours=f.k, neighbour_mix=f.mix, label_tree=f.tree_power)
         clf._load_output_index(ckpt)
         return clf
 

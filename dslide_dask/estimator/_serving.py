@@ -18,6 +18,7 @@ import dataclasses
 import warnings
 from typing import Self
 
+import fsspec
 import numpy as np
 
 from dslide_dask.checkpoint.output_index import (
@@ -25,7 +26,7 @@ from dslide_dask.checkpoint.output_index import (
     load_output_index,
     save_output_index,
 )
-from dslide_dask.checkpoint.store import Checkpoint, open_checkpoint
+from dslide_dask.checkpoint.store import Checkpoint
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.estimator._state import EstimatorState
@@ -152,11 +153,13 @@ class ServingMixin(EstimatorState):
             raise TypeError("an output index serves a model in this process only")
         return trainer
 
-    def _save_output_index(self, url: str, storage_options: dict | None) -> None:
-        """At ``save``: the output index beside the model written at ``url``, if built."""
+    def _save_output_index(self, folder_url: str, meta: dict, storage_options: dict | None) -> None:
+        """At ``save``, before the commit: the output index, if built, into the folder
+        ``folder_url`` of the model whose metadata so far is ``meta`` (its fingerprint)."""
         index = self._serving_index()
         if index is not None:
-            save_output_index(open_checkpoint(url, storage_options), index)
+            fs, path = fsspec.core.url_to_fs(folder_url, **(storage_options or {}))
+            save_output_index(Checkpoint(fs, path, meta), index)
 
     def _load_output_index(self, ckpt: Checkpoint) -> None:
         """At ``load``: the output index saved beside the model ``ckpt``, if any, checked

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from dslide_dask.distributed.cluster_data import ClusterData
     from dslide_dask.local_trainer import LocalTrainer
     from dslide_dask.model.config import SlideConfig
+    from dslide_dask.model.fused import FusedModel
     from dslide_dask.model.neighbours import NeighbourIndex
     from dslide_dask.model.output_index import OutputIndex
 
@@ -135,7 +136,9 @@ class EstimatorState:
 
         def _index_metrics(self, data: XCDataset, ks: tuple[int, ...]) -> dict[str, float]: ...
 
-        def _save_output_index(self, url: str, storage_options: dict | None) -> None: ...
+        def _save_output_index(
+            self, folder_url: str, meta: dict, storage_options: dict | None
+        ) -> None: ...
 
         def _load_output_index(self, ckpt: Checkpoint) -> None: ...
 
@@ -155,3 +158,5 @@ class EstimatorState:
         def _fused_topk(self, X: CSR, k: int, exact: bool) -> tuple[np.ndarray, np.ndarray]: ...
 
         def _fused_metrics(self, data: XCDataset, ks: tuple[int, ...], exact: bool) -> dict: ...
+
+        def fused_model(self) -> FusedModel | None: ...
