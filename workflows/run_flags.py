@@ -20,6 +20,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     (:mod:`dslide_workflows.run_schema`); the model's are ``SlideClassifier`` parameters."""
     from dslide_workflows.args import add_storage_arguments, hidden_sizes, key_value
     from dslide_workflows.run_schema import add_setting_flags
+    from dslide_workflows.settings import model_parameters
 
     p.add_argument("--config", type=Path, metavar="YAML", help="run settings (see docs/cli.md)")
     src = p.add_argument_group("data")
@@ -47,7 +48,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="K=V",
-        help="model parameter, e.g. lr=1e-2 hidden=[256] L=50 (repeatable)",
+        help="model parameter, e.g. lr=1e-2 hidden=[256] L=50 (repeatable); one of "
+        + ", ".join(model_parameters()),
     )
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--verbose", action="store_true", help="print every setting (config.yaml)")

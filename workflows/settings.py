@@ -34,11 +34,39 @@ def check_model(model: Any, where: str) -> dict[str, Any]:
 
     if not isinstance(model, dict):
         raise ValueError(f"{where}: model must be a mapping of parameters, got {model!r}")
+    if unknown := sorted(set(model) - set(model_parameters()), key=str):
+        raise ValueError(f"{where}: {unknown_parameters(unknown)}")
     try:
         SlideConfig.from_dict(model)
     except (ValueError, TypeError) as err:
         raise ValueError(f"{where}: {err}") from None
     return model
+
+
+def model_parameters() -> list[str]:
+    """The names a config's ``model`` or ``--opt`` may set: the model schema's fields."""
+    from dataclasses import fields
+
+    from dslide_dask.model.config import SlideConfig
+
+    return sorted(f.name for f in fields(SlideConfig))
+
+
+def unknown_parameters(unknown: list) -> str:
+    """``unknown parameter(s) ['x'] (did you mean 'y'?)``: the misspelt names with their
+    closest known ones, whole (all 34 would not fit the one error line: they are in
+    ``dslide train --help``, under --opt)."""
+    import difflib
+
+    known = model_parameters()
+    names = [str(name)[:60] for name in unknown[:5]]
+    hints = []
+    for name in names:
+        if close := difflib.get_close_matches(name, known, n=3, cutoff=0.6):
+            guess = " or ".join(repr(c) for c in close)
+            hints.append(f"did you mean {guess}?" if len(names) == 1 else f"{name!r}: {guess}?")
+    hint = f" ({'; '.join(hints)})" if hints else ""
+    return f"unknown parameter(s) {names}{hint}; every known one: dslide train --help (--opt)"
 
 
 class _NoAliasLoader(yaml.SafeLoader):
