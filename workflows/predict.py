@@ -62,6 +62,12 @@ def add_predict_parser(sub: argparse._SubParsersAction) -> None:
         "candidates (--candidates C, default: as built), scored exactly",
     )
     p.add_argument(
+        "--network-only",
+        action="store_true",
+        help="answer with the network alone, not the whole fused model (neighbours, label "
+        "centroids and trees) a model saved with them answers with by default",
+    )
+    p.add_argument(
         "--partition-mb",
         type=positive_int,
         default=64,
@@ -99,11 +105,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from dslide_dask.inference.graph import check_input
     from dslide_dask.inference.model_cache import resolve
     from dslide_dask.inference.output import check_output
+    from dslide_dask.inference.spec import MAX_INDEX_CANDIDATES
     from dslide_workflows.security import client_security, connect_client, local_cluster_options
 
     if args.index and (args.lsh or args.mips or args.table):
         raise ValueError(
             "--index answers through the output index: not with --lsh, --mips or --table"
+        )
+    if args.index and not 0 <= args.candidates <= MAX_INDEX_CANDIDATES:
+        raise ValueError(
+            f"--candidates must be in [0, {MAX_INDEX_CANDIDATES}] with --index (0: as the "
+            f"index was built), got {args.candidates}"
         )
     so = storage_options(args.storage_option)
     spec = PredictSpec(
@@ -116,6 +128,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         mips=args.mips,
         index=tuple(args.table),
         output_index=args.index,
+        fused=not args.network_only,
     )
     source = open_source(args.input, so, args.partition_mb << 20, args.max_decompressed)
     check_input(spec, source)  # bad input fails here, before a cluster starts
@@ -143,6 +156,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         seconds = time.perf_counter() - t0
     n = meta["n_points"]
     way = "index" if spec.output_index else "exact" if spec.exact else "lsh"
+    way = f"fused; the network's candidates {way}" if meta.get("fused") else way
     print(
         f"predicted top-{spec.k} ({way}) of {n} rows in "
         f"{len(meta['parts'])} partitions in {seconds:.1f} s ({n / max(seconds, 1e-9):.0f} "

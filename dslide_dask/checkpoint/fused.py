@@ -55,6 +55,12 @@ def load_fused(ckpt: Checkpoint, storage_options: dict | None = None) -> FusedMo
     return FusedModel(index, fusion)
 
 
+def check_fused(ckpt: Checkpoint) -> Fusion | None:
+    """The fusion settings of a checkpoint's model, checked from its metadata alone
+    (None: no fused parts), as a client checks a model before its workers load it."""
+    return _fusion(ckpt) if has_fused(ckpt) else None
+
+
 def _fusion(ckpt: Checkpoint) -> Fusion:
     where = f"{ckpt.url}/{META}"
     block = ckpt.meta.get(BLOCK)

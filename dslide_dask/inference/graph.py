@@ -17,6 +17,7 @@ import numpy as np
 from dask.delayed import delayed
 from distributed import Client, progress
 
+from dslide_dask.checkpoint.fused import check_fused, has_fused
 from dslide_dask.checkpoint.model import config_of
 from dslide_dask.checkpoint.output_index import check_output_index
 from dslide_dask.data.csr import as_csr
@@ -39,6 +40,8 @@ def check_input(spec: PredictSpec, source: DataSource) -> int:
         raise ValueError(f"k must be at most the model's {n_labels} labels, got {spec.k}")
     if spec.output_index:  # checked here (size, checksums, the model's) before any task
         check_output_index(ckpt)
+    if spec.fused:
+        check_fused(ckpt)
     index = dict(spec.index)
     serving_config(config_of(ckpt), index)
     check_ranges(index.get("ranges", RANGES), spec.mips)
@@ -52,6 +55,10 @@ def prediction_graph(spec: PredictSpec, source: DataSource, out_url: str, n_shar
     entries = []
     for i, part in enumerate(source.partitions):
         rows = delayed(tasks.read_rows)(part, dask_key_name=f"read-rows-{token}-{i}")
+        if spec.fused:  # the whole model answers on one worker
+            write = delayed(tasks.fused_write)
+            entries.append(write(spec, rows, out_url, i, dask_key_name=f"fused-write-{token}-{i}"))
+            continue
         h = delayed(tasks.hidden)(spec, rows, dask_key_name=f"hidden-{token}-{i}")
         tops = [
             delayed(tasks.shard_topk)(spec, h, s, dask_key_name=f"shard-topk-{token}-{i}-{s}")
@@ -61,7 +68,7 @@ def prediction_graph(spec: PredictSpec, source: DataSource, out_url: str, n_shar
             delayed(tasks.merge_write)(spec, tops, out_url, i,
                                        dask_key_name=f"merge-write-{token}-{i}")
         )  # fmt: skip
-    names = ("k", "exact", "tables", "candidates", "mips", "output_index")
+    names = ("k", "exact", "tables", "candidates", "mips", "output_index", "fused")
     info = {name: getattr(spec, name) for name in names} | {"index": dict(spec.index)}
     info.update(model=spec.model_url, input=source.url)
     return delayed(write_manifest)(
@@ -75,7 +82,8 @@ def predict_to_storage(
     """Predict every row of ``source`` on the cluster into folder ``out_url`` (see
     :mod:`dslide_dask.inference.output`); returns the manifest written."""
     ckpt = model_cache.resolve(spec.model_url, spec.storage_options)
-    spec = replace(spec, model_url=ckpt.url)  # workers cache by it
+    # workers cache by the URL; a model without fused parts is answered shard by shard
+    spec = replace(spec, model_url=ckpt.url, fused=spec.fused and has_fused(ckpt))
     n_shards = check_input(spec, source)
     check_output(out_url, len(source.partitions), spec.storage_options)
     clear_manifest(out_url, spec.storage_options)
@@ -88,7 +96,7 @@ def predict_to_storage(
 def _block_topk(block, spec: PredictSpec) -> np.ndarray:
     net = model_cache.model(spec)
     X = as_csr(block, net.n_features, name="X")
-    return tasks.predict_topk_scores(net, X, spec)[0]
+    return tasks.fused_topk_scores(spec, X)[0]
 
 
 def topk_blocks(X: da.Array, spec: PredictSpec) -> da.Array:
@@ -97,7 +105,7 @@ def topk_blocks(X: da.Array, spec: PredictSpec) -> da.Array:
     each block computed on a worker with its cached model: for
     ``SlideClassifier.predict_topk`` on dask collections (the model saved first)."""
     ckpt = model_cache.resolve(spec.model_url, spec.storage_options)
-    spec = replace(spec, model_url=ckpt.url)
+    spec = replace(spec, model_url=ckpt.url, fused=spec.fused and has_fused(ckpt))
     if X.ndim != 2:
         raise ValueError(f"X must be 2-dimensional, got {X.ndim} dimensions")
     n_features = int(ckpt.meta["n_features"])

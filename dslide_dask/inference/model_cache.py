@@ -12,15 +12,17 @@ import threading
 from collections import OrderedDict
 
 from dslide_dask.checkpoint.arrays import CheckpointError
+from dslide_dask.checkpoint.fused import load_fused
 from dslide_dask.checkpoint.model import load_network
 from dslide_dask.checkpoint.output_index import load_output_index
 from dslide_dask.checkpoint.store import Checkpoint, open_checkpoint
 from dslide_dask.inference.serving import reindex
 from dslide_dask.inference.spec import PredictSpec
+from dslide_dask.model.fused import FusedModel
 from dslide_dask.model.network import SlideNetwork
 
 KEEP = 2  # models kept per process
-_models: OrderedDict[tuple, SlideNetwork] = OrderedDict()
+_models: OrderedDict[tuple, tuple[SlideNetwork, FusedModel | None]] = OrderedDict()
 _lock = threading.Lock()
 loads = 0  # how many models this process read from storage (tests look)
 
@@ -37,19 +39,31 @@ def resolve(url: str, storage_options: dict | None = None) -> Checkpoint:
 def model(spec: PredictSpec) -> SlideNetwork:
     """The network of checkpoint ``spec.model_url`` with the serving tables ``spec``
     asks for, loaded and hashed at most once per process."""
+    return served(spec)[0]
+
+
+def fused(spec: PredictSpec) -> FusedModel | None:
+    """The fused parts of the model (None: its network answers alone), loaded with it."""
+    return served(spec)[1]
+
+
+def served(spec: PredictSpec) -> tuple[SlideNetwork, FusedModel | None]:
+    """The network and fused parts of checkpoint ``spec.model_url``, loaded at most once
+    per process (``spec.fused`` False: the network alone)."""
     global loads
-    key = (spec.model_url, spec.mips, spec.index, spec.output_index)
+    key = (spec.model_url, spec.mips, spec.index, spec.output_index, spec.fused)
     with _lock:  # threads of one worker wait for the first load instead of repeating it
-        net = _models.get(key)
-        if net is None:
+        entry = _models.get(key)
+        if entry is None:
             ckpt = open_checkpoint(spec.model_url, spec.storage_options)
             net = load_network(ckpt)
             reindex(net, spec.mips, **dict(spec.index))
             if spec.output_index:  # checked, and split for the model's shards
                 load_output_index(ckpt).attach(net.shards)
+            parts = load_fused(ckpt, spec.storage_options) if spec.fused else None
             loads += 1
-            _models[key] = net
+            entry = _models[key] = (net, parts)
             while len(_models) > KEEP:
                 _models.popitem(last=False)
         _models.move_to_end(key)
-        return net
+        return entry

@@ -6,6 +6,10 @@ from dataclasses import KW_ONLY, dataclass, field
 
 from dslide_dask.model.lsh_index import LSHQuery
 
+#: The most candidates an output index re-scores a row (its ``IndexSettings.candidates``
+#: bound): a row's candidates are held as dense ``[rows, candidates]`` arrays.
+MAX_INDEX_CANDIDATES = 1 << 16
+
 
 @dataclass(frozen=True)
 class PredictSpec:
@@ -29,6 +33,9 @@ class PredictSpec:
     #: answer through the model's stored output index (``dslide index``) instead of LSH
     #: tables: its candidates (``candidates``, 0: as built), scored exactly
     output_index: bool = False
+    #: answer with the model's fused parts (neighbours, centroids, label trees) where it
+    #: has them, the network's candidates found as above; False: the network alone
+    fused: bool = True
 
     def __post_init__(self) -> None:
         self.query()  # checks k, tables, candidates
@@ -36,6 +43,11 @@ class PredictSpec:
             raise ValueError(
                 "output_index answers in place of the exact top-k and of LSH tables: "
                 "exact=False, and no mips or table settings"
+            )
+        if self.output_index and self.candidates > MAX_INDEX_CANDIDATES:
+            raise ValueError(
+                f"candidates must be in [0, {MAX_INDEX_CANDIDATES}] with output_index (0: as "
+                f"the index was built), got {self.candidates}"
             )
         object.__setattr__(self, "index", tuple(sorted(dict(self.index).items())))
 

@@ -1,10 +1,14 @@
 """The work of one input partition, as the functions a prediction graph's tasks run.
 
 No Dask here: each function takes picklable values and the per-worker model from
-:mod:`.model_cache`. ``read -> hidden -> shard top-k (one per shard) -> merge and write``.
+:mod:`.model_cache`. ``read -> hidden -> shard top-k (one per shard) -> merge and write``;
+a model with fused parts: ``read -> fused top-k and write`` (the whole model on the
+worker, :class:`ServedNetwork` answering the fusion's questions).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -46,6 +50,39 @@ def shard_topk(
 def merge_write(spec: PredictSpec, parts: list, out_url: str, index: int) -> dict:
     """Merge every shard's top-k of partition ``index`` and write them under ``out_url``."""
     return write_part(out_url, index, merge_topk_scores(parts, spec.k), spec.storage_options)
+
+
+class ServedNetwork:
+    """A loaded network as fusion asks it (:class:`~dslide_dask.model.fused.Network`):
+    its candidates found as ``spec`` says (exactly, by LSH tables or the output index)."""
+
+    def __init__(self, net: SlideNetwork, spec: PredictSpec) -> None:
+        self.net, self.spec = net, spec
+
+    def topk_scores(self, X: CSR, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        return predict_topk_scores(self.net, X, replace(self.spec, k=k))
+
+    def embed(self, X: CSR, batch_size: int = SCORE_ROWS) -> np.ndarray:
+        parts = [
+            self.net.hidden.forward(X.slice_rows(start, stop))[0]
+            for start, stop in row_ranges(X.n_rows, batch_size, at_least_one=True)
+        ]
+        return np.concatenate(parts).astype(np.float32, copy=False)
+
+
+def fused_topk_scores(spec: PredictSpec, X: CSR) -> tuple[np.ndarray, np.ndarray]:
+    """The whole model's top-k ``(ids, scores)`` of rows ``X``: the network's candidates
+    fused with the neighbours' votes, centroids and label trees (the network alone for a
+    model without fused parts)."""
+    net, fused = model_cache.served(spec)
+    if fused is None:
+        return predict_topk_scores(net, X, spec)
+    return fused.topk(ServedNetwork(net, spec), X, spec.k, spec.exact)
+
+
+def fused_write(spec: PredictSpec, X: CSR, out_url: str, index: int) -> dict:
+    """Partition ``index``'s fused top-k, written under ``out_url``."""
+    return write_part(out_url, index, fused_topk_scores(spec, X), spec.storage_options)
 
 
 def predict_topk_scores(

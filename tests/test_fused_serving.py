@@ -1,0 +1,66 @@
+"""One model everywhere: a model saved with its fused parts (neighbours, label centroids
+and trees) is answered whole by ``dslide predict`` and the prediction graphs on a real
+LocalCluster, as ``SlideClassifier.load(...).predict_topk`` answers it in one process."""
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dslide_dask import SlideClassifier
+from dslide_dask.checkpoint.model import load_network
+from dslide_dask.checkpoint.store import open_checkpoint
+from dslide_dask.data.synthetic import make_synthetic
+from dslide_dask.data.xc_text import write_xc
+from dslide_dask.inference import PredictSpec, predict_topk_scores, read_predictions, topk_blocks
+from dslide_dask.metrics import xc_metrics
+from dslide_workflows.cli import main
+
+PARAMS = dict(hidden=(32,), K=3, L=10, range_pow=8, lr=1e-2, batch_size=128, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A fused model (label tree on) saved, and 600 test rows in two part files."""
+    train, test = make_synthetic("tiny", seed=0)
+    test = test.slice(0, 600)
+    root = tmp_path_factory.mktemp("fused")
+    clf = SlideClassifier(epochs=2, label_tree=0.5, client=False, **PARAMS)
+    clf.fit(train.X, train.Y)
+    url = clf.save(str(root / "model"))
+    (root / "test").mkdir()
+    write_xc(str(root / "test" / "part-0.txt"), test.slice(0, 250))
+    write_xc(str(root / "test" / "part-1.txt"), test.slice(250, 600))
+    return root, url, test
+
+
+def test_predict_answers_with_the_whole_model(client, saved, capsys):
+    root, url, test = saved
+    loaded = SlideClassifier.load(url)
+    assert loaded.fused_model() is not None and loaded.neighbours_.trees
+    want_ids, want_scores = loaded.predict_topk(test.X, 5, return_scores=True)
+    argv = ["predict", str(root / "model"), str(root / "test"), str(root / "out"), "--k", "5"]
+    code = main([*argv, "--scheduler-address", client.scheduler.address, "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    assert "(fused; " in capsys.readouterr().out
+    ids, scores = read_predictions(str(root / "out"))
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_allclose(scores, want_scores, rtol=1e-5)
+    network = predict_topk_scores(load_network(open_checkpoint(url)), test.X, PredictSpec(url))
+    fused_p1 = xc_metrics(ids, test.Y, (1,))["P@1"]
+    assert fused_p1 > xc_metrics(network[0], test.Y, (1,))["P@1"]  # the fused parts count
+
+    argv = [*argv[:3], str(root / "alone"), "--k", "5", "--network-only"]
+    code = main([*argv, "--scheduler-address", client.scheduler.address, "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    assert "(exact)" in capsys.readouterr().out  # not fused
+    np.testing.assert_array_equal(read_predictions(str(root / "alone"))[0], network[0])
+
+
+def test_a_dask_array_is_answered_with_the_whole_model(client, saved):
+    _, url, test = saved
+    X = test.X
+    rows = sp.csr_matrix((X.values(), X.indices, X.indptr), shape=X.shape)
+    dX = da.from_array(rows, chunks=(200, X.n_cols), asarray=False)
+    got = topk_blocks(dX, PredictSpec(url, k=5)).compute()
+    np.testing.assert_array_equal(got, SlideClassifier.load(url).predict_topk(X, 5))
