@@ -6,6 +6,7 @@ matrices, and lists of label arrays) are accepted and produced only at the publi
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -93,6 +94,52 @@ class CSR:
         gather = np.repeat(self.indptr[rows] - indptr[:-1], lengths) + np.arange(indptr[-1])
         data = None if self.data is None else self.data[gather]
         return CSR(indptr, self.indices[gather], data, self.n_cols)
+
+    def __getitem__(self, key) -> CSR:
+        """Rows as scipy's ``csr_matrix`` gives them: ``X[3]`` (one row, kept 2-D),
+        ``X[:3]``, ``X[::2]``, ``X[[0, 5]]``, ``X[mask]``, ``X[rows, :]``; always a
+        :class:`CSR`. Columns are not selectable (a model's input is every feature)."""
+        if isinstance(key, tuple):
+            if len(key) == 2 and isinstance(key[1], slice) and key[1] == slice(None):
+                key = key[0]
+            else:
+                raise IndexError("a CSR selects rows only (X[rows] or X[rows, :]), not columns")
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.n_rows)
+            if step == 1:
+                return self.slice_rows(start, max(start, stop))
+            return self.take_rows(np.arange(start, stop, step))
+        if isinstance(key, numbers.Integral) and not isinstance(key, bool):
+            return self.take_rows(self._row_ids(np.asarray([int(key)])))
+        rows = np.asarray(key)
+        if rows.dtype == bool:
+            if rows.shape != (self.n_rows,):
+                raise IndexError(
+                    f"a boolean row mask must have {self.n_rows} values, got shape {rows.shape}"
+                )
+            return self.take_rows(np.flatnonzero(rows))
+        if rows.ndim != 1 or (rows.size and rows.dtype.kind not in "iu"):
+            raise IndexError(
+                "rows must be an int, a slice, a 1-D array of ints or a boolean mask, "
+                f"got {key!r:.80}"
+            )
+        return self.take_rows(self._row_ids(rows.astype(np.int64)))
+
+    def _row_ids(self, rows: np.ndarray) -> np.ndarray:
+        """Row ids with negatives counted from the end, each in range (IndexError)."""
+        out = np.where(rows < 0, rows + self.n_rows, rows)
+        if out.size and (out.min() < 0 or out.max() >= self.n_rows):
+            bad = rows[(out < 0) | (out >= self.n_rows)][0]
+            raise IndexError(f"row {int(bad)} is out of range for {self.n_rows} rows")
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        """Refused: a CSR of 100K+ columns is not made dense behind a caller's back (and
+        numpy would otherwise read it as a nested sequence of rows)."""
+        raise TypeError(
+            "a CSR is sparse and is not converted to a dense array implicitly: use "
+            ".to_gcxs().todense() (or scipy.sparse.csr_matrix) for small matrices"
+        )
 
     def to_gcxs(self):
         """This matrix as a ``sparse.GCXS`` (row-compressed)."""
