@@ -11,9 +11,23 @@ def format_scores(scores: dict) -> str:
 
 
 def summary(
-    history, seconds, setup, shape, cfg, shards, scores, evaluations, recoveries=(), moves=()
+    history,
+    seconds,
+    setup,
+    shape,
+    cfg,
+    shards,
+    scores,
+    evaluations,
+    recoveries=(),
+    moves=(),
+    *,
+    test_rows: tuple[int, int] | None = None,
 ) -> tuple[str, dict]:
-    """The run summary, as printed and as numbers: speed, traffic, sparsity, quality."""
+    """The run summary, as printed and as numbers: speed, traffic, sparsity, quality.
+
+    ``test_rows``: the rows scored and the test set's rows: a score on a sample of the
+    test file is not the file's, and the summary says which it is."""
     n_features, n_labels = shape
     samples = sum(h["samples"] for h in history)
     steps = len(history)
@@ -33,6 +47,8 @@ def summary(
         "recoveries": [{**vars(r), "redone": r.redone} for r in recoveries],
         "moves": [vars(m) for m in moves],
     }
+    if test_rows is not None:
+        numbers.update(test_rows=test_rows[0], test_rows_total=test_rows[1])
     lines = ["run summary"]
     skipped = numbers["skipped_lines"]
     lines.append(
@@ -86,5 +102,15 @@ def summary(
             + format_scores({k: v for k, v in ev.items() if k != "step"})
         )
     if scores is not None:
-        lines.append("  test            " + format_scores(scores))
+        lines.append("  test            " + format_scores(scores) + _rows_scored(test_rows))
     return "\n".join(lines), numbers
+
+
+def _rows_scored(test_rows: tuple[int, int] | None) -> str:
+    """``  (2,000 of 12,830 rows; --eval-points to change)``, or ``  (all 12,830 rows)``."""
+    if test_rows is None:
+        return ""
+    scored, total = test_rows
+    if scored >= total:
+        return f"  (all {total:,} rows)"
+    return f"  ({scored:,} of {total:,} rows, spread over the file; --eval-points to change)"

@@ -72,7 +72,7 @@ def _train(args: argparse.Namespace, run: RunSettings, cfg, folder) -> int:
 
     # everything is read and checked before the run folder is written or a cluster started
     restore = _restore_point(folder, run) if args.resume else None
-    train, test, shape = _data(run)
+    train, test, shape, test_total = _data(run)
     # the lr schedule spans the whole run (a resumed run keeps the one it started with)
     epoch_steps = -(-train.n_points // run.batch_size)
     cfg = cfg.for_data(shape[1], run.epochs * epoch_steps, epoch_steps)
@@ -143,6 +143,7 @@ def _train(args: argparse.Namespace, run: RunSettings, cfg, folder) -> int:
             progress.evaluations,
             trainer.recoveries,
             trainer.moves,
+            test_rows=None if test is None else (len(test), test_total),
         )
         print(text)
         if scores is not None:
@@ -230,8 +231,8 @@ def _finish(folder, text: str, numbers: dict, model_url: str) -> None:
 
 
 def _data(run: RunSettings):
-    """Training source, test data (read and checked now, --eval-points rows of it) and
-    (n_features, n_labels)."""
+    """Training source, test data (read and checked now, --eval-points rows of it),
+    (n_features, n_labels) and the test file's rows (the summary says how many it scored)."""
     from dslide_dask.data import synthetic
     from dslide_dask.data.batches import shape
     from dslide_dask.data.inputs import check_fits
@@ -240,11 +241,12 @@ def _data(run: RunSettings):
 
     if run.preset:
         data, held = synthetic.make_synthetic(run.preset, seed=run.seed)
-        return data, held.sample(run.eval_points), shape(data)
+        return data, held.sample(run.eval_points), shape(data), len(held)
     # headers only: the training data itself is read by the workers
     limit = byte_count(run.max_decompressed)  # None: a share of each reader's free memory
     train = open_source(run.train, run.storage_options, max_decompressed=limit)
     test: XCDataset | None = None
+    total = 0
     if run.test:
         so = run.storage_options
         check_fits(open_source(run.test, so), *shape(train), what=run.test)
@@ -255,10 +257,11 @@ def _data(run: RunSettings):
             print(f"test data: {skipped} bad line(s) skipped in {run.test}")
         if len(test) == 0:
             raise ValueError(f"{run.test}: no points to evaluate on")
+        total = len(test)
         test = test.sample(run.eval_points)
     if train.n_points == 0:
         raise ValueError(f"{run.train}: no points to train on (the header says 0)")
-    return train, test, shape(train)
+    return train, test, shape(train), total
 
 
 @contextlib.contextmanager
