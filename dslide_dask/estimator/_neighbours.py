@@ -5,49 +5,27 @@ the network's softmax are mixed with ``neighbour_weight``, with the frequent lab
 classifiers' scores and the label centroids' cosines (``label_classifiers``,
 ``label_centroids``), and rare labels lifted by ``tail_exponent``. With a weight left to
 the fit (None), a few training rows (5%, at most
-:data:`HELD_MAX`) are held out of the network's training, the settings that score best
-on them are chosen (again whenever the network has moved when a prediction is asked
-mid-fit), and the held rows join the index at the end of the fit. The index needs the
-training rows in memory: a fit from a URL or from Dask collections on a cluster, and
-``partial_fit``, use the network alone.
+:data:`~dslide_dask.model.fused_build.HELD_MAX`) are held out of the network's training,
+the settings that score best on them are chosen (again whenever the network has moved
+when a prediction is asked mid-fit), and the held rows join the index at the end of the
+fit. What is built is :class:`~dslide_dask.model.fused_build.FusedRecipe`'s, as a fit on
+a cluster from storage builds it on a worker; ``partial_fit`` uses the network alone.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from dslide_dask.data.blocks import stack_datasets
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.estimator._inputs import _plain
 from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.model.config import check_float, check_int
 from dslide_dask.model.fused import MAX_TREE_POWER, FusedModel, Fusion
-from dslide_dask.model.fusion import CENTROID_WEIGHTS, TAILS, choose_weights
-from dslide_dask.model.label_classifiers import LabelClassifiers
+from dslide_dask.model.fused_build import FusedRecipe, held_split
+from dslide_dask.model.fusion import CENTROID_WEIGHTS, TAILS
 from dslide_dask.model.label_tree import trees_for
 from dslide_dask.model.neighbours import CANDIDATES, MAX_TREES, NeighbourIndex
-
-#: Rows held out of the network's training to choose the weight on: 5% of the rows, at
-#: most this many (enough to tell weights 0.1 apart); none below HELD_MIN_POINTS rows (under
-#: 100 held rows would choose by noise).
-HELD_MAX = 2000
-HELD_SHARE = 0.05
-HELD_MIN_POINTS = 2000
-#: The weights (input, hidden neighbours) when too few rows are there to choose them on:
-#: near the best of the real and synthetic sets measured (Debian-26K (0.1, 0.7),
-#: debian-files (0.1, 0.9), amazon-670k (0.5, 0.5); docs/accuracy.md).
-FALLBACK_WEIGHTS = (0.2, 0.5)
-#: The tail exponent then: the default's (docs/accuracy.md).
-FALLBACK_TAIL = 0.0
-#: The label classifiers' weight then (the best of Debian-26K's 0.3-0.5 and debian-files'
-#: 1.0; docs/accuracy.md).
-FALLBACK_CLASSIFIER_WEIGHT = 0.5
-#: The label centroids' weight then, when it is to be chosen (the default's).
-FALLBACK_CENTROID_WEIGHT = 0.5
-#: At most this many labels, the most frequent, get a classifier of their own (each costs
-#: a pass's arithmetic over every row's features; debian-files gives 325 labels 100 rows).
-MAX_CLASSIFIED = 1024
 
 
 class NeighboursMixin(EstimatorState):
@@ -119,10 +97,20 @@ class NeighboursMixin(EstimatorState):
         check_float(name, value, 0.0, high)
         return float(value)
 
-    def _given_fusion(self) -> bool:
-        """Whether nothing is left for held rows to choose."""
-        given = self._given_weight(), self._given_tail(), self._label_centroids()
-        return all(value is not None for value in given)
+    def _recipe(self) -> FusedRecipe:
+        """What this fit builds of the fused parts (``neighbours`` must be > 0)."""
+        n = _plain(self.n_label_trees)
+        return FusedRecipe(
+            self._neighbour_k(),
+            self._neighbour_mix(),
+            self._given_weight(),
+            self._given_tail(),
+            self._label_centroids(),
+            self._label_classifiers(),
+            self._label_tree(),
+            None if n is None else self._n_trees(),
+            self.seed_,
+        )
 
     def _neighbour_split(self, data, seed: int) -> tuple[object, XCDataset | None]:
         """``(rows the network trains on, rows held out to choose the weight on)``; no
@@ -133,12 +121,7 @@ class NeighboursMixin(EstimatorState):
             check()  # a bad value fails before training, not after it
         if not self._indexes(data):
             return data, None
-        n_held = data.n_points - self.n_network_rows(data.n_points)
-        if n_held == 0:
-            return data, None
-        order = np.random.default_rng([seed, 0x4E1]).permutation(data.n_points)
-        held = data.take(np.sort(order[:n_held]))
-        return data.take(np.sort(order[n_held:])), held
+        return held_split(data, data.n_points - self.n_network_rows(data.n_points), seed)
 
     def n_network_rows(self, n_points: int) -> int:
         """How many of ``n_points`` training rows (in memory) a fit trains the network on.
@@ -157,33 +140,21 @@ class NeighboursMixin(EstimatorState):
             The rows the network trains on: ``n_points`` less 5% (at most 2,000), or all
             of them.
         """
-        if self._neighbour_k() == 0 or self._given_fusion():
+        if self._neighbour_k() == 0:
             return n_points
-        if n_points < HELD_MIN_POINTS:
-            return n_points
-        return n_points - min(HELD_MAX, round(n_points * HELD_SHARE))
+        given = FusedRecipe(1, weight=self._given_weight(), tail=self._given_tail(),
+                            centroids=self._label_centroids())  # fmt: skip
+        return n_points - given.n_held(n_points)
 
     def _build_neighbours(self, data) -> None:
         """Index the rows the network trains on (nothing for data not in memory)."""
         if not self._indexes(data):
             return
-        min_count, classifiers = self._label_classifiers(), None
-        if min_count:
-            classifiers = LabelClassifiers.fit(
-                data.X, data.Y, min_count, MAX_CLASSIFIED, self.seed_
-            )
-        self.neighbours_ = self._index(data, classifiers)
+        recipe = self._recipe()
+        self.neighbours_ = recipe.index(data, recipe.classifiers(data))
         self._index_rows, self._embed_step, self._weight_step = data.X, -1, -1
         if self._held is None:  # given, or too few rows to hold out
-            self.neighbour_weight_, self.tail_exponent_ = self._fallback(
-                self._given_weight(), self.tail_exponent_, self.neighbours_
-            )
-
-    def _index(self, data: XCDataset, classifiers: LabelClassifiers | None) -> NeighbourIndex:
-        """The index of ``data``'s rows, with ``classifiers`` and, unless
-        ``label_centroids`` is 0, the labels' centroids."""
-        index = NeighbourIndex.build(data.X, data.Y).with_classifiers(classifiers)
-        return index if self._label_centroids() == 0.0 else index.with_centroids()
+            self.neighbour_weight_, self.tail_exponent_ = recipe.fallback(self.neighbours_)
 
     def _finish_neighbours(self, data) -> bool:
         """At the end of a fit: the weight chosen for the final network, then the held
@@ -191,16 +162,11 @@ class NeighboursMixin(EstimatorState):
         predictions changed by it."""
         if self.neighbours_ is None:
             return False
-        if self._held is not None:
-            self._choose_weight()
-            held, self._held = self._held, None
-            data = stack_datasets([data, held], data.n_features, data.n_labels)
-            classifiers = self.neighbours_.classifiers  # trained on the network's rows
-            self.neighbours_ = self._index(data, classifiers)
-        if self._label_tree():
-            trees = self._n_trees(data.Y)
-            self.neighbours_ = self.neighbours_.with_built_trees(self.seed_, trees)
-        self.neighbours_ = self.neighbours_.with_embedding(self.trainer_.embed(data.X))
+        chosen = self._choose_weight()
+        held, self._held = self._held, None
+        net = _EstimatorNetwork(self)
+        fused = self._recipe().finish(self.neighbours_, data, held, net, chosen)
+        self.neighbours_ = fused.index
         self._index_rows, self._embed_step = None, self._step
         return True
 
@@ -208,42 +174,12 @@ class NeighboursMixin(EstimatorState):
         """The fused weights and tail exponent for the network as it is now (what was
         not given is chosen on the held rows)."""
         if self._held is not None and self._weight_step != self._step:
-            held, given, tail = self._held, self._given_weight(), self._given_tail()
-            ids, logits = self.trainer_.topk_scores(held.X, self._candidates(), True)
-            fused, net = self._fused(), _EstimatorNetwork(self)
-            votes = fused.with_centroid_votes(held.X, (ids, logits), fused.votes(net, held.X))
-            index = fused.index
-            weight, chosen_tail = choose_weights(
-                ids,
-                logits,
-                votes,
-                held.Y,
-                index.inverse_propensity,
-                given,
-                tail,
-                self._label_centroids(),
-                self._fallback(given, tail, index),
-            )
-            self.neighbour_weight_, self.tail_exponent_ = weight, chosen_tail
+            chosen = self._recipe().choose(self._index_now(), _EstimatorNetwork(self), self._held)
+            self.neighbour_weight_, self.tail_exponent_ = chosen
             self._weight_step = self._step
         if self.neighbour_weight_ is None or self.tail_exponent_ is None:
             raise RuntimeError("the neighbours' weights were never set")  # callers fuse
         return self.neighbour_weight_, self.tail_exponent_
-
-    def _fallback(
-        self, given: tuple[float, float] | None, tail: float | None, index: NeighbourIndex
-    ) -> tuple[tuple[float, ...], float]:
-        """The weights and tail used when none are chosen, and which held rows must
-        clearly beat: what was given, else the fallbacks, with a weight for each source
-        ``index`` has (the classifiers' third, the centroids' fourth)."""
-        weight: tuple[float, ...] = given or FALLBACK_WEIGHTS
-        c = FALLBACK_CLASSIFIER_WEIGHT if index.classifiers is not None else 0.0
-        if index.centroids is not None:
-            d = self._label_centroids()
-            weight = (*weight, c, FALLBACK_CENTROID_WEIGHT if d is None else d)
-        elif index.classifiers is not None:
-            weight = (*weight, c)
-        return weight, FALLBACK_TAIL if tail is None else tail
 
     def _index_now(self) -> NeighbourIndex:
         """The index, with hidden vectors of the network as it is now."""
