@@ -65,6 +65,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace, run: RunSettings, cfg, folder) -> int:
     """The run, in its folder (held: locked, checked for links)."""
+    from dslide_dask.checkpoint.label_counts import parts_with_labels
     from dslide_dask.data.stream import Stream
     from dslide_workflows.progress import Progress
     from dslide_workflows.secrets import mask
@@ -125,7 +126,12 @@ def _train(args: argparse.Namespace, run: RunSettings, cfg, folder) -> int:
                 folder.flush()
             seconds = time.perf_counter() - t1
             done = stream.meta(run.epochs, 0)
-            model_url = trainer.save(folder.child_url("model"), run.storage_options, done)
+            model_url = trainer.save(
+                folder.child_url("model"),
+                run.storage_options,
+                done,
+                parts_with_labels(trainer, run.storage_options),  # PSP@k once loaded
+            )
             scores = None
             if test is not None:
                 scores = trainer.evaluate(

@@ -38,6 +38,14 @@ class AnswersQueries:
         async def _all(self, calls: list, what: str) -> list: ...
         def _publish(self, record: dict) -> None: ...
 
+    async def training_labels(self) -> TrainingLabels:
+        """The label counts of the rows trained on (saved with the model: PSP@k's)."""
+        return self.labels
+
+    async def set_training_labels(self, labels: TrainingLabels) -> None:
+        """Take a loaded model's label counts (PSP@k's propensities)."""
+        self.labels = labels
+
     async def evaluate(
         self,
         source: XCDataset | str,
