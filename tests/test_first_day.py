@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dslide_workflows.cli import main
@@ -105,3 +106,117 @@ def test_a_summary_of_every_row_says_all() -> None:
 
     text, _ = summary([], 1.0, 0.0, (10, 20), None, [], {"P@1": 0.5}, [], test_rows=(7, 7))
     assert text.splitlines()[-1].endswith("(all 7 rows)")
+
+
+def test_a_cli_model_evaluated_by_the_api_gives_psp(trained) -> None:
+    from dslide_dask import SlideClassifier
+    from dslide_dask.data import read_xc
+
+    test = read_xc(str(trained["data"] / "test.txt"))
+    clf = SlideClassifier.load(str(trained["run"] / "model"))
+    scores = clf.evaluate(test.X, test.Y)
+    assert {"P@1", "nDCG@5", "PSP@1", "PSP@5", "PSnDCG@5"} <= set(scores), scores
+    assert 0.0 < scores["PSP@5"] <= 1.0
+
+
+# -- dslide evaluate ---------------------------------------------------------------------------
+def _out(capsys, argv: list[str]) -> str:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+def test_evaluate_prints_what_the_api_gives_with_the_rows(trained, capsys, tmp_path) -> None:
+    from dslide_dask import SlideClassifier
+    from dslide_dask.data import read_xc
+
+    test_url = str(trained["data"] / "test.txt")
+    test = read_xc(test_url)
+    want = SlideClassifier.load(str(trained["run"] / "model")).evaluate(test.X, test.Y)
+    out = _out(
+        capsys, ["evaluate", str(trained["run"]), test_url, "--json", str(tmp_path / "m.json")]
+    )
+    assert f"scored all {len(test):,} rows" in out
+    for name in ("P@1", "P@3", "P@5", "nDCG@5", "PSP@1", "PSP@5"):
+        assert f"{name} {want[name]:.4f}" in out, (name, out)
+    saved = json.loads((tmp_path / "m.json").read_text())
+    assert saved["rows"] == saved["rows_total"] == len(test)
+    assert saved["metrics"] == pytest.approx(want)
+
+
+def test_evaluate_k_and_max_rows(trained, capsys) -> None:
+    test_url = str(trained["data"] / "test.txt")
+    out = _out(capsys, ["evaluate", str(trained["run"] / "model"), test_url, "--k", "2,10"])
+    assert "P@2 " in out and "P@10 " in out and "PSP@10 " in out and "P@1 " not in out
+    out = _out(capsys, ["evaluate", str(trained["run"]), test_url, "--max-rows", "50"])
+    assert "scored 50 of " in out
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--k", "0"], "--k"),
+        (["--k", "a,b"], "--k"),
+        (["--max-rows", "0"], "--max-rows"),
+        (["--k", "1001"], "--k"),
+        (["--json", "/nonexistent-folder/m.json"], "--json"),
+    ],
+    ids=["k0", "k-text", "rows0", "k-big", "json-folder"],
+)
+def test_evaluate_bad_parameters(trained, capsys, extra, words) -> None:
+    line = _error(
+        capsys, ["evaluate", str(trained["run"]), str(trained["data"] / "test.txt")] + extra
+    )
+    assert words in line
+
+
+def test_evaluate_bad_files_are_named(trained, capsys, tmp_path) -> None:
+    other = tmp_path / "other.txt"
+    other.write_text("1 7 9\n0 1:1.0\n")  # a header of other data
+    line = _error(capsys, ["evaluate", str(trained["run"]), str(other)])
+    assert "other.txt" in line and "features" in line
+    line = _error(capsys, ["evaluate", str(tmp_path / "no-model"), str(other)])
+    assert "no-model" in line
+    bad = tmp_path / "bad.txt"
+    text = (trained["data"] / "test.txt").read_text().splitlines()
+    bad.write_text("\n".join([text[0], text[1], "x:y nonsense", *text[3:]]) + "\n")
+    line = _error(capsys, ["evaluate", str(trained["run"]), str(bad)])
+    assert "bad.txt:3" in line
+
+
+# -- dslide predict --format xc ------------------------------------------------------------------
+def test_predict_writes_xc_text_lines_of_label_score(trained, capsys, tmp_path) -> None:
+    from dslide_dask.inference import read_predictions
+
+    out = tmp_path / "pred"
+    argv = ["predict", str(trained["run"]), str(trained["data"] / "test.txt"), str(out)]
+    printed = _out(capsys, [*argv, "--k", "3", "--format", "xc", "--workers", "1", "--no-progress"])
+    assert "predictions.txt" in printed
+    ids, scores = read_predictions(str(out))
+    lines = (out / "predictions.txt").read_text().splitlines()
+    assert len(lines) == len(ids)
+    for line, row_ids, row_scores in zip(lines[:50], ids, scores, strict=False):
+        pairs = [p.split(":") for p in line.split()]
+        assert [int(i) for i, _ in pairs] == [int(i) for i in row_ids if i >= 0]
+        np.testing.assert_allclose([float(s) for _, s in pairs], row_scores[row_ids >= 0], 1e-5)
+
+
+def test_xc_text_streams_part_by_part(tmp_path) -> None:
+    from dslide_dask.inference.output import write_manifest, write_part
+    from dslide_dask.inference.xc_output import iter_predictions, write_xc_predictions
+
+    url = str(tmp_path / "p")
+    parts = [
+        write_part(url, 0, ([[4, 2], [7, -1]], [[0.5, 0.25], [1.0, -np.inf]]), {}),
+        write_part(url, 1, (np.zeros((0, 2)), np.zeros((0, 2))), {}),
+        write_part(url, 2, ([[-1, -1]], [[-np.inf, -np.inf]]), {}),
+    ]
+    write_manifest(url, parts, {"k": 2}, {})
+    assert [len(ids) for ids, _ in iter_predictions(url)] == [2, 0, 1]
+    text, rows = write_xc_predictions(url)
+    assert rows == 3 and text.endswith("predictions.txt")
+    assert (tmp_path / "p" / "predictions.txt").read_text() == "4:0.5 2:0.25\n7:1\n\n"
+    (tmp_path / "p" / "part-000001.npz").write_bytes(b"not an npz")
+    with pytest.raises(ValueError, match="part-000001.npz: not a prediction part"):
+        write_xc_predictions(url)

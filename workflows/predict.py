@@ -38,6 +38,14 @@ def add_predict_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("input", metavar="INPUT_URL", help="rows: XC text or converted layout")
     p.add_argument("output", metavar="OUTPUT_URL", help="folder for the predictions")
     p.add_argument("--k", type=positive_int, default=5, help="labels per row (default: 5)")
+    p.add_argument(
+        "--format",
+        choices=("npz", "xc"),
+        default="npz",
+        help="npz: the parts alone (default); xc: also OUTPUT_URL/predictions.txt, a line a "
+        "row of label:score pairs best first, as XC tools write (converted here from the "
+        "parts, one at a time)",
+    )
     p.add_argument("--lsh", action="store_true", help="LSH top-k instead of exact")
     p.add_argument(
         "--tables",
@@ -133,6 +141,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     source = open_source(args.input, so, args.partition_mb << 20, args.max_decompressed)
     check_input(spec, source)  # bad input fails here, before a cluster starts
     check_output(args.output, len(source.partitions), so)  # as a link in the output folder
+    if args.format == "xc":
+        _check_text_output(args.output, so)
     address = args.scheduler_address or os.environ.get("DASK_SCHEDULER_ADDRESS")
     with ExitStack() as stack:
         if address:
@@ -162,4 +172,22 @@ def cmd_predict(args: argparse.Namespace) -> int:
         f"{len(meta['parts'])} partitions in {seconds:.1f} s ({n / max(seconds, 1e-9):.0f} "
         f"rows/s) -> {args.output}"
     )
+    if args.format == "xc":
+        from dslide_dask.inference.xc_output import write_xc_predictions
+
+        text, rows = write_xc_predictions(args.output, so)
+        print(f"XC text (label:score, best first): {rows} rows -> {text}")
     return 0
+
+
+def _check_text_output(url: str, so: dict) -> None:
+    """``predictions.txt`` is not a link out of the folder, nor a folder (before work)."""
+    import fsspec
+
+    from dslide_dask.inference.xc_output import TEXT_NAME
+    from dslide_dask.paths import guard_write
+
+    fs, path = fsspec.core.url_to_fs(url, **so)
+    target = guard_write(fs, path, path.rstrip("/") + "/" + TEXT_NAME)
+    if fs.isdir(target):
+        raise ValueError(f"{url}: {TEXT_NAME} there is a folder: --format xc writes that file")
