@@ -14,7 +14,7 @@ import time
 import traceback
 from collections.abc import Sequence
 
-from dslide_workflows import convert, datasets, index, leave, plan, predict, report, train
+from dslide_workflows import convert, datasets, evaluate, index, leave, plan, predict, report, train
 from dslide_workflows.args import (
     add_storage_arguments,
     key_value,
@@ -230,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_convert_parser(sub)
     datasets.add_datasets_parser(sub)
     predict.add_predict_parser(sub)
+    evaluate.add_evaluate_parser(sub)
     index.add_index_parser(sub)
     _add_bench(sub)
     return parser
