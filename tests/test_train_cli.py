@@ -122,6 +122,7 @@ def test_a_run_folder_holds_config_metrics_plot_model_and_summary(tmp_path, caps
     argv = ["train", "--preset", "tiny", "--in-process", "--epochs", "2", "--no-progress"]
     argv += ["--opt", "hidden=[32]", "--eval-every", "20", "--run-dir", str(run)]
     argv += ["--storage-option", "secret=hunter2"]
+    argv += ["--opt", "neighbours=0"]  # every row trains the network: 2 epochs of 20 steps
     assert main(argv) == 0
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["model"]["hidden"] == [32] and config["epochs"] == 2
@@ -164,25 +165,28 @@ def test_resume_carries_a_run_on_from_its_latest_checkpoint(tmp_path, capsys):
         == 0
     )
     _, test = make_synthetic("tiny", seed=0)
-    whole = SlideClassifier.load(str(run / "model")).predict_topk(test.X, 5)
+    whole = SlideClassifier.load(str(run / "model"))
+    assert whole.neighbours_ is not None  # the fused model, built at the end
+    n_steps, want = whole.n_steps_, whole.predict_topk(test.X, 5)
+    assert n_steps == 3 * 19  # 5% of the rows held out to weigh the fused parts on
     # as if the run had died after its step-30 checkpoint: no model, no later checkpoints
     shutil.rmtree(run / "model")
     checkpoints = run / "checkpoints"
-    for name in ("step-00000045", "step-00000060"):
-        (later,) = checkpoints.glob(f"{name}-*")
-        shutil.rmtree(later)
+    for later in checkpoints.glob("step-*"):
+        if int(later.name.split("-")[1]) > 30:
+            shutil.rmtree(later)
     (step30,) = checkpoints.glob("step-00000030-*")
     (checkpoints / "LATEST").write_text(step30.name)
     assert main(["train", "--resume", str(run), "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "resuming at step 30" in out  # steps 31-60 done again
+    assert "resuming at step 30" in out  # steps 31-57 done again
     steps = [r["step"] for r in steps_of(run) if r["kind"] == "step"]
-    assert steps == list(range(1, 61))  # no step twice, none missing
+    assert steps == list(range(1, n_steps + 1))  # no step twice, none missing
     clf = SlideClassifier.load(str(run / "model"))
-    assert clf.n_steps_ == 60
-    # the same batches in the same order, the same lr schedule and dropout masks: the
-    # resumed model is the uninterrupted one
-    np.testing.assert_array_equal(clf.predict_topk(test.X, 5), whole)
+    assert clf.n_steps_ == n_steps
+    # the same batches in the same order, the same lr schedule and dropout masks, the
+    # same held rows: the resumed model, fused parts and all, is the uninterrupted one
+    np.testing.assert_array_equal(clf.predict_topk(test.X, 5), want)
 
 
 @pytest.mark.slow

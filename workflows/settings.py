@@ -7,9 +7,14 @@ What each run setting may be is :mod:`dslide_workflows.run_schema`'s.
 
 from __future__ import annotations
 
+import os
+import stat
 from typing import Any
 
 import yaml
+
+#: The largest config file read (a config of every setting is a few kB).
+MAX_CONFIG_BYTES = 1 << 20
 
 
 def byte_count(value: Any) -> int | None:
@@ -34,22 +39,27 @@ def check_model(model: Any, where: str) -> dict[str, Any]:
 
     if not isinstance(model, dict):
         raise ValueError(f"{where}: model must be a mapping of parameters, got {model!r}")
+    from dslide_dask.model.fused_build import FUSION_DEFAULTS, recipe_from
+
     if unknown := sorted(set(model) - set(model_parameters()), key=str):
         raise ValueError(f"{where}: {unknown_parameters(unknown)}")
     try:
-        SlideConfig.from_dict(model)
+        SlideConfig.from_dict({k: v for k, v in model.items() if k not in FUSION_DEFAULTS})
+        recipe_from({k: v for k, v in model.items() if k in FUSION_DEFAULTS})
     except (ValueError, TypeError) as err:
         raise ValueError(f"{where}: {err}") from None
     return model
 
 
 def model_parameters() -> list[str]:
-    """The names a config's ``model`` or ``--opt`` may set: the model schema's fields."""
+    """The names a config's ``model`` or ``--opt`` may set: the network's schema's fields
+    and the fused parts' parameters (``neighbours``, ``label_tree``...)."""
     from dataclasses import fields
 
     from dslide_dask.model.config import SlideConfig
+    from dslide_dask.model.fused_build import FUSION_DEFAULTS
 
-    return sorted(f.name for f in fields(SlideConfig))
+    return sorted([*(f.name for f in fields(SlideConfig)), *FUSION_DEFAULTS])
 
 
 def unknown_parameters(unknown: list) -> str:
@@ -112,3 +122,26 @@ def parse_yaml(raw: bytes, where: str) -> Any:
         raise ValueError(f"{where}{line}: not valid YAML ({problem})") from None
     except RecursionError:
         raise ValueError(f"{where}: not valid YAML (nested too deeply)") from None
+
+
+def read_config(path: str) -> bytes:
+    """The bytes of the config file ``path``, at most :data:`MAX_CONFIG_BYTES`: a FIFO,
+    a device (``/dev/zero`` would be read without end) or a longer file is refused,
+    naming it, before any of it is parsed."""
+    # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ValueError(f"--config {path}: a folder, not a config file")
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"--config {path}: not a regular file (a FIFO or device?)")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ValueError(
+            f"--config {path}: more than {MAX_CONFIG_BYTES:,} bytes, too big for a config file"
+        )
+    return raw

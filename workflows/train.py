@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import yaml
 
 from dslide_workflows.run_flags import add_run_arguments
@@ -56,27 +57,39 @@ def cmd_train(args: argparse.Namespace) -> int:
     run, model = resolve(args)
     if (name := nul_setting(run.to_dict())) is not None:  # a flag's or a YAML value
         raise ValueError(f"{name} holds a NUL byte: no file name or URL can")
+    from dslide_dask.model.fused_build import FUSION_DEFAULTS, recipe_from
+
+    fusion = {k: model.pop(k) for k in list(model) if k in FUSION_DEFAULTS}
     cfg = SlideConfig.from_dict(model)
+    recipe = recipe_from(fusion, run.seed)  # None: the network alone (neighbours=0)
     run, folder = _run_folder(run, resume=bool(args.resume))
     # SIGTERM ends the run as Ctrl-C does: metrics kept, cluster closed, lock released
     with sigterm_interrupts(), folder.claimed(resume=bool(args.resume)):
-        return _train(args, run, cfg, folder)
+        return _train(args, run, (cfg, recipe, fusion), folder)
 
 
-def _train(args: argparse.Namespace, run: RunSettings, cfg, folder) -> int:
-    """The run, in its folder (held: locked, checked for links)."""
+def _train(args: argparse.Namespace, run: RunSettings, model, folder) -> int:
+    """The run, in its folder (held: locked, checked for links); ``model``: the
+    network's config, the fused parts' recipe (None: the network alone) and the fusion
+    parameters given."""
     from dslide_dask.checkpoint.label_counts import parts_with_labels
+    from dslide_dask.data.held import HeldRows
     from dslide_dask.data.stream import Stream
     from dslide_workflows.progress import Progress
     from dslide_workflows.secrets import mask
     from dslide_workflows.summary import summary
 
+    cfg, recipe, fusion = model
     # everything is read and checked before the run folder is written or a cluster started
     restore = _restore_point(folder, run) if args.resume else None
     train, test, shape, test_total = _data(run)
+    # a few rows are held out of the network's training to weigh the fused parts on
+    n_held = recipe.n_held(train.n_points) if recipe is not None else 0
+    held = HeldRows.of(n_held, train.n_points, run.seed)
     # the lr schedule spans the whole run (a resumed run keeps the one it started with)
-    epoch_steps = -(-train.n_points // run.batch_size)
-    cfg = cfg.for_data(shape[1], run.epochs * epoch_steps, epoch_steps)
+    epoch_steps = -(-(train.n_points - n_held) // run.batch_size)
+    base = cfg
+    cfg = base.for_data(shape[1], run.epochs * epoch_steps, epoch_steps, fused=recipe is not None)
     _check_memory(run, cfg, shape)
     epoch, batch = _position(restore)
     if epoch >= run.epochs:
@@ -84,13 +97,17 @@ def _train(args: argparse.Namespace, run: RunSettings, cfg, folder) -> int:
             f"{folder.url} already trained {epoch} of --epochs {run.epochs}: "
             "ask for more --epochs to carry on"
         )
-    settings = {**run.to_dict(), "model": cfg.to_dict()}
+    settings = {**run.to_dict(), "model": {**cfg.to_dict(), **fusion}}
     if args.verbose:
         dump = yaml.safe_dump(mask(settings), sort_keys=False, default_flow_style=None)
         print("settings:", dump.strip().replace("\n", "\n  "))
     print(_header(run, cfg, shape, train.n_points, epoch_steps))
     with _cluster(run) as client:
         t0 = time.perf_counter()
+        if recipe is not None and restore is None:  # which negatives: by the label counts
+            rare = _mostly_rare(client, train, run)
+            cfg = base.for_data(shape[1], run.epochs * epoch_steps, epoch_steps, True, rare)
+            settings["model"] = {**cfg.to_dict(), **fusion}
         print("building the model (a first run also compiles the kernels)", flush=True)
         trainer = _trainer(run, cfg, shape, client, folder, restore)
         setup = time.perf_counter() - t0
@@ -119,24 +136,30 @@ def _train(args: argparse.Namespace, run: RunSettings, cfg, folder) -> int:
                     run.epochs,
                     run.seed,
                     skip_bad_lines=run.skip_bad_lines,
+                    held=held,
                 ).from_position(epoch, batch)
                 trainer.train(train, stream, progress, run.storage_options)
             finally:
                 progress.close()
                 folder.flush()
             seconds = time.perf_counter() - t1
+            fused = _fused_parts(trainer, train, recipe, held, run, client)
             done = stream.meta(run.epochs, 0)
+            parts = None if fused is None else fused.parts(run.storage_options)
             model_url = trainer.save(
                 folder.child_url("model"),
                 run.storage_options,
                 done,
-                parts_with_labels(trainer, run.storage_options),  # PSP@k once loaded
+                parts_with_labels(trainer, run.storage_options, parts),  # PSP@k once loaded
             )
             scores = None
             if test is not None:
                 scores = trainer.evaluate(
                     test, max_points=run.eval_points, storage_options=run.storage_options
                 )
+                if fused is not None:  # the whole model's, with the network's P@k beside
+                    alone = {f"network {k}": v for k, v in scores.items() if k.startswith("P@")}
+                    scores = {**fused.metrics(test), **alone}
             shards = trainer.shard_info()
         text, numbers = summary(
             trainer.history,
@@ -156,6 +179,37 @@ def _train(args: argparse.Namespace, run: RunSettings, cfg, folder) -> int:
             progress.record_eval(scores)
     _finish(folder, text, numbers, model_url)
     return 0
+
+
+def _mostly_rare(client, train, run: RunSettings) -> bool:
+    """Whether most training labels are of labels seen a few times (the network then
+    trains on fewer random negatives beside the trees): counted on the workers."""
+    from dslide_dask.model.label_tree import mostly_rare_counts
+
+    if client is None:
+        from dslide_dask.data.held import read_split
+
+        data, _ = read_split(train, None, run.skip_bad_lines)
+        return mostly_rare_counts(np.bincount(data.Y.indices, minlength=data.n_labels))
+    from dslide_dask.distributed.fused_build import label_counts
+
+    return mostly_rare_counts(label_counts(client, train, run.skip_bad_lines))
+
+
+def _fused_parts(trainer, train, recipe, held, run: RunSettings, client):
+    """The model's fused parts (neighbours, centroids, label trees), built where the
+    model is from the rows read there; None without them."""
+    if recipe is None:
+        return None
+    from dslide_dask.fused_parts import build_fused_parts
+    from dslide_dask.model.fused_build import FusedBuild
+
+    where = "in this process" if client is None else "on a worker"
+    print(f"building the neighbours, label centroids and trees {where}", flush=True)
+    t0 = time.perf_counter()
+    fused = build_fused_parts(trainer, train, FusedBuild(recipe, held, run.skip_bad_lines), client)
+    print(f"built in {time.perf_counter() - t0:.1f} s", flush=True)
+    return fused
 
 
 def _header(run: RunSettings, cfg, shape: tuple[int, int], points: int, epoch_steps: int) -> str:

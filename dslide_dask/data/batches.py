@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from dslide_dask.data.dataset import XCDataset
+from dslide_dask.data.held import HeldRows
 from dslide_dask.data.inputs import check_fits
 from dslide_dask.data.partitions import DataSource
 from dslide_dask.data.shuffle import ReadStats, iter_batches
@@ -67,9 +68,11 @@ def epoch_batches(
     *,
     skip_bad_lines: bool = False,
     stats: ReadStats | None = None,
+    held: HeldRows | None = None,
 ) -> Iterator[XCDataset]:
-    """The batches of one epoch. A planned source is always shuffled (partitions, then
-    rows within a bounded buffer); an in-memory one when ``shuffle``."""
+    """The batches of one epoch, less the rows ``held`` out of training. A planned source
+    is always shuffled (partitions, then rows within a bounded buffer); an in-memory one
+    when ``shuffle``."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if isinstance(source, DataSource):
@@ -80,7 +83,10 @@ def epoch_batches(
             seed,
             skip_bad_lines=skip_bad_lines,
             stats=stats,
+            held=held,
         )
         return
+    if held is not None:
+        source = held.training(source)
     data = source.take(row_order(source.n_points, epoch, seed)) if shuffle else source
     yield from data.batches(batch_size)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dslide_dask.data.dataset import XCDataset
+from dslide_dask.data.held import HeldRows
 from dslide_dask.data.partitions import Partition, PointCounter, concat
 from dslide_dask.data.seeds import derive_seed
 from dslide_dask.data.source import read_partition
@@ -57,12 +58,14 @@ def iter_batches(
     skip_bad_lines: bool = False,
     stats: ReadStats | None = None,
     reader: Callable[[Partition, bool], tuple[XCDataset, int]] = read_partition,
+    held: HeldRows | None = None,
 ) -> Iterator[XCDataset]:
     """Shuffled batches of one epoch over ``partitions`` (the last may be smaller).
 
     The same ``(partitions, batch_size, epoch, seed, buffer_points)`` give the same
-    batches. Every point comes exactly once. Split text files are checked against their
-    headers' N_points as their last byte range arrives (:class:`PointCounter`).
+    batches. Every point comes exactly once (but those ``held`` out of training). Split
+    text files are checked against their headers' N_points as their last byte range
+    arrives (:class:`PointCounter`).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -79,6 +82,8 @@ def iter_batches(
         epoch_order(partitions, epoch, seed), reader, skip_bad_lines
     ):
         counter.add(part, len(data) + skipped)
+        if held is not None:
+            data = held.training(data, part)
         stats.n_partitions += 1
         stats.n_points += len(data)
         stats.n_skipped += skipped

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from dslide_dask.data.batches import Source, epoch_batches
 from dslide_dask.data.dataset import XCDataset
+from dslide_dask.data.held import HeldRows
 from dslide_dask.data.shuffle import ReadStats
 
 
@@ -29,6 +30,7 @@ class Stream:
     first_epoch: int = 0
     first_batch: int = 0
     skip_bad_lines: bool = False  #: skip (and count) malformed lines of a text source
+    held: HeldRows | None = None  #: rows held out of training (the fusion chooses on them)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -57,6 +59,7 @@ class Stream:
                 self.shuffle,
                 skip_bad_lines=self.skip_bad_lines,
                 stats=stats,
+                held=self.held,
             )
             start = self.first_batch if epoch == self.first_epoch else 0
             for index, batch in enumerate(itertools.islice(batches, start, None), start):

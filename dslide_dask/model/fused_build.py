@@ -19,6 +19,7 @@ import numpy as np
 
 from dslide_dask.data.blocks import stack_datasets
 from dslide_dask.data.dataset import XCDataset
+from dslide_dask.data.held import HeldRows
 from dslide_dask.model.config import check_float, check_int
 from dslide_dask.model.fused import MAX_TREE_POWER, FusedModel, Fusion, Network, check_weights
 from dslide_dask.model.fusion import CENTROID_WEIGHTS, TAILS, choose_weights
@@ -46,6 +47,49 @@ FALLBACK_CENTROID_WEIGHT = 0.5
 #: At most this many labels, the most frequent, get a classifier of their own (each costs
 #: a pass's arithmetic over every row's features; debian-files gives 325 labels 100 rows).
 MAX_CLASSIFIED = 1024
+
+
+#: The fusion parameters and their defaults: ``SlideClassifier``'s (a test holds them
+#: equal), which ``dslide train --opt`` and a config's ``model`` take too.
+FUSION_DEFAULTS = {
+    "neighbours": 30,
+    "neighbour_weight": None,
+    "neighbour_mix": 0.35,
+    "tail_exponent": 0.0,
+    "label_classifiers": 0,
+    "label_centroids": 0.5,
+    "label_tree": 0.5,
+    "n_label_trees": None,
+}
+
+
+def recipe_from(params: dict, seed: int = 0) -> FusedRecipe | None:
+    """The recipe of fusion parameters ``params`` (missing ones: :data:`FUSION_DEFAULTS`);
+    None with ``neighbours`` 0 (the network answers alone). ValueError naming a bad one."""
+    p = {**FUSION_DEFAULTS, **params}
+    k = p["neighbours"]
+    check_int("neighbours", k, 0, 1 << 16)
+    if k == 0:
+        return None
+    weight = p["neighbour_weight"]
+    if weight is not None:
+        pair = (weight, 0.0) if isinstance(weight, int | float) else tuple(weight)
+        if len(pair) != 2:
+            raise ValueError(f"neighbour_weight must be a number or a pair, got {weight!r}")
+        for value in pair:
+            check_float("neighbour_weight", value, 0.0, 1.0)
+        weight = (float(pair[0]), float(pair[1]))
+    return FusedRecipe(
+        k,
+        p["neighbour_mix"],
+        weight,
+        p["tail_exponent"],
+        p["label_centroids"],
+        p["label_classifiers"],
+        p["label_tree"],
+        p["n_label_trees"],
+        seed,
+    )
 
 
 @dataclass(frozen=True)
@@ -172,6 +216,16 @@ class FusedRecipe:
         else:
             chosen = self.choose(index.with_embedding(net.embed(data.X)), net, held)
         return self.finish(index, data, held, net, chosen)
+
+
+@dataclass(frozen=True)
+class FusedBuild:
+    """What the building task is given: the recipe, the rows held out (None: none) and
+    whether bad lines of text are skipped as the stream skipped them."""
+
+    recipe: FusedRecipe
+    held: HeldRows | None = None
+    skip_bad_lines: bool = False
 
 
 def held_split(data: XCDataset, n_held: int, seed: int) -> tuple[XCDataset, XCDataset | None]:

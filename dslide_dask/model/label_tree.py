@@ -297,6 +297,12 @@ def mostly_rare(y_idx: np.ndarray, n_labels: int) -> bool:
     return bool(np.mean(counts[y_idx] <= RARE_ROWS) >= RARE_SHARE)
 
 
+def mostly_rare_counts(counts: np.ndarray) -> bool:
+    """:func:`mostly_rare` from each label's count of training rows."""
+    total = int(counts.sum())
+    return total > 0 and int(counts[counts <= RARE_ROWS].sum()) >= RARE_SHARE * total
+
+
 def trees_for(y_idx: np.ndarray, n_labels: int) -> int:
     """How many label trees to build for training labels ``y_idx``: 2 where they are
     :func:`mostly_rare`, else 1. The tree is what ranks rare labels (the network learns

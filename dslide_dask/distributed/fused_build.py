@@ -1,0 +1,147 @@
+"""The fused parts of a model trained on a cluster, built on a worker from storage.
+
+The training rows never come to the client: a task on a worker reads them straight from
+storage (or takes the blocks kept on the cluster), splits off the rows held out of the
+network's training exactly as the coordinator's stream did (:class:`~dslide_dask.data.
+held.HeldRows`), and runs the fit's :class:`~dslide_dask.model.fused_build.FusedRecipe`,
+asking the coordinator actor for the network's candidates and hidden vectors. The
+:class:`~dslide_dask.model.fused.FusedModel` stays in that worker's memory behind a Dask
+future (:class:`RemoteFused`): queries, scores and the save run there too, and only
+answers, scores and a few numbers travel. Before training, :func:`label_counts` sums the
+labels over the partitions, on the workers, for the recipe's choice of random negatives.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dslide_dask.checkpoint.fused import save_fused
+from dslide_dask.data.csr import CSR, SCORE_ROWS, row_ranges
+from dslide_dask.data.dataset import XCDataset
+from dslide_dask.data.held import read_split
+from dslide_dask.data.partitions import DataSource, Partition
+from dslide_dask.data.source import read_partition
+from dslide_dask.model.fused import FusedModel
+from dslide_dask.model.fused_build import FusedBuild
+
+
+class CoordinatorNetwork:
+    """The network of a model on a cluster as fusion asks it, from a task: its
+    coordinator actor answers (``Network`` of :mod:`dslide_dask.model.fused`)."""
+
+    def __init__(self, coordinator: Any) -> None:
+        self.coordinator = coordinator
+
+    def topk_scores(self, X: CSR, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        parts = [
+            self.coordinator.topk(X.slice_rows(a, b), k, exact, scores=True).result()
+            for a, b in row_ranges(X.n_rows, SCORE_ROWS, at_least_one=True)
+        ]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def embed(self, X: CSR) -> np.ndarray:
+        parts = [
+            self.coordinator.embed(X.slice_rows(a, b)).result()
+            for a, b in row_ranges(X.n_rows, SCORE_ROWS, at_least_one=True)
+        ]
+        return np.concatenate(parts).astype(np.float32, copy=False)
+
+
+def build_fused(build: FusedBuild, coordinator: Any, source: XCDataset | DataSource) -> FusedModel:
+    """Task: the fused model of the rows of ``source``, read here."""
+    train, held = read_split(source, build.held, build.skip_bad_lines)
+    return build.recipe.build(train, held, CoordinatorNetwork(coordinator))
+
+
+@dataclass
+class RemoteFused:
+    """A fused model held by a worker (``future``), answered there with the network of
+    ``coordinator``."""
+
+    client: Any
+    future: Any
+    coordinator: Any
+    worker: str  #: where the model is (its tasks are pinned there: it never moves)
+
+    @classmethod
+    def build(
+        cls, client: Any, trainer: Any, source: XCDataset | DataSource, build: FusedBuild
+    ) -> RemoteFused:
+        """Build on a worker of ``trainer``'s model (not the coordinator's, where there
+        is another: it streams the batches and holds the hidden layers)."""
+        workers = list(trainer.placement.workers)
+        where = workers[-1]
+        if isinstance(source, XCDataset):  # rows in the client's memory: sent once
+            [source] = client.scatter([source], workers=[where])
+        future = client.submit(
+            build_fused,
+            build,
+            trainer.coordinator,
+            source,
+            pure=False,
+            workers=[where],
+            key=f"build-fused-{uuid.uuid4().hex}",
+        )
+        future.result()  # raises here what failed there
+        return cls(client, future, trainer.coordinator, where)
+
+    def _run(self, fn, *args, **kwargs) -> Any:
+        return self.client.submit(
+            fn, self.future, self.coordinator, *args, **kwargs, pure=False, workers=[self.worker]
+        ).result()
+
+    def topk(self, X: CSR, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's ``k`` best labels by the whole model, and their scores."""
+        return self._run(_topk, X, k=k, exact=exact)
+
+    def metrics(self, data: XCDataset, ks: tuple[int, ...] = (1, 3, 5), exact: bool = True):
+        """P@k, nDCG@k and PSP@k of the whole model on ``data``."""
+        return self._run(_metrics, data, ks=ks, exact=exact)
+
+    def parts(self, storage_options: dict | None = None):
+        """A parts writer for the trainer's ``save``: the worker writes the fused parts
+        into the checkpoint folder before it is committed."""
+
+        def write(folder_url: str, meta: dict) -> dict:
+            return self.client.submit(
+                _save, self.future, folder_url, storage_options, pure=False, workers=[self.worker]
+            ).result()
+
+        return write
+
+    def close(self) -> None:
+        self.future.release()
+
+
+def _topk(fused: FusedModel, coordinator, X: CSR, *, k: int, exact: bool):
+    return fused.topk(CoordinatorNetwork(coordinator), X, k, exact)
+
+
+def _metrics(fused: FusedModel, coordinator, data: XCDataset, *, ks, exact: bool) -> dict:
+    return fused.metrics(CoordinatorNetwork(coordinator), data.X, data.Y, tuple(ks), exact)
+
+
+def _save(fused: FusedModel, folder_url: str, storage_options: dict | None) -> dict:
+    return save_fused(folder_url, fused, storage_options)
+
+
+def label_counts(client: Any, source: XCDataset | DataSource, skip_bad_lines: bool = False):
+    """How many training rows carry each label, counted on the workers (partitions read
+    where they are; only one count vector a partition and their sum travel)."""
+    if isinstance(source, XCDataset):
+        return np.bincount(source.Y.indices, minlength=source.n_labels)
+    counts = client.map(_part_counts, source.partitions, skip_bad_lines=skip_bad_lines, pure=False)
+    return client.submit(_summed, counts, pure=False).result()
+
+
+def _part_counts(part: Partition, skip_bad_lines: bool) -> np.ndarray:
+    data, _ = read_partition(part, skip_bad_lines)
+    return np.bincount(data.Y.indices, minlength=data.n_labels).astype(np.int64)
+
+
+def _summed(counts: list[np.ndarray]) -> np.ndarray:
+    return np.sum(counts, axis=0)

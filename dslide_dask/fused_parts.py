@@ -1,0 +1,79 @@
+"""The fused parts of a trained model, wherever they were built: one interface.
+
+After a fit the network's trainer holds the network; :func:`build_fused_parts` builds the
+rest of the model (:class:`~dslide_dask.model.fused.FusedModel`) where the rows are: in
+this process for a model in this process, on a worker for a model on a cluster
+(:class:`~dslide_dask.distributed.fused_build.RemoteFused`, never bringing the rows
+here). Either answers, scores and saves the whole model the same way, so the CLI and the
+estimator wire one thing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from dslide_dask.checkpoint.fused import save_fused
+from dslide_dask.data.csr import CSR
+from dslide_dask.data.dataset import XCDataset
+from dslide_dask.data.held import read_split
+from dslide_dask.data.partitions import DataSource
+from dslide_dask.local_trainer import LocalTrainer
+from dslide_dask.model.fused import FusedModel
+from dslide_dask.model.fused_build import FusedBuild
+
+
+class FusedParts(Protocol):
+    """A trained model's fused parts, with the network they rank beside."""
+
+    def topk(self, X: CSR, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's ``k`` best labels by the whole model, and their scores."""
+
+    def metrics(
+        self, data: XCDataset, ks: tuple[int, ...] = (1, 3, 5), exact: bool = True
+    ) -> dict[str, float]:
+        """P@k, nDCG@k and PSP@k of the whole model on ``data``."""
+
+    def parts(self, storage_options: dict | None = None) -> Any:
+        """A parts writer for the trainer's ``save`` (the fused parts, before the commit)."""
+
+    def close(self) -> None:
+        """Let go of the parts (on a cluster: the worker's memory)."""
+
+
+class LocalFused:
+    """Fused parts in this process, beside a network in this process."""
+
+    def __init__(self, fused: FusedModel, trainer: LocalTrainer) -> None:
+        self.fused, self.trainer = fused, trainer
+
+    def topk(self, X: CSR, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        return self.fused.topk(self.trainer, X, k, exact)
+
+    def metrics(
+        self, data: XCDataset, ks: tuple[int, ...] = (1, 3, 5), exact: bool = True
+    ) -> dict[str, float]:
+        return self.fused.metrics(self.trainer, data.X, data.Y, ks, exact)
+
+    def parts(self, storage_options: dict | None = None):
+        def write(folder_url: str, meta: dict) -> dict:
+            return save_fused(folder_url, self.fused, storage_options)
+
+        return write
+
+    def close(self) -> None:
+        pass
+
+
+def build_fused_parts(
+    trainer: Any, source: XCDataset | DataSource, build: FusedBuild, client: Any = None
+) -> FusedParts:
+    """The fused parts of ``trainer``'s model on the rows of ``source`` (those held out
+    of the network's training as ``build.held`` says), built where the model is."""
+    if isinstance(trainer, LocalTrainer):
+        train, held = read_split(source, build.held, build.skip_bad_lines)
+        return LocalFused(build.recipe.build(train, held, trainer), trainer)
+    from dslide_dask.distributed.fused_build import RemoteFused
+
+    return RemoteFused.build(client or trainer.client, trainer, source, build)

@@ -1,0 +1,135 @@
+"""One model everywhere: ``dslide train`` from files (local or the local S3 server) on a
+real LocalCluster builds the whole model, its neighbours, label centroids and trees on a
+worker from the rows it reads there, saves it whole, and ``SlideClassifier.load`` and
+``dslide predict`` answer with it; the rows held out of the network's training to weigh
+the parts are the same rows in the coordinator's stream and on the building worker."""
+
+import json
+
+import numpy as np
+import pytest
+
+from dslide_dask import SlideClassifier
+from dslide_dask.data.batches import plan
+from dslide_dask.data.held import HeldRows, read_split
+from dslide_dask.data.stream import Stream
+from dslide_dask.data.synthetic import make_synthetic
+from dslide_dask.data.xc_text import write_xc
+from dslide_dask.inference import read_predictions
+from dslide_dask.metrics import xc_metrics
+from dslide_dask.model.fused_build import FUSION_DEFAULTS
+from dslide_workflows.cli import main
+from tests.conftest import BUCKET
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    train, test = make_synthetic("tiny", seed=0)
+    root = tmp_path_factory.mktemp("data")
+    write_xc(str(root / "train.txt"), train)
+    write_xc(str(root / "test.txt"), test)
+    return root, train, test
+
+
+def test_the_stream_and_the_builder_hold_out_the_same_rows(files):
+    root, train, _ = files
+    source = plan(str(root / "train.txt"))
+    held = HeldRows(0.1, seed=3)
+    kept, out = read_split(source, held)
+    assert abs(out.n_points - 0.1 * train.n_points) < 0.03 * train.n_points
+    assert kept.n_points + out.n_points == train.n_points
+    streamed = list(Stream(64, seed=1, held=held).batches(source))
+    rows = {
+        tuple(b.X.indices[b.X.indptr[i] : b.X.indptr[i + 1]])
+        for _, _, b in streamed
+        for i in range(b.n_points)
+    }  # noqa: E501
+    assert sum(b.n_points for _, _, b in streamed) == kept.n_points
+    assert rows == {
+        tuple(kept.X.indices[kept.X.indptr[i] : kept.X.indptr[i + 1]]) for i in range(kept.n_points)
+    }  # noqa: E501
+    in_memory, held_in_memory = read_split(train, held)  # rows in memory: by row number
+    assert in_memory.n_points + held_in_memory.n_points == train.n_points
+
+
+def test_the_fusion_defaults_are_the_estimators():
+    params = SlideClassifier().get_params()
+    assert {k: params[k] for k in FUSION_DEFAULTS} == FUSION_DEFAULTS
+
+
+def _train(argv, client, capsys) -> tuple[str, str]:
+    code = main(["train", *argv, "--scheduler-address", client.scheduler.address, "--no-progress"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return out.out, out.err
+
+
+def _p1(out: str, prefix: str = "test") -> float:
+    line = next(line for line in out.splitlines() if line.strip().startswith(prefix))
+    return float(line.split("P@1")[1].split()[0])
+
+
+def test_train_from_files_builds_saves_and_serves_the_whole_model(files, client, capsys):
+    root, train, test = files
+    argv = ["--train", str(root / "train.txt"), "--test", str(root / "test.txt")]
+    argv += ["--epochs", "2", "--run-dir", str(root / "run"), "--eval-points", "100000"]
+    out, _ = _train(argv, client, capsys)
+    assert "building the neighbours, label centroids and trees on a worker" in out
+    fused_p1, network_p1 = _p1(out), float(out.split("network P@1")[1].split()[0])
+    assert fused_p1 > network_p1 + 0.1, out  # the fused parts count
+    model = str(root / "run" / "model")
+    meta = json.loads(next((root / "run" / "model").rglob("meta.json")).read_text())
+    assert meta["fusion"]["neighbours"] == FUSION_DEFAULTS["neighbours"]
+    loaded = SlideClassifier.load(model)  # the Python API answers with the same model
+    assert loaded.neighbours_ is not None and loaded.neighbours_.trees
+    api_top = loaded.predict_topk(test.X, 5)
+    assert abs(xc_metrics(api_top, test.Y, (1,))["P@1"] - fused_p1) < 0.005
+    code = main(["predict", model, str(root / "test.txt"), str(root / "out"), "--k", "5",
+                 "--scheduler-address", client.scheduler.address, "--no-progress"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    np.testing.assert_array_equal(read_predictions(str(root / "out"))[0], api_top)
+    # beside the same rows fitted in memory by the Python API, on the same cluster
+    clf = SlideClassifier(epochs=2, client=client, random_state=0).fit(train.X, train.Y)
+    api = clf.evaluate(test.X, test.Y)["P@1"]
+    assert fused_p1 > api - 0.05, (fused_p1, api)
+
+
+def test_neighbours_0_trains_the_network_alone(files, client, capsys):
+    root, _, _ = files
+    argv = ["--train", str(root / "train.txt"), "--test", str(root / "test.txt")]
+    argv += ["--run-dir", str(root / "alone"), "--opt", "neighbours=0"]
+    out, _ = _train(argv, client, capsys)
+    assert "network P@1" not in out and "building the neighbours" not in out
+    assert not list((root / "alone" / "model").rglob("neighbours"))
+
+
+@pytest.mark.parametrize(
+    ("opt", "says"),
+    [("label_tree=3", "label_tree must be"), ("neighbour_mix=x", "neighbour_mix must be")],
+)
+def test_a_bad_fusion_parameter_is_one_line(files, opt, says, capsys):
+    root, _, _ = files
+    argv = ["train", "--train", str(root / "train.txt"), "--opt", opt, "--in-process"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+
+
+@pytest.mark.slow
+def test_train_from_s3_builds_the_whole_model_on_a_worker(files, client, s3, capsys):
+    import fsspec
+
+    root, _, test = files
+    fs = fsspec.filesystem("s3", **s3)
+    for name in ("train.txt", "test.txt"):
+        fs.put(str(root / name), f"{BUCKET}/fused/{name}")
+    flags = ["--storage-option", "key=testing", "--storage-option", "secret=testing",
+             "--storage-option",
+             f"client_kwargs.endpoint_url={s3['client_kwargs']['endpoint_url']}"]  # fmt: skip
+    argv = ["--train", f"s3://{BUCKET}/fused/train.txt", "--test", f"s3://{BUCKET}/fused/test.txt"]
+    argv += ["--epochs", "2", "--run-dir", f"s3://{BUCKET}/fused/run", "--eval-points", "100000"]
+    out, _ = _train([*argv, *flags], client, capsys)
+    local = _p1(out)
+    loaded = SlideClassifier.load(f"s3://{BUCKET}/fused/run/model", storage_options=s3)
+    assert loaded.neighbours_ is not None
+    assert abs(xc_metrics(loaded.predict_topk(test.X, 5), test.Y, (1,))["P@1"] - local) < 0.005
