@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from sklearn.exceptions import NotFittedError as _SklearnNotFitted
 
+from dslide_dask.masking import mask_text
+
 __all__ = [
     "CheckpointError",
     "ClusterError",
@@ -26,7 +28,12 @@ __all__ = [
 
 
 class DslideError(Exception):
-    """Base of every error dslide-dask raises on purpose."""
+    """Base of every error dslide-dask raises on purpose; a URL's credentials in its
+    message are masked (:func:`dslide_dask.masking.mask_text`): it may be logged on a
+    worker, pickled to the client and shown anywhere."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*(mask_text(a) if isinstance(a, str) else a for a in args))
 
 
 class DataError(DslideError, ValueError):
@@ -38,6 +45,7 @@ class XCFormatError(DataError):
     (``source: problem`` when no line applies, e.g. a corrupt compressed stream)."""
 
     def __init__(self, source: str, line: int | None, problem: str) -> None:
+        source, problem = mask_text(str(source)), mask_text(problem)  # before the line
         super().__init__(f"{source}:{line}: {problem}" if line else f"{source}: {problem}")
         self.source = source
         self.line = line

@@ -24,7 +24,8 @@ from dslide_workflows.args import (
 from dslide_workflows.classifier import make_classifier
 from dslide_workflows.endpoints import nul_setting
 from dslide_workflows.errors import JobFailed, Terminated
-from dslide_workflows.secrets import mask_text, masked_output, scrub
+from dslide_workflows.secrets import mask_text, mask_tracebacks, masked_output, scrub
+from dslide_workflows.progress import warm_kernels
 from dslide_workflows.summary import format_scores
 
 PROG = "dslide"
@@ -187,7 +188,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         seen[0] += step["samples"]
         active.append(step["active"])
 
-    print("training (the first run compiles the kernels: a few seconds more)", flush=True)
+    warm_kernels()  # a first run: what is compiling, and how far it is
+    print("training", flush=True)
     t1 = time.perf_counter()
     clf.fit(train.X, train.Y, callback=count)
     seconds = time.perf_counter() - t1
@@ -259,6 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except Exception as err:
         if args.debug or os.environ.get("DSLIDE_DEBUG"):
+            mask_tracebacks(_secrets(args))  # the traceback a bug report sends
             raise
         text, code = describe(err, args)
         line = f"{PROG}: error: {scrub(text, _secrets(args))}"

@@ -49,6 +49,16 @@ def check_scheduler_address(address: str | None) -> None:
         )
 
 
+def not_a_scheduler(address: str) -> ValueError:
+    """The error for an address whose other end answered, but not as a Dask scheduler
+    does (its handshake garbage: Dask's reader fails with a ``struct.error`` or a
+    ``MemoryError`` for a length read from it)."""
+    return ValueError(
+        f"--scheduler-address {address!r:.{_QUOTE}}: the other end does not speak Dask's "
+        "protocol (not a Dask scheduler's port?)"
+    )
+
+
 def check_tls_files(settings, address: str | None) -> None:
     """Certificate files are for a ``tls://`` scheduler: given for a LocalCluster (which
     takes ``--tls``, with throwaway certificates) or a plain ``tcp://`` one, they would

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 from typing import Any
 
 from dslide_workflows.args import storage_options
@@ -19,7 +18,7 @@ def resolve(args: argparse.Namespace) -> tuple[RunSettings, dict[str, Any]]:
     (:func:`~dslide_workflows.run_schema.check_run`, the model by ``SlideConfig``) before
     anything starts."""
     from dslide_workflows.secrets import merge
-    from dslide_workflows.settings import check_model, parse_yaml
+    from dslide_workflows.settings import check_model, parse_yaml, read_config
 
     run = dict(RUN_DEFAULTS)
     model: dict[str, Any] = {}
@@ -28,7 +27,7 @@ def resolve(args: argparse.Namespace) -> tuple[RunSettings, dict[str, Any]]:
         return _resumed(args, run)
     model_where = "--opt"
     if args.config:
-        loaded = parse_yaml(Path(args.config).read_bytes(), str(args.config))
+        loaded = parse_yaml(read_config(str(args.config)), str(args.config))
         if not isinstance(loaded, dict):
             raise ValueError(f"{args.config}: expected a mapping of settings")
         model.update(check_model(loaded.pop("model", None) or {}, f"{args.config}: model"))

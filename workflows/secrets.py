@@ -8,53 +8,24 @@ so ``client_kwargs.aws_secret_access_key`` is hidden as surely as a top-level ``
 Secrets also travel inside values whose names say nothing: a presigned URL
 (``?X-Amz-Signature=...``, Azure's ``&sig=...``), a password in a URL (``/`` and all), a
 connection string (``AccountKey=...;``). :func:`mask` hides those by their shape, in any
-text; :func:`masked_output` puts everything the CLI prints through it.
+text (:func:`dslide_dask.masking.mask_text`, which the library's own errors use too);
+:func:`masked_output` puts everything the CLI prints through it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 import sys
 from typing import Any
 
-MASKED = "***"
-#: Parts of option names whose values are never shown (matched case-insensitively).
-SECRET_WORDS = (
-    "key",
-    "secret",
-    "token",
-    "password",
-    "passwd",
-    "credential",
-    "auth",
-    "session",
-    "signature",
-    "private",
-    "cookie",
-    "sas",
+from dslide_dask.masking import (  # noqa: F401 (the names this module has always had)
+    MASKED,
+    NOT_SECRET,
+    SECRET_NAMES,
+    SECRET_WORDS,
+    is_secret_key,
+    mask_text,
 )
-#: Whole names (of options, URL query parameters, connection-string fields) that are
-#: secret though too short to be searched for inside other names.
-SECRET_NAMES = frozenset({"sig", "pwd", "code"})
-#: Option names that contain a secret word but hold nothing secret.
-NOT_SECRET = frozenset({"key_prefix", "anon", "use_ssl"})
-#: URLs with credentials in them (``scheme://user:password@host``): the password runs to
-#: the last ``@`` before a blank or quote, ``/`` included (unencoded, as people type it).
-_URL_CREDENTIALS = re.compile(r"(://[^/\s:@'\"]*):[^\s@'\"]+@")
-#: A connection string's SharedAccessSignature field: a whole query (sv=..&sig=..) to ``;``.
-_SAS_FIELD = re.compile(r"(?i)((?:^|;)\s*SharedAccessSignature=)(?!\*\*\*)[^;\s'\"]+")
-#: ``name=value`` after ``?``, ``&`` or ``;`` (URL queries, connection strings), or at
-#: the start of a text (a connection string as an option's value).
-_NAMED_VALUE = re.compile(r"(^|[?&;])([A-Za-z][\w.-]*)=([^&;\s'\"#]*)")
-
-
-def is_secret_key(key: Any) -> bool:
-    """Whether an option named ``key`` holds a credential."""
-    k = str(key).lower()
-    if k in SECRET_NAMES:
-        return True
-    return k not in NOT_SECRET and any(w in k for w in SECRET_WORDS)
 
 
 def mask(value: Any) -> Any:
@@ -72,25 +43,6 @@ def mask(value: Any) -> Any:
 
 def _masked_entry(value: Any) -> Any:
     return value if value is None or value == "" else MASKED
-
-
-def mask_text(text: str) -> str:
-    """``text`` with URL passwords and secret-named query parameters or connection-string
-    fields (``X-Amz-Signature``, ``sig``, ``AccountKey``, ``SharedAccessSignature``,
-    ``Password``...) hidden; other parameters (expiry, permissions) stay readable."""
-    if "=" in text:
-        text = _SAS_FIELD.sub(r"\1" + MASKED, text)
-        text = _NAMED_VALUE.sub(_mask_named, text)
-    if "@" in text:
-        text = _URL_CREDENTIALS.sub(r"\1:" + MASKED + "@", text)
-    return text
-
-
-def _mask_named(match: re.Match) -> str:
-    lead, name, value = match.groups()
-    if not value or value == MASKED or not is_secret_key(name):
-        return match.group(0)
-    return f"{lead}{name}={MASKED}"
 
 
 def unmasked(value: Any) -> Any:
@@ -163,3 +115,16 @@ def masked_output():
         contextlib.redirect_stderr(_MaskedStream(sys.stderr)),
     ):
         yield
+
+
+def mask_tracebacks(options: Any) -> None:
+    """From now on, the traceback Python prints for an error that ends the program (what
+    ``--debug`` shows, for a bug report) shows no secret: its messages and those of the
+    errors chained to it, masked by shape and ``options``' secret values (:func:`scrub`)."""
+    import traceback
+
+    def show(kind, err, tb) -> None:
+        text = "".join(traceback.format_exception(kind, err, tb))
+        sys.stderr.write(scrub(text, options))
+
+    sys.excepthook = show

@@ -22,6 +22,7 @@ from dslide_workflows.endpoints import (
     check_dashboard_address,
     check_scheduler_address,
     check_tls_files,
+    not_a_scheduler,
 )
 from dslide_workflows.run_schema import (
     CONNECT_TIMEOUT,
@@ -53,7 +54,8 @@ def connect_client(address: str, security, timeout: float | None, limit: str | N
 
     import dask
     from distributed import Client
-    from distributed.comm import connect
+    from distributed.comm import connect, parse_address
+    from distributed.comm.registry import get_backend
 
     timeout = CONNECT_TIMEOUT if timeout is None else timeout
     if not 0 < timeout <= 86400:
@@ -66,8 +68,14 @@ def connect_client(address: str, security, timeout: float | None, limit: str | N
 
     limit = limit or f"{timeout:g} s (--connect-timeout)"  # what the error names
     fail = f"--scheduler-address {address}: no answer within {limit}"
+    get_backend(parse_address(address)[0])  # a malformed address: Dask's ValueError
     try:
-        asyncio.run(asyncio.wait_for(probe(), timeout))
+        try:
+            asyncio.run(asyncio.wait_for(probe(), timeout))
+        except OSError:
+            raise
+        except Exception as err:  # struct.error, MemoryError...: an answer not Dask's
+            raise not_a_scheduler(address) from err
         with dask.config.set({"distributed.comm.timeouts.connect": timeout}):
             return Client(address, security=security, timeout=timeout)
     except OSError:  # TimeoutError too; a refused connection is retried until the timeout

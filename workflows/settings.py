@@ -7,6 +7,7 @@ What each run setting may be is :mod:`dslide_workflows.run_schema`'s.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from typing import Any
@@ -132,8 +133,8 @@ def read_config(path: str) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise ValueError(f"--config {path}: a folder, not a config file")
+        if stat.S_ISDIR(mode):  # as for any read: "PATH: is a directory"
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         if not stat.S_ISREG(mode):
             raise ValueError(f"--config {path}: not a regular file (a FIFO or device?)")
         with os.fdopen(os.dup(fd), "rb") as f:

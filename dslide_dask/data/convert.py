@@ -20,6 +20,7 @@ from dslide_dask.data.partitions import (
     route_options,
 )
 from dslide_dask.data.source import open_source, read_partition
+from dslide_dask.errors import DataError
 from dslide_dask.paths import guard_write
 
 
@@ -56,7 +57,7 @@ def convert(
     t0 = time.perf_counter()
     src = open_source(src_url, storage_options, partition_bytes)
     if src.format != "text":
-        raise ValueError(f"{src_url} is already converted")
+        raise DataError(f"{src_url} is already converted")  # masks the URL's credentials
     # equal chunks (at most ``chunk_points``) balance the workers reading them
     n_chunks = max(1, -(-src.n_points // chunk_points))
     chunk_points = max(1, -(-src.n_points // n_chunks))

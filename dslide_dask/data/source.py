@@ -76,6 +76,7 @@ from dslide_dask.data.xc_text import (
     parse_lines,
 )
 from dslide_dask.kernels import xc_text as K
+from dslide_dask.masking import mask_text, masked_errors
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ _LOOKAHEAD = 1 << 16  # bytes read past a range's end to finish its last line
 _SCAN = 16 << 20  # bytes a read when counting lines before a range
 
 
+@masked_errors()  # a storage error names the URL: no credentials
 def open_source(
     url: str,
     storage_options: dict | None = None,
@@ -107,6 +109,7 @@ def open_source(
     return _plan_text(fs, url, files, so, partition_bytes, max_decompressed)
 
 
+@masked_errors()
 def read_partition(part: Partition, skip_bad_lines: bool = False) -> tuple[XCDataset, int]:
     """Read one partition from storage: ``(data, number of bad lines skipped)``.
 
@@ -169,6 +172,7 @@ def index_partitions(
     return out
 
 
+@masked_errors()
 def count_lines(part: Partition) -> int:
     """Lines starting in a byte-range partition (the header line included)."""
     fs, path = fsspec.core.url_to_fs(part.url, **part.storage_options)
@@ -208,7 +212,7 @@ def _list_files(fs, url: str, path: str, so: dict) -> list[tuple[str, str, int]]
             file_url = fs.unstrip_protocol(name)
         files.append((file_url, name, int(info["size"])))
     if not files:
-        raise FileNotFoundError(what)
+        raise FileNotFoundError(mask_text(what))
     return files
 
 
@@ -306,7 +310,7 @@ def _read_whole(fs, path: str, part: Partition, skip: bool) -> tuple[XCDataset, 
     if parsed.first_bad:
         log.warning(
             "%s: skipped %d bad line(s), the first: line %d: %s",
-            part.url,
+            mask_text(part.url),
             parsed.n_skipped,
             parsed.first_bad.line,
             parsed.first_bad.problem,
@@ -411,7 +415,7 @@ def _read_range(fs, path: str, part: Partition, skip: bool) -> tuple[XCDataset, 
         )
         log.warning(
             "%s: skipped %d bad line(s), the first: %s: %s",
-            part.url,
+            mask_text(part.url),
             parsed.n_skipped,
             where,
             parsed.first_bad.problem,

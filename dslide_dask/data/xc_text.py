@@ -23,6 +23,7 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.errors import XCFormatError
 from dslide_dask.kernels import xc_text as K
+from dslide_dask.masking import masked_errors
 
 _INT32_MAX = np.iinfo(np.int32).max
 #: The most points a data set may declare: a run's steps are counted in 40 bits (the lr
@@ -37,6 +38,7 @@ _ZSTD_EXTENSIONS = ("zst", "zstd")
 UNKNOWN_SIZE = -1
 
 
+@masked_errors()  # a storage error names the URL: no credentials
 def read_xc(url: str, storage_options: dict | None = None) -> XCDataset:
     """Read an XC text file from a local path or fsspec URL (compression inferred).
 
@@ -185,10 +187,11 @@ def parse_lines(
             f"(the first extra one on line {locate(int(err[1]))})",
         )
     if err[0] != K.OK:
-        raise XCFormatError(source, locate(int(err[1])), _problem(buf[:stop], err, *shape))
+        text = memoryview(buf)[:stop]  # no copy of the text (as big as the memory allows)
+        raise XCFormatError(source, locate(int(err[1])), _problem(text, err, *shape))
     first_bad = None
     if n_bad:
-        first_bad = BadLine(int(bad[1]), _problem(buf[:stop], bad, *shape))
+        first_bad = BadLine(int(bad[1]), _problem(memoryview(buf)[:stop], bad, *shape))
     X = CSR(x_indptr, x_idx, x_val, n_features)
     Y = CSR(y_indptr, y_idx, None, n_labels)
     return ParsedLines(XCDataset(X, Y), int(n_bad), first_bad)
@@ -313,15 +316,17 @@ def _quote(s: str, limit: int = 40) -> str:
     return repr(s if len(s) <= limit else s[:limit] + "...")
 
 
-def _problem(buf: bytes, err: np.ndarray, n_points: int, n_features: int, n_labels: int) -> str:
+def _problem(
+    buf: bytes | memoryview, err: np.ndarray, n_points: int, n_features: int, n_labels: int
+) -> str:
     code, line, t0, t1, value, f0, f1 = (int(v) for v in err)
-    tok = buf[t0:t1].decode("utf-8", errors="replace")
+    tok = bytes(buf[t0:t1]).decode("utf-8", errors="replace")
     if code == K.ERR_FEW_POINTS:
         return f"the file ends after {value} point(s) but the header says N_points = {n_points}"
     if code == K.ERR_EXTRA:
         return f"more points than the header's N_points = {n_points} (found {_quote(tok)})"
     if code == K.ERR_LABEL_TOKEN:
-        msg = _label_token_problem(tok, buf[f0:f1].decode("utf-8", errors="replace"))
+        msg = _label_token_problem(tok, bytes(buf[f0:f1]).decode("utf-8", errors="replace"))
     elif code == K.ERR_LABEL_RANGE:
         msg = f"label id {_digits(tok)} >= n_labels {n_labels}"
     elif code == K.ERR_LABEL_DUP:
@@ -339,7 +344,7 @@ def _problem(buf: bytes, err: np.ndarray, n_points: int, n_features: int, n_labe
     else:  # pragma: no cover - kernel and messages out of sync
         msg = f"parse error code {code}"
     truncatable = (K.ERR_LABEL_TOKEN, K.ERR_FEATURE_TOKEN, K.ERR_VALUE)
-    if code in truncatable and t1 >= len(buf) and not buf.endswith(b"\n"):
+    if code in truncatable and t1 >= len(buf) and bytes(buf[-1:]) != b"\n":
         msg += " (the file ends mid-line: truncated?)"
     return msg
 

@@ -14,14 +14,16 @@ anywhere, no new dependency; Parquet would need pyarrow for two fixed-width colu
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import posixpath
 
 import fsspec
 import numpy as np
 
-from dslide_dask.paths import guard_read, guard_write, inside, read_small
+from dslide_dask.paths import guard_read, guard_write, inside, is_local, read_small
 
 FORMAT = "dslide-predictions"
 VERSION = 1
@@ -36,10 +38,32 @@ def part_name(index: int) -> str:
 
 def check_output(url: str, n_parts: int, storage_options: dict) -> None:
     """Before any work: no file the output will hold (parts, manifest) is a link, which
-    would send the writes out of the folder (:func:`dslide_dask.paths.guard_write`)."""
+    would send the writes out of the folder (:func:`dslide_dask.paths.guard_write`), and
+    the folder takes a file: a probe is written and removed (a read-only folder or store
+    would otherwise fail in every task, each printing a worker's traceback). A folder
+    made for the probe is removed with it."""
     fs, path = fsspec.core.url_to_fs(url, **storage_options)
     for name in [MANIFEST, *(part_name(i) for i in range(n_parts))]:
         guard_write(fs, path, posixpath.join(path, name))
+    if fs.isfile(path):
+        return  # refused by clear_manifest, naming it
+    probe = guard_write(fs, path, posixpath.join(path, f".dslide-probe-{os.urandom(6).hex()}"))
+    made = []  # local folders the probe made, deepest first
+    if is_local(fs):
+        folder = path.rstrip("/")
+        while folder and not os.path.lexists(folder):
+            made.append(folder)
+            folder = posixpath.dirname(folder)
+    try:
+        fs.makedirs(path, exist_ok=True)
+        fs.pipe_file(probe, b"")
+        fs.rm_file(probe)
+    except OSError as err:
+        raise type(err)(err.errno, err.strerror or str(err), url) from None
+    finally:
+        for folder in made:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
 
 
 def write_part(url: str, index: int, arrays: tuple, storage_options: dict) -> dict:
