@@ -25,7 +25,6 @@ from dslide_workflows.classifier import make_classifier
 from dslide_workflows.endpoints import nul_setting
 from dslide_workflows.errors import JobFailed, Terminated
 from dslide_workflows.secrets import mask_text, mask_tracebacks, masked_output, scrub
-from dslide_workflows.progress import warm_kernels
 from dslide_workflows.summary import format_scores
 
 PROG = "dslide"
@@ -188,8 +187,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         seen[0] += step["samples"]
         active.append(step["active"])
 
-    warm_kernels()  # a first run: what is compiling, and how far it is
-    print("training", flush=True)
+    print("training (the first run compiles the kernels: a few seconds more)", flush=True)
     t1 = time.perf_counter()
     clf.fit(train.X, train.Y, callback=count)
     seconds = time.perf_counter() - t1
