@@ -220,3 +220,62 @@ def test_xc_text_streams_part_by_part(tmp_path) -> None:
     (tmp_path / "p" / "part-000001.npz").write_bytes(b"not an npz")
     with pytest.raises(ValueError, match="part-000001.npz: not a prediction part"):
         write_xc_predictions(url)
+
+
+# -- the first run compiles the kernels: what, and how far ------------------------------------
+def test_compile_progress_names_each_module_once_with_how_far(tmp_path) -> None:
+    """The listener reports a module of ours at its first compilation only (a cold cache
+    of its own, in a subprocess), and nothing of other code."""
+    code = (
+        "import numba, numpy as np\n"
+        "from dslide_dask.compiling import reporting_compiles\n"
+        "from dslide_dask.metrics import precision_at_k\n"
+        "from dslide_dask.data import CSR\n"
+        "calls = []\n"
+        "with reporting_compiles(lambda *a: calls.append(a), ['dslide_dask.metrics']):\n"
+        "    numba.njit(lambda x: x + 1)(1)\n"
+        "    Y = CSR.from_lists([[1], [2]], 3)\n"
+        "    for _ in range(2):\n"
+        "        precision_at_k(np.array([[1], [0]]), Y, (1,))\n"
+        "print(calls)\n"
+    )
+    assert _cold(code, tmp_path / "cache").strip() == "[(1, 1, 'metrics')]"
+
+
+def test_the_library_is_silent_and_a_warm_cache_runs_nothing(capsys) -> None:
+    from dslide_dask.compiling import uncached, warm_up
+
+    if uncached():  # this machine's first run: warm it (what the CLI does)
+        warm_up()
+    assert warm_up() == set()
+    assert capsys.readouterr() == ("", "")
+
+
+def _cold(code: str, cache: Path) -> str:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_a_cold_first_run_says_what_compiles_and_how_far(tmp_path) -> None:
+    """A cold numba cache (its own folder): the warm-up reports every module it was
+    expected to, counting up to the total, and leaves nothing for the next run."""
+    code = (
+        "from dslide_dask.compiling import WARM_MODULES, uncached, warm_up\n"
+        "assert uncached() == list(WARM_MODULES)\n"
+        "seen = warm_up(lambda d, t, m: print(f'{d}/{t} {m}', flush=True))\n"
+        "assert seen == set(WARM_MODULES), sorted(set(WARM_MODULES) ^ seen)\n"
+        "assert uncached() == [] and warm_up() == set()\n"
+    )
+    lines = _cold(code, tmp_path / "cache").splitlines()
+    total = len(lines)
+    assert [line.split()[0] for line in lines] == [f"{i}/{total}" for i in range(1, total + 1)]
+    assert any(line.endswith(" wide_layer") for line in lines)

@@ -164,6 +164,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from dslide_dask import precision_at_k
     from dslide_dask.data import synthetic
     from dslide_dask.metrics import most_frequent_topk
+    from dslide_workflows.progress import warm_kernels
 
     t0 = time.perf_counter()
     train, test = synthetic.make_synthetic(args.preset, seed=args.seed)
@@ -187,7 +188,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         seen[0] += step["samples"]
         active.append(step["active"])
 
-    print("training (the first run compiles the kernels: a few seconds more)", flush=True)
+    warm_kernels()  # a first run: what is compiling, and how far it is
+    print("training", flush=True)
     t1 = time.perf_counter()
     clf.fit(train.X, train.Y, callback=count)
     seconds = time.perf_counter() - t1

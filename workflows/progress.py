@@ -78,3 +78,22 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def warm_kernels() -> None:
+    """On a first run, compile the kernels before the work, saying what is compiling and
+    how far it is (numba caches them on disk: later runs skip this at once)."""
+    from dslide_dask.compiling import warm_up
+
+    t0 = time.perf_counter()
+
+    def show(done: int, total: int, module: str) -> None:
+        seconds = time.perf_counter() - t0
+        print(f"compiling kernels: {done}/{total} ({module}, {seconds:.0f} s)", flush=True)
+
+    if warm_up(show):
+        print(
+            f"compiled the kernels in {time.perf_counter() - t0:.0f} s "
+            "(a first run only: numba keeps them cached)",
+            flush=True,
+        )

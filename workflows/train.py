@@ -75,7 +75,7 @@ def _train(args: argparse.Namespace, run: RunSettings, model, folder) -> int:
     from dslide_dask.checkpoint.label_counts import parts_with_labels
     from dslide_dask.data.held import HeldRows
     from dslide_dask.data.stream import Stream
-    from dslide_workflows.progress import Progress
+    from dslide_workflows.progress import Progress, warm_kernels
     from dslide_workflows.secrets import mask
     from dslide_workflows.summary import summary
 
@@ -102,13 +102,15 @@ def _train(args: argparse.Namespace, run: RunSettings, model, folder) -> int:
         dump = yaml.safe_dump(mask(settings), sort_keys=False, default_flow_style=None)
         print("settings:", dump.strip().replace("\n", "\n  "))
     print(_header(run, cfg, shape, train.n_points, epoch_steps))
+    if run.in_process or not run.scheduler_address:  # compiled here, cached for local workers
+        warm_kernels()
     with _cluster(run) as client:
         t0 = time.perf_counter()
         if recipe is not None and restore is None:  # which negatives: by the label counts
             rare = _mostly_rare(client, train, run)
             cfg = base.for_data(shape[1], run.epochs * epoch_steps, epoch_steps, True, rare)
             settings["model"] = {**cfg.to_dict(), **fusion}
-        print("building the model (a first run also compiles the kernels)", flush=True)
+        print("building the model", flush=True)
         trainer = _trainer(run, cfg, shape, client, folder, restore)
         setup = time.perf_counter() - t0
         folder.write_config(settings)  # once the checkpoint to resume from has loaded
