@@ -279,3 +279,19 @@ def test_a_cold_first_run_says_what_compiles_and_how_far(tmp_path) -> None:
     total = len(lines)
     assert [line.split()[0] for line in lines] == [f"{i}/{total}" for i in range(1, total + 1)]
     assert any(line.endswith(" wide_layer") for line in lines)
+
+
+def test_the_cli_prints_the_compile_progress(capsys, monkeypatch) -> None:
+    import dslide_dask.compiling as compiling
+
+    def cold(callback=None):
+        for done, module in enumerate(("xc_text", "wide_layer"), 1):
+            callback(done, 2, module)
+        return {"dslide_dask.kernels.xc_text", "dslide_dask.kernels.wide_layer"}
+
+    monkeypatch.setattr(compiling, "warm_up", cold)
+    argv = ["train", "--preset", "tiny", "--in-process", "--epochs", "1", "--no-progress"]
+    assert main([*argv, "--opt", "hidden=[16]"]) == 0
+    out = capsys.readouterr().out
+    assert "compiling kernels: 1/2 (xc_text" in out and "compiling kernels: 2/2 (wide_layer" in out
+    assert "a few seconds" not in out

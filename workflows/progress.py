@@ -80,11 +80,14 @@ class Progress:
             self.bar.close()
 
 
-def warm_kernels() -> None:
+def warm_kernels(here: bool = True) -> None:
     """On a first run, compile the kernels before the work, saying what is compiling and
-    how far it is (numba caches them on disk: later runs skip this at once)."""
+    how far it is (numba caches them on disk: later runs skip this at once). ``here``
+    False: the work is on a cluster elsewhere, whose workers have their own caches."""
     from dslide_dask.compiling import warm_up
 
+    if not here:
+        return
     t0 = time.perf_counter()
 
     def show(done: int, total: int, module: str) -> None:
@@ -97,3 +100,16 @@ def warm_kernels() -> None:
             "(a first run only: numba keeps them cached)",
             flush=True,
         )
+
+
+def performance_report(run: RunSettings, client):
+    """Dask's performance report of the run (``--performance-report``), or nothing."""
+    import contextlib
+
+    if run.performance_report and client is not None:
+        from distributed import performance_report as report
+
+        return report(filename=run.performance_report)
+    if run.performance_report:
+        raise ValueError("--performance-report needs a Dask cluster (not --in-process)")
+    return contextlib.nullcontext()

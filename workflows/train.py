@@ -75,7 +75,7 @@ def _train(args: argparse.Namespace, run: RunSettings, model, folder) -> int:
     from dslide_dask.checkpoint.label_counts import parts_with_labels
     from dslide_dask.data.held import HeldRows
     from dslide_dask.data.stream import Stream
-    from dslide_workflows.progress import Progress, warm_kernels
+    from dslide_workflows.progress import Progress, performance_report, warm_kernels
     from dslide_workflows.secrets import mask
     from dslide_workflows.summary import summary
 
@@ -102,8 +102,7 @@ def _train(args: argparse.Namespace, run: RunSettings, model, folder) -> int:
         dump = yaml.safe_dump(mask(settings), sort_keys=False, default_flow_style=None)
         print("settings:", dump.strip().replace("\n", "\n  "))
     print(_header(run, cfg, shape, train.n_points, epoch_steps))
-    if run.in_process or not run.scheduler_address:  # compiled here, cached for local workers
-        warm_kernels()
+    warm_kernels(run.in_process or not run.scheduler_address)
     with _cluster(run) as client:
         t0 = time.perf_counter()
         if recipe is not None and restore is None:  # which negatives: by the label counts
@@ -119,7 +118,7 @@ def _train(args: argparse.Namespace, run: RunSettings, model, folder) -> int:
             + (f" (resuming at step {restore.step})" if restore else "")
             + ("" if args.verbose else "; settings in its config.yaml")
         )
-        report = _report(run, client)
+        report = performance_report(run, client)
         with trainer, report:
             steps_left = run.epochs * epoch_steps - (epoch * epoch_steps + batch)
             progress = Progress(
@@ -148,12 +147,8 @@ def _train(args: argparse.Namespace, run: RunSettings, model, folder) -> int:
             fused = _fused_parts(trainer, train, recipe, held, run, client)
             done = stream.meta(run.epochs, 0)
             parts = None if fused is None else fused.parts(run.storage_options)
-            model_url = trainer.save(
-                folder.child_url("model"),
-                run.storage_options,
-                done,
-                parts_with_labels(trainer, run.storage_options, parts),  # PSP@k once loaded
-            )
+            parts = parts_with_labels(trainer, run.storage_options, parts)  # PSP@k once loaded
+            model_url = trainer.save(folder.child_url("model"), run.storage_options, done, parts)
             scores = None
             if test is not None:
                 scores = trainer.evaluate(
@@ -397,13 +392,3 @@ def _trainer(run: RunSettings, cfg, shape: tuple[int, int], client, folder, rest
         storage_options=run.storage_options,
         name=Path(folder.url).name,
     )
-
-
-def _report(run: RunSettings, client):
-    if run.performance_report and client is not None:
-        from distributed import performance_report
-
-        return performance_report(filename=run.performance_report)
-    if run.performance_report:
-        raise ValueError("--performance-report needs a Dask cluster (not --in-process)")
-    return contextlib.nullcontext()
