@@ -10,6 +10,7 @@ import numpy as np
 
 from dslide_dask.checkpoint import open_checkpoint
 from dslide_dask.checkpoint.fused import load_fused, save_fused
+from dslide_dask.checkpoint.label_counts import give_labels, load_label_counts, parts_with_labels
 from dslide_dask.checkpoint.model import config_of
 from dslide_dask.estimator import collections
 from dslide_dask.estimator._inputs import _plain
@@ -66,7 +67,9 @@ class FittedMixin(EstimatorState):
             self._save_output_index(folder_url, meta, storage_options)
             return {} if fused is None else save_fused(folder_url, fused, storage_options)
 
-        return self.trainer_.save(url, storage_options, extra, parts)
+        return self.trainer_.save(
+            url, storage_options, extra, parts_with_labels(self.trainer_, storage_options, parts)
+        )
 
     @classmethod
     def load(
@@ -144,6 +147,7 @@ class FittedMixin(EstimatorState):
                 storage_options=storage_options,
                 name=clf.run_name,
             )
+        give_labels(clf.trainer_, load_label_counts(ckpt, storage_options))  # PSP@k's
         clf.seed_ = cfg.seed
         clf.epochs_done_, clf.evals_ = epochs_done, list(evals)
         clf.n_features_in_ = n_features
