@@ -65,7 +65,7 @@ def model_parameters() -> list[str]:
 
 def unknown_parameters(unknown: list) -> str:
     """``unknown parameter(s) ['x'] (did you mean 'y'?)``: the misspelt names with their
-    closest known ones, whole (all 34 would not fit the one error line: they are in
+    closest known ones, whole (all of them would not fit the one error line: they are in
     ``dslide train --help``, under --opt)."""
     import difflib
 
