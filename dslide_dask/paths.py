@@ -11,8 +11,8 @@ small file should be. The project never makes a link, so on a local disk:
 - a file it writes or deletes (:func:`guard_write`, :func:`write_file`) has no link
   anywhere below the folder it belongs to: nothing is written or removed through one;
 - a file it reads (:func:`guard_read`, :func:`read_small`) resolves inside that folder,
-  is a regular file, and a small metadata file is read up to a bound, never to the end
-  of ``/dev/zero``;
+  is a regular file (:func:`open_regular`: a FIFO is refused before anything waits on
+  it), and a small metadata file is read up to a bound, never to the end of ``/dev/zero``;
 - :func:`check_tree` refuses a folder about to be written that holds a link anywhere.
 
 Remote fsspec file systems have no links: there only the size bound applies.
@@ -86,29 +86,37 @@ def guard_read(fs, root: str, path: str) -> str:
     return path
 
 
+def open_regular(fs, path: str):
+    """``path`` opened for reading as a binary file object, once it is known to be a
+    regular file: on a local disk a FIFO or a device is refused by name (it is opened
+    without waiting for a writer, then checked), as is a folder (IsADirectoryError).
+    FileNotFoundError as for any open."""
+    if not is_local(fs):
+        return fs.open(path, "rb")
+    # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(mode):
+            where = fs.unstrip_protocol(path)
+            raise OutsideError(f"{where}: not a regular file (a FIFO or device?)")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_small(fs, root: str, path: str, limit: int, what: str = "this file") -> bytes:
     """The bytes of the small file ``path`` of folder ``root`` (its at most ``limit``
     bytes): a link out of the folder, a FIFO or device, or a longer file is refused by
     name. FileNotFoundError / IsADirectoryError as for any read."""
-    where = fs.unstrip_protocol(path)
-    if is_local(fs):
-        guard_read(fs, root, path)
-        # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        try:
-            mode = os.fstat(fd).st_mode
-            if stat.S_ISDIR(mode):
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-            if not stat.S_ISREG(mode):
-                raise OutsideError(f"{where}: not a regular file (a FIFO or device?)")
-            with os.fdopen(os.dup(fd), "rb") as f:
-                data = f.read(limit + 1)
-        finally:
-            os.close(fd)
-    else:
-        with fs.open(path, "rb") as f:
-            data = f.read(limit + 1)
+    guard_read(fs, root, path)
+    with open_regular(fs, path) as f:
+        data = f.read(limit + 1)
     if len(data) > limit:
+        where = fs.unstrip_protocol(path)
         raise ValueError(f"{where}: more than {limit} bytes, too big for {what}")
     return data
 

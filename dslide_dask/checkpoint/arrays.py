@@ -3,7 +3,8 @@
 No pickle anywhere: object arrays are refused on write and on read. Each write returns
 an *entry* (file, bytes, CRC32, dtype, shape) that the checkpoint's ``meta.json`` keeps;
 a read checks the file against its entry, so a truncated, swapped or bit-flipped file is
-caught with its name, never loaded as garbage.
+caught with its name, never loaded as garbage; nor is a FIFO waited on, nor a NaN or an
+infinity loaded (a file whose checksums were rewritten to match its damage).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import zlib
 
 import numpy as np
 
-from dslide_dask.errors import CheckpointError
+from dslide_dask.errors import CheckpointError, OutsideError
+from dslide_dask.paths import open_regular
 
 #: Read and checksum in pieces of this size.
 _CHUNK = 16 << 20
@@ -53,34 +55,61 @@ def write_array(fs, path: str, array: np.ndarray) -> dict:
 
 def read_array(fs, path: str, entry: dict) -> np.ndarray:
     """Read the ``.npy`` file at ``path`` and check it against its ``entry``: a writable
-    array, or :class:`CheckpointError` naming the file and what is wrong."""
+    array, or :class:`CheckpointError` naming the file and what is wrong (a FIFO or a
+    device is refused before it is read, a float array holding a NaN or an infinity
+    once it is)."""
     size = int(entry["bytes"])
+    where = fs.unstrip_protocol(path)
     try:
-        real = fs.size(path)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: file missing from the checkpoint") from None
-    if real is not None and real != size:  # before allocating: the entry is untrusted
-        raise CheckpointError(f"{path}: expected {size} bytes, found {real} bytes (truncated?)")
-    buf = bytearray(size)
-    view = memoryview(buf)
-    crc, got = 0, 0
-    try:
-        with fs.open(path, "rb") as f:
-            while got < size:
-                n = f.readinto(view[got : min(size, got + _CHUNK)])
-                if not n:
-                    break
-                crc = zlib.crc32(view[got : got + n], crc)
-                got += n
+        with open_regular(fs, path) as f:
+            real = fs.size(path)
+            if real is not None and real != size:  # before allocating: the entry is untrusted
+                raise CheckpointError(
+                    f"{path}: expected {size} bytes, found {real} bytes (truncated?)"
+                )
+            buf, got, crc = _read_into(f, size)
             extra = f.read(1)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: file missing from the checkpoint") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"{where}: a folder, not an array file") from None
+    except OutsideError as err:
+        raise CheckpointError(str(err)) from None
     if got < size or extra:
         what = f"{got} bytes" if got < size else "more bytes"
         raise CheckpointError(f"{path}: expected {size} bytes, found {what} (truncated?)")
     if crc != int(entry["crc32"]):
         raise CheckpointError(f"{path}: checksum mismatch (the file is corrupted)")
-    return _parse_npy(buf, path, entry)
+    array = _parse_npy(buf, path, entry)
+    if not all_finite(array):
+        raise CheckpointError(
+            f"{path}: holds a NaN or an infinity (a model that diverged, or a damaged file)"
+        )
+    return array
+
+
+def _read_into(f, size: int) -> tuple[bytearray, int, int]:
+    """Up to ``size`` bytes of ``f``: ``(buffer, bytes read, their CRC32)``."""
+    buf = bytearray(size)
+    view = memoryview(buf)
+    crc, got = 0, 0
+    while got < size:
+        n = f.readinto(view[got : min(size, got + _CHUNK)])
+        if not n:
+            break
+        crc = zlib.crc32(view[got : got + n], crc)
+        got += n
+    return buf, got, crc
+
+
+def all_finite(array: np.ndarray) -> bool:
+    """Whether a float (or complex) array holds no NaN and no infinity (any other dtype:
+    True); checked in pieces, so the check allocates little."""
+    if array.dtype.kind not in "fc":
+        return True
+    flat = array.reshape(-1)
+    step = _CHUNK // max(array.dtype.itemsize, 1)
+    return all(np.isfinite(flat[i : i + step]).all() for i in range(0, len(flat), step))
 
 
 def _parse_npy(buf: bytearray, path: str, entry: dict) -> np.ndarray:

@@ -9,7 +9,7 @@ Models saved before the block existed keep their settings in the estimator's blo
 from __future__ import annotations
 
 from dslide_dask.checkpoint.arrays import CheckpointError
-from dslide_dask.checkpoint.neighbours import load_neighbours, save_neighbours
+from dslide_dask.checkpoint.neighbours import load_neighbours, model_expects, save_neighbours
 from dslide_dask.checkpoint.store import META, Checkpoint
 from dslide_dask.model.fused import MAX_TREE_POWER, FusedModel, Fusion, check_weights
 from dslide_dask.model.fusion import CENTROID_WEIGHTS, TAILS
@@ -47,7 +47,8 @@ def load_fused(ckpt: Checkpoint, storage_options: dict | None = None) -> FusedMo
     if not has_fused(ckpt):
         return None
     fusion = _fusion(ckpt)
-    index = load_neighbours(ckpt.url, storage_options)
+    expects = model_expects(ckpt.meta, fusion.weight, fusion.tree_power)
+    index = load_neighbours(ckpt.url, storage_options, **expects)
     if index.n_labels != int(ckpt.meta["n_labels"]):
         raise CheckpointError(f"{ckpt.url}: the neighbour index has other labels")
     if fusion.weight is not None and len(fusion.weight) == 4 and fusion.weight[3] > 0:

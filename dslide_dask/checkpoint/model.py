@@ -210,6 +210,8 @@ def restore_shard(ckpt: Checkpoint, shard: WideShard) -> None:
                 slice(None), with_row_updates({}, "W.n", shard.n_local, counters["step"])
             )
         shard.set_counters(counters)
+    except CheckpointError:
+        raise  # names its file
     except ValueError as err:
         raise CheckpointError(f"{ckpt.url}: shard arrays don't fit the config: {err}") from None
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Collection
 
 import fsspec
+import numpy as np
 
 from dslide_dask.checkpoint.arrays import CheckpointError, read_array, write_array
 from dslide_dask.checkpoint.schema import check_entry
@@ -44,9 +46,42 @@ def save_neighbours(url: str, index: NeighbourIndex, storage_options: dict | Non
         json.dump(manifest, f)
 
 
-def load_neighbours(url: str, storage_options: dict | None = None) -> NeighbourIndex:
+def model_expects(meta: dict, weight: tuple[float, ...] | None, tree_power: float) -> dict:
+    """What a model of checkpoint metadata ``meta``, fused with ``weight`` (input, hidden,
+    classifiers, centroids) and label trees of power ``tree_power``, needs of its index:
+    :func:`load_neighbours`'s keyword arguments."""
+    weight = tuple(weight or ())
+    needs = {
+        EMBEDDING: len(weight) > 1 and weight[1] > 0,
+        "label classifiers": len(weight) > 2 and weight[2] > 0,
+        "label trees": tree_power > 0,
+    }
+    return {
+        "n_features": int(meta["n_features"]),
+        "n_labels": int(meta["n_labels"]),
+        "width": int(meta["config"]["hidden"][-1]),
+        "needs": {part for part, needed in needs.items() if needed},
+    }
+
+
+def load_neighbours(
+    url: str,
+    storage_options: dict | None = None,
+    *,
+    n_features: int | None = None,
+    n_labels: int | None = None,
+    width: int | None = None,
+    needs: Collection[str] | None = None,
+) -> NeighbourIndex:
     """The index saved in the checkpoint folder ``url``; :class:`CheckpointError` naming
-    the file when it is missing, damaged or inconsistent."""
+    the file when it is missing, damaged or inconsistent.
+
+    The model's ``n_features``, ``n_labels`` and last hidden ``width`` (None: not checked)
+    are checked against the manifest before an array is read (the neighbours of another
+    model are refused), and ``needs`` names the parts the model's settings rank with
+    (``embedding``, ``label classifiers``, ``label trees``: :func:`model_expects`), so
+    a manifest that lost one is refused rather than answering without it. The training
+    rows' values and hidden vectors (unit rows) must lie in [-1, 1]."""
     fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
     folder = posixpath.join(root, FOLDER)
     where = fs.unstrip_protocol(posixpath.join(folder, MANIFEST))
@@ -61,21 +96,69 @@ def load_neighbours(url: str, storage_options: dict | None = None) -> NeighbourI
         raise CheckpointError(f"{where}: not a neighbour index manifest ({err})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointError(f"{where}: not a neighbour index manifest")
-    n_labels, entries = manifest.get("n_labels"), manifest.get("arrays")
-    if not isinstance(n_labels, int) or not 1 <= n_labels < 1 << 31:
+    found, entries = manifest.get("n_labels"), manifest.get("arrays")
+    if not isinstance(found, int) or not 1 <= found < 1 << 31:
         raise CheckpointError(f"{where}: n_labels must be a positive 32-bit integer")
+    if n_labels is not None and found != n_labels:
+        raise CheckpointError(f"{where}: an index of {found} labels, the model has {n_labels}")
     optional = {EMBEDDING, *CLASSIFIER_ARRAYS, *(key for tree in TREE_ARRAYS for key in tree)}
     if not isinstance(entries, dict) or set(entries) - optional != set(ARRAYS):
         raise CheckpointError(
             f"{where}: arrays must be {sorted(ARRAYS)} (and {EMBEDDING}, the classifiers', "
             "the label trees')"
         )
-    arrays = {}
     for name, entry in entries.items():
         check_entry(name, entry, where, None)
+    _check_model(entries, where, n_features, width, set(needs or ()))
+    arrays = {}
+    for name, entry in entries.items():
         path = guard_read(fs, root, posixpath.join(folder, name + ".npy"))
         arrays[name] = read_array(fs, path, entry)
+        if name in UNIT_VALUES:
+            _check_unit(arrays[name], fs.unstrip_protocol(path), UNIT_VALUES[name])
     try:
-        return NeighbourIndex.from_state(arrays, n_labels)
+        return NeighbourIndex.from_state(arrays, found)
     except ValueError as err:
         raise CheckpointError(f"{where}: {err}") from None
+
+
+#: Arrays of values in [-1, 1] (entries of unit rows), and what they are.
+UNIT_VALUES = {
+    "post_val": "the values of the L2-normalised training rows",
+    EMBEDDING: "the L2-normalised hidden vectors",
+}
+#: Rounding a unit row's entries may exceed 1 by.
+_UNIT_SLACK = 1e-4
+
+
+def _check_unit(array, where: str, what: str) -> None:
+    high = float(np.abs(array).max()) if array.size else 0.0
+    if high > 1.0 + _UNIT_SLACK:
+        raise CheckpointError(f"{where}: values must be in [-1, 1] ({what}), found {high:.3g}")
+
+
+def _check_model(entries: dict, where: str, n_features, width, needs: set[str]) -> None:
+    """The index against the model it is loaded with, from the manifest's entries."""
+    features = entries["post_ptr"]["shape"][0] - 1 if entries["post_ptr"]["shape"] else -1
+    if n_features is not None and features != n_features:
+        raise CheckpointError(
+            f"{where}: an index of {features} features, the model has {n_features} "
+            "(the neighbours of another model?)"
+        )
+    vectors = entries.get(EMBEDDING, {}).get("shape")
+    if width is not None and vectors is not None and vectors[1:] != [width]:
+        raise CheckpointError(
+            f"{where}: hidden vectors of shape {vectors}, the model's last hidden layer is "
+            f"{width} wide (the neighbours of another model?)"
+        )
+    parts = {
+        EMBEDDING: ((EMBEDDING,), "neighbour_weight's hidden-space weight > 0"),
+        "label classifiers": (tuple(CLASSIFIER_ARRAYS), "neighbour_weight's third > 0"),
+        "label trees": (tuple(k for tree in TREE_ARRAYS for k in tree), "label_tree > 0"),
+    }
+    for part in sorted(needs):
+        names, why = parts[part]
+        if not any(name in entries for name in names):  # some: from_state names the rest
+            raise CheckpointError(
+                f"{where}: lists no {part}, which the model ranks with ({why} in meta.json)"
+            )
