@@ -54,7 +54,7 @@ def not_a_scheduler(address: str) -> ValueError:
     does (its handshake garbage: Dask's reader fails with a ``struct.error`` or a
     ``MemoryError`` for a length read from it)."""
     return ValueError(
-        f"--scheduler-address {address!r:.{_QUOTE}}: the other end does not speak Dask's "
+        f"--scheduler-address {address}: the other end does not speak Dask's "
         "protocol (not a Dask scheduler's port?)"
     )
 

@@ -45,8 +45,8 @@ def check_output(url: str, n_parts: int, storage_options: dict) -> None:
     fs, path = fsspec.core.url_to_fs(url, **storage_options)
     for name in [MANIFEST, *(part_name(i) for i in range(n_parts))]:
         guard_write(fs, path, posixpath.join(path, name))
-    if fs.isfile(path):
-        return  # refused by clear_manifest, naming it
+    if fs.isfile(path):  # as clear_manifest says it, but before a cluster starts
+        raise ValueError(f"{url}: a file exists there: the predictions go into a folder")
     probe = guard_write(fs, path, posixpath.join(path, f".dslide-probe-{os.urandom(6).hex()}"))
     made = []  # local folders the probe made, deepest first
     if is_local(fs):
