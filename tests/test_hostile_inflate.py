@@ -93,7 +93,7 @@ def measure(shape: str) -> tuple[int, int, int]:
     cost = _ParseCost()
     for start in range(0, len(buf), CHUNK):  # as inflate charges it
         cost.add(buf[start : start + CHUNK])
-    return len(buf), _peak_growth(buf), cost.bytes(len(buf))
+    return len(buf), _peak_growth(buf), cost.peak(len(buf))
 
 
 @pytest.mark.skipif(not os.access("/proc/self/clear_refs", os.W_OK), reason="Linux's peak RSS")

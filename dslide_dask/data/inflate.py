@@ -73,7 +73,7 @@ class _ParseCost:
         if length > self.longest:
             self.longest, self.longest_at = length, self.lines + 1
 
-    def bytes(self, text: int) -> int:
+    def peak(self, text: int) -> int:
         """Bytes of ``text`` bytes of text and the arrays parsed from it, at their peak."""
         arrays = ROW_BYTES * self.lines + LABEL_BYTES * self.commas  # lines: header + rows - 1
         return text + arrays + FEATURE_BYTES * self.colons + COPY_BYTES * self.longest
@@ -135,7 +135,7 @@ def _read(stream: BinaryIO, limit: int, error: Callable, squeeze: bool) -> bytea
             blanks += chunk[:kept]
             tail += kept
             dropped += len(chunk) - kept
-        if cost.bytes(len(out)) > PARSE_FACTOR * limit:
+        if cost.peak(len(out)) > PARSE_FACTOR * limit:
             raise error(
                 f"parsed, it would take more than {PARSE_FACTOR} x the --max-decompressed "
                 f"limit of {limit:,} bytes (lines read: {cost.lines + 1:,}; the longest, line "
