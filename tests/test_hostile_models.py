@@ -10,6 +10,7 @@ settings need but the manifest no longer lists) or failed later with an internal
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -226,3 +227,48 @@ def test_another_models_neighbours_are_refused(capsys, model, tiny, tmp_path, ot
     shutil.copytree(_other_neighbours(tmp_path, tiny, **other), mine)
     shutil.rmtree(tmp_path / "other")
     refused(capsys, model, "neighbours/index.json: " + re.escape(expected))
+
+
+def _settings(**change):
+    return lambda data: data["settings"].update(change)
+
+
+def _more_centroids(model: Path) -> None:
+    """Three centroids added to the index's quantizer (faiss keeps its lists: 4)."""
+    import faiss
+
+    blob = np.load(folder(model) / "output_index" / "faiss.npy")
+    index = faiss.deserialize_index(blob)
+    quantizer = faiss.try_extract_index_ivf(index).quantizer
+    quantizer.add(np.random.default_rng(0).random((3, quantizer.d), np.float32))
+    replace_array(
+        model,
+        "output_index/faiss",
+        lambda _: faiss.serialize_index(index),
+        "output_index/index.json",
+    )
+
+    def sha(data):
+        raw = np.load(folder(model) / "output_index" / "faiss.npy")
+        data["arrays"]["faiss"]["sha256"] = hashlib.sha256(raw.data).hexdigest()
+
+    _edit_json(folder(model) / "output_index" / "index.json", sha)
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (_settings(probes=0), r"index.json: settings: probes must be in \[1, 4\] \(the lists\)"),
+        (_settings(probes=9), r"index.json: settings: probes must be in \[1, 4\] \(the lists\)"),
+        (_settings(lists=0), r"index.json: settings: lists must be at least 1"),
+        (_more_centroids, r"faiss.npy: 4 lists but 7 centroids, the manifest says 4 lists"),
+    ],
+    ids=["probes-0", "probes-9", "lists-0", "more-centroids"],
+)
+def test_an_output_index_faiss_cannot_search_is_refused(capsys, model, damage, expected):
+    manifest = folder(model) / "output_index" / "index.json"
+    if damage is _more_centroids:
+        damage(model)
+    else:
+        _edit_json(manifest, damage)
+    refused(capsys, model, expected, "--index")

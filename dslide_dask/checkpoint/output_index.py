@@ -27,7 +27,7 @@ import numpy as np
 from dslide_dask.checkpoint.arrays import CheckpointError, read_array, write_array
 from dslide_dask.checkpoint.schema import check_entry
 from dslide_dask.checkpoint.store import Checkpoint
-from dslide_dask.model.output_index import IndexSettings, OutputIndex
+from dslide_dask.model.output_index import IndexSettings, OutputIndex, faiss_module
 from dslide_dask.paths import guard_read, guard_write, read_small
 
 FOLDER = "output_index"
@@ -125,6 +125,13 @@ def check_output_index(ckpt: Checkpoint) -> tuple[IndexSettings, dict[str, np.nd
         settings = IndexSettings.of(raw_settings)
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{where}: settings: {err}") from None
+    if settings.lists < 1:  # saved as built: chosen for the layer's size, never 0
+        raise CheckpointError(f"{where}: settings: lists must be at least 1")
+    if not 1 <= settings.probes <= settings.lists:
+        raise CheckpointError(
+            f"{where}: settings: probes must be in [1, {settings.lists}] (the lists), "
+            f"got {settings.probes}"
+        )
     entries = meta.get("arrays")
     if not isinstance(entries, dict) or set(entries) != set(ARRAYS):
         raise CheckpointError(f"{where}: arrays must be {sorted(ARRAYS)}")
@@ -142,11 +149,19 @@ def check_output_index(ckpt: Checkpoint) -> tuple[IndexSettings, dict[str, np.nd
 
 
 def load_output_index(ckpt: Checkpoint) -> OutputIndex:
-    """The checkpoint's output index, checked (:func:`check_output_index`) and read."""
+    """The checkpoint's output index, checked (:func:`check_output_index`) and read; its
+    lists, and the centroids of its quantizer, must be those the manifest says."""
     settings, arrays = check_output_index(ckpt)
     n_labels, dim = ckpt.meta["n_labels"], ckpt.meta["config"]["hidden"][-1]
+    where = ckpt.fs.unstrip_protocol(_path(ckpt, "faiss.npy"))
     try:
-        return OutputIndex.from_bytes(arrays["faiss"], arrays["head"], settings, n_labels, dim)
+        index = OutputIndex.from_bytes(arrays["faiss"], arrays["head"], settings, n_labels, dim)
     except ValueError as err:
-        where = ckpt.fs.unstrip_protocol(_path(ckpt, "faiss.npy"))
         raise CheckpointError(f"{where}: {err}") from None
+    ivf = faiss_module().try_extract_index_ivf(index.index)
+    if not ivf.nlist == ivf.quantizer.ntotal == settings.lists:  # else faiss fails searching
+        raise CheckpointError(
+            f"{where}: {ivf.nlist} lists but {ivf.quantizer.ntotal} centroids, the manifest "
+            f"says {settings.lists} lists"
+        )
+    return index
