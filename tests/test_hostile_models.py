@@ -272,3 +272,53 @@ def test_an_output_index_faiss_cannot_search_is_refused(capsys, model, damage, e
     else:
         _edit_json(manifest, damage)
     refused(capsys, model, expected, "--index")
+
+
+def _estimator(**change):
+    return lambda meta: meta["estimator"].update(change)
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (
+            _estimator(neighbours=1e12),
+            r"neighbours must be an integer in \[0, 65536\], got 1000000000000.0",
+        ),
+        (_estimator(classes=list(range(999))), "classes must be 1000 distinct classes, got 999"),
+    ],
+    ids=["neighbours-1e12", "999-classes"],
+)
+def test_bad_estimator_values_in_meta_json_are_refused(capsys, model, damage, expected):
+    _edit_json(folder(model) / "meta.json", damage)
+    refused(capsys, model, "meta.json: estimator: " + expected)
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (_estimator(K=0), r"K must be an integer in \[1, "),
+        (_estimator(lr=-1), r"lr must be a number in \(0.0, 10.0\]"),
+        (_estimator(epochs="3"), r"epochs must be an integer in \[1, 1048576\], got '3'"),
+        (_estimator(label_tree=9), r"label_tree must be a number in \[0.0, 2.0\], got 9"),
+        (_estimator(n_label_trees=0), r"n_label_trees must be an integer in \[1, 8\]"),
+        (_estimator(neighbour_weight=[0.9, 0.9]), "neighbour_weight must be None, a number"),
+        (_estimator(tail_exponent=1.0), r"tail_exponent must be a number in \[0.0, 0.4\]"),
+        (_estimator(random_state=-1), r"random_state must be an integer in \[0, "),
+        (_estimator(classes=[1, 1, *range(2, 1000)]), "classes must be 1000 distinct classes"),
+        (_estimator(classes=[[1], *range(1, 1000)]), "classes must be 1000 distinct classes"),
+        (lambda meta: meta.update(estimator=[]), "estimator must be an object"),
+    ],
+)
+def test_the_estimator_block_is_checked_on_load(model, damage, expected):
+    _edit_json(folder(model) / "meta.json", damage)
+    with pytest.raises(CheckpointError, match="meta.json: estimator.*" + expected):
+        SlideClassifier.load(str(model))
+
+
+def test_a_multi_class_model_keeps_its_classes(tiny, tmp_path):
+    train, test = tiny
+    y = np.array([f"c{i % 7}" for i in range(train.n_points)])
+    clf = SlideClassifier(epochs=1, neighbours=0, client=False, **PARAMS).fit(train.X, y)
+    loaded = SlideClassifier.load(clf.save(str(tmp_path / "model")))
+    assert list(loaded.classes_) == [f"c{i}" for i in range(7)]

@@ -9,11 +9,16 @@ what loading then allocates is bounded by what is on disk.
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 
 import numpy as np
 
 from dslide_dask.checkpoint.arrays import CheckpointError
+from dslide_dask.model.config import SlideConfig, check_float, check_int
+from dslide_dask.model.fused import MAX_TREE_POWER
+from dslide_dask.model.fusion import CENTROID_WEIGHTS, TAILS
+from dslide_dask.model.neighbours import MAX_TREES
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
 #: a .npy header is at most this long (numpy pads it to 64-byte multiples, < 64 KiB)
@@ -86,6 +91,84 @@ def check_meta(meta, where: str, sizes: dict[str, int] | None = None) -> None:
         rows += shards[i]["neurons"]
     _require(rows == n_labels, where, f"the shards hold {rows} neurons, n_labels is {n_labels}")
     _check_shapes(arrays, _expected_shapes(parts, n_features, hidden, shards), where)
+    if "estimator" in meta:
+        check_estimator(meta["estimator"], meta["config"], n_labels, where)
+
+
+#: The estimator's parameters besides the network's (those are :class:`SlideConfig`'s),
+#: as its fit checks them: (kind, low, high, None allowed).
+_ESTIMATOR_PARAMS = {
+    "epochs": ("int", 1, 1 << 20, False),
+    "batch_size": ("int", 1, 1 << 20, False),
+    "n_iter_no_change": ("int", 1, 1 << 20, False),
+    "tol": ("float", 0.0, 1.0, False),
+    "n_threads": ("int", 1, 1 << 16, True),
+    "n_shards": ("int", 1, 1 << 16, True),
+    "random_state": ("int", 0, (1 << 63) - 1, True),
+    "checkpoint_every": ("int", 0, 1 << 40, False),
+    "neighbours": ("int", 0, 1 << 16, False),
+    "neighbour_mix": ("float", 0.0, 1.0, False),
+    "tail_exponent": ("float", 0.0, max(TAILS), True),
+    "label_classifiers": ("int", 0, 1 << 40, False),
+    "label_centroids": ("float", 0.0, max(CENTROID_WEIGHTS), True),
+    "label_tree": ("float", 0.0, MAX_TREE_POWER, False),
+    "n_label_trees": ("int", 1, MAX_TREES, True),
+}
+
+
+def check_estimator(block, config: dict, n_labels: int, where: str) -> None:
+    """The estimator's block of ``meta.json`` (its parameters, classes, history), as the
+    estimator checks them before a fit: a bad value is refused here, naming the file and
+    the parameter, not met later as a ValueError, or an IndexError at predict (fewer
+    classes than labels)."""
+    what = f"{where}: estimator"
+    _require(isinstance(block, dict), what, "estimator must be an object")
+    classes = block.get("classes")
+    if classes is not None:
+        ok = isinstance(classes, list) and all(
+            isinstance(c, str | int | float) and not isinstance(c, bool) for c in classes
+        )
+        _require(
+            ok and len(classes) == n_labels and len(set(classes)) == len(classes),
+            what,
+            f"classes must be {n_labels} distinct classes, got "
+            f"{len(classes) if isinstance(classes, list) else type(classes).__name__}",
+        )
+    _int(block.get("epochs_done", 0), f"{what}: epochs_done", 0, 1 << 62)
+    _require(isinstance(block.get("evals", []), list), what, "evals must be a list")
+    try:
+        for name, (kind, low, high, optional) in _ESTIMATOR_PARAMS.items():
+            value = block.get(name)
+            if name not in block or (value is None and optional):
+                continue
+            if kind == "int":
+                check_int(name, value, low, high)
+            else:
+                check_float(name, value, low, high)
+        if "validation_fraction" in block:
+            value = block["validation_fraction"]
+            check_float("validation_fraction", value, 0.0, 1.0, low_open=True, high_open=True)
+        _check_pair(block.get("neighbour_weight"))
+        # the network's parameters: what the estimator's config() makes of them
+        fields = {f.name for f in dataclasses.fields(SlideConfig)} - {"hidden", "seed"}
+        mine = {k: v for k, v in block.items() if k in fields}
+        SlideConfig.from_dict({"negatives": "example", **config, **mine})
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{what}: {err}") from None
+
+
+def _check_pair(weight) -> None:
+    """``neighbour_weight``: None, a number in [0, 1] or two of sum at most 1."""
+    pair = [weight] if isinstance(weight, int | float) and not isinstance(weight, bool) else weight
+    if weight is None:
+        return
+    ok = isinstance(pair, list) and 1 <= len(pair) <= 2
+    ok = ok and all(isinstance(w, int | float) and not isinstance(w, bool) for w in pair)
+    if not (ok and all(0.0 <= w <= 1.0 for w in pair) and sum(pair) <= 1.0 + 1e-9):
+        raise ValueError(
+            "neighbour_weight must be None, a number in [0, 1] or two of sum at most 1, "
+            f"got {weight!r}"
+        )
 
 
 def _expected_shapes(parts, n_features: int, hidden: list, shards: list) -> dict[str, list]:
