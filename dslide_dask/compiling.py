@@ -82,9 +82,11 @@ class _Listener(event.Listener):
 
     def on_start(self, ev: event.Event) -> None:
         dispatcher = ev.data.get("dispatcher") if isinstance(ev.data, dict) else None
-        module = getattr(getattr(dispatcher, "py_func", None), "__module__", "")
-        if module.startswith("dslide_dask."):
-            self.report(module)
+        module = getattr(getattr(dispatcher, "py_func", None), "__module__", None) or ""
+        inline = getattr(dispatcher, "targetoptions", {}).get("inline", "never") == "always"
+        cached = hasattr(getattr(dispatcher, "_cache", None), "_cache_file")
+        if module.startswith("dslide_dask.") and cached and not inline:
+            self.report(module)  # (inlined helpers and overloads are part of a caller)
 
     def on_end(self, ev: event.Event) -> None:
         pass
@@ -99,7 +101,7 @@ def reporting_compiles(callback: Progress, expected: list[str]) -> Iterator[set[
     total = [len(expected)]
 
     def report(module: str) -> None:
-        if module in seen or not _kernels(module):  # inline helpers: part of their callers
+        if module in seen:
             return
         seen.add(module)
         if module not in expected:
