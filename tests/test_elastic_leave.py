@@ -1,7 +1,7 @@
 """Workers that leave mid-run, on real LocalClusters: a worker asked to retire
-(``client.retire_workers``, ``dslide leave`` as a Kubernetes preStop hook runs it, an
-adaptive cluster shrinking) hands its rows off at the next step boundary, no step redone,
-and is retired; ``dslide leave`` says when no run takes the rows; a worker the rest
+(``client.retire_workers``, ``dslide leave`` as a Kubernetes preStop hook runs it) hands
+its rows off at the next step boundary, no step redone, and is retired; adaptive scaling
+closes no shard worker; ``dslide leave`` says when no run takes the rows; a worker the rest
 cannot replace stays. Last, seeded chaos at step boundaries (retirements, a join, a
 SIGKILL): the short, step-driven version of test_chaos.
 """
@@ -20,7 +20,7 @@ from distributed import Client
 from dslide_dask.checkpoint import CheckpointPolicy
 from dslide_dask.data.stream import Stream
 from dslide_dask.distributed import DistributedTrainer
-from dslide_dask.distributed.moves.policy import LEAVE_TOPIC, ElasticPolicy
+from dslide_dask.distributed.moves.policy import ElasticPolicy
 
 from .test_resilience import BATCH, CFG, cluster
 
@@ -157,41 +157,44 @@ def test_dslide_leave_says_when_no_run_takes_the_rows_or_there_is_no_such_worker
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_adaptive_scaling_shrinks_the_cluster_through_a_hand_off(tiny, tmp_path):
-    """``cluster.adapt`` would close a worker by force once its retirement failed; the
-    scheduler plugin keeps shard workers from being picked and asks for a hand-off of
-    one instead, so the cluster shrinks to the scaler's minimum with no step redone."""
+def test_adaptive_scaling_closes_no_shard_worker_and_shrinks_once_the_run_is_over(tiny, tmp_path):
+    """``cluster.adapt`` asks which workers could close at every interval (a question, as
+    a ``/metrics`` scrape is) and would close a worker by force once its retirement
+    failed: the scheduler plugin offers it no worker that holds a shard, and the question
+    asks nothing of the run. So the run keeps its three workers (nothing moved, nothing
+    restored, every step once); once it is over, the cluster shrinks to the scaler's
+    size."""
     train, _ = tiny
     policy = CheckpointPolicy(str(tmp_path / "ckpt"))
-    with (
-        cluster(3) as lc,
-        Client(lc) as client,
-        DistributedTrainer(
+    with cluster(3) as lc, Client(lc) as client:
+        adaptive = []
+        with DistributedTrainer(
             client,
             CFG,
             train.n_features,
             train.n_labels,
             checkpoint=policy,
             elastic=ElasticPolicy(join=False),
-        ) as trainer,
-    ):
-        adaptive = []
+        ) as trainer:
 
-        def shrink_at_step_15(record):
-            if record["step"] == 15:
-                adaptive.append(lc.adapt(minimum=2, maximum=2, interval="100ms"))
-            elif record["step"] == 30:  # until the scaler has asked, however slow
-                deadline = time.monotonic() + 60
-                while not client.get_events(LEAVE_TOPIC) and time.monotonic() < deadline:
-                    time.sleep(0.05)
+            def adapt_at_step_15(record):
+                if record["step"] == 15:
+                    adaptive.append(lc.adapt(minimum=2, maximum=2, interval="100ms"))
+                elif record["step"] == 30:  # the scaler has asked many times by now
+                    deadline = time.monotonic() + 60
+                    while adaptive[0].state != "running" and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    time.sleep(2.0)
 
-        history = trainer.train(train, Stream(BATCH, epochs=3), shrink_at_step_15)
-        (move,) = trainer.moves
-        assert move.began_at == 30 and len(move.leaving) == 1
-        assert trainer.recoveries == []
-        assert len(trainer.placement.workers) == 2
-        assert len(client.scheduler_info(n_workers=-1)["workers"]) == 2
-        assert [r["step"] for r in history] == list(range(1, 121))
+            history = trainer.train(train, Stream(BATCH, epochs=3), adapt_at_step_15)
+            assert trainer.moves == [] and trainer.recoveries == []
+            assert len(trainer.placement.workers) == 3
+            assert len(client.scheduler_info(n_workers=-1)["workers"]) == 3
+            assert [r["step"] for r in history] == list(range(1, 121))
+        deadline = time.monotonic() + 120  # the run's actors released: the scaler's turn
+        while len(client.scheduler_info(n_workers=-1)["workers"]) > 2:
+            assert time.monotonic() < deadline, "the cluster did not shrink after the run"
+            time.sleep(0.2)
         adaptive[0].stop()
 
 

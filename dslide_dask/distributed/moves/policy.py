@@ -2,14 +2,15 @@
 pays, and what a move was (:class:`Move`; the vocabulary:
 :mod:`dslide_dask.distributed.moves`).
 
-Dask does not retire a worker that holds an actor: ``Client.retire_workers``, adaptive
-scaling and the Kubernetes operator's scale-down (which retires before deleting pods)
-give up at once and log a ``retire-workers`` event naming it under
-``could-not-retire``. That event, read from the scheduler's public event log, is our
-notice: the trainer re-balances the model onto the workers that stay (worker to
-worker, :mod:`.rebalance`; through a checkpoint when the workers have no room for two
-copies of their part), releases the old actors, retires the worker itself (now it can)
-and goes on from the same step. No step is redone. A worker that joins is used the same
+Dask does not retire a worker that holds an actor: ``Client.retire_workers`` (and
+``dslide leave``, a Kubernetes preStop hook) gives up at once and logs a
+``retire-workers`` event naming it under ``could-not-retire``. That event, read from the
+scheduler's public event log, is our notice (a retirement that was attempted, never a
+scaler's question: :class:`KeepShardWorkers` keeps shard workers from scalers): the
+trainer re-balances the model onto the workers that stay (worker to worker,
+:mod:`.rebalance`; through a checkpoint when the workers have no room for two copies of
+their part), releases the old actors, retires the worker itself (now it can) and goes on
+from the same step. No step is redone. A worker that joins is used the same
 way when :func:`join_pays` says the time saved outweighs the move.
 """
 
@@ -45,9 +46,8 @@ class ElasticPolicy:
     live: bool = True
 
 
-#: The scheduler's event topic where :class:`KeepShardWorkers` asks for hand-offs.
-LEAVE_TOPIC = "dslide-leave"
-#: How long a requested hand-off holds every other scale-down back.
+#: How long a retirement Dask gave up on holds every other scale-down back (the run hands
+#: the worker's rows off at its next step boundary and then retires it).
 HAND_OFF_SECONDS = 600.0
 #: After a hand-off, how long the scaler may pick no worker: its view of the cluster
 #: (a cluster object's copy of the scheduler's) still counts the worker that left.
@@ -57,50 +57,63 @@ SETTLE_SECONDS = 10.0
 def retire_requests(events, since: float) -> set[str]:
     """Addresses asked to leave since ``since`` (a scheduler time stamp): those whose
     retirement the scheduler gave up on, in ``Client.get_events("all")``'s ``(time,
-    message)`` pairs, and those :class:`KeepShardWorkers` kept from a scale-down, in
-    ``get_events(LEAVE_TOPIC)``'s."""
+    message)`` pairs. Only a retirement that was attempted counts: a scaler's question
+    (which workers could close?) asks nothing of the run."""
     asked: set[str] = set()
     for stamp, msg in events:
         if stamp < since or not isinstance(msg, dict):
             continue
         if msg.get("action") == "retire-workers":
             asked.update(msg.get("could-not-retire") or ())
-        elif msg.get("action") == "hand-off":
-            asked.update(msg.get("workers") or ())
     return asked
 
 
 class KeepShardWorkers(SchedulerPlugin):
-    """Scheduler plugin: adaptive scaling (``cluster.adapt``, the Kubernetes operator's
-    autoscaler) may not pick a worker that holds a shard, which it would close by force
-    once its polite retirement failed. It asks for a hand-off of one such worker instead
-    (event topic :data:`LEAVE_TOPIC`) and, until that worker is gone, lets the scaler
-    pick no worker at all: while the model moves, the workers that stay hold no shard
-    for a moment and would look free. Once the trainer has moved the rows and retired
-    the worker, the cluster is the size the scaler wanted."""
+    """Scheduler plugin: a scaler (``cluster.adapt``, the Kubernetes operator) may not
+    pick a worker that holds a shard, which it would close by force once its polite
+    retirement failed; and while a worker's rows are being handed off, it may pick no
+    worker at all (the workers that stay hold no shard for a moment and would look free).
+
+    ``valid_workers_downscaling`` only answers: Dask also asks it for
+    ``adaptive_target()``, which every scrape of the dashboard's ``/metrics`` and of
+    ``/api/v1/adaptive_target`` computes, so it must change nothing. A hand-off is known
+    from a retirement that was really attempted: a ``retire-workers`` event naming a
+    worker that holds an actor under ``could-not-retire`` (``client.retire_workers``,
+    ``dslide leave``), which the trainer reads too."""
 
     name = "dslide-keep-shard-workers"
     idempotent = True  # one per scheduler, kept across trainers (a hand-off may be under way)
 
     def __init__(self) -> None:
-        self.asked: dict[str, float] = {}  #: asked to hand off (when), not gone yet
+        self.scheduler = None
+        self.asked: dict[str, float] = {}  #: retirements refused (when), not gone yet
         self.settled_at = 0.0  #: when the scaler may pick workers again
 
+    def start(self, scheduler) -> None:
+        self.scheduler = scheduler
+
     def valid_workers_downscaling(self, scheduler, workers: list) -> list:
+        if self._handing_off(scheduler) or time.time() < self.settled_at:
+            return []
+        return [ws for ws in workers if not ws.actors]
+
+    def _handing_off(self, scheduler) -> bool:
         now = time.time()
         self.asked = {
             a: t
             for a, t in self.asked.items()
             if now - t < HAND_OFF_SECONDS and a in scheduler.workers
         }
-        if self.asked or now < self.settled_at:  # a hand-off under way or just done
-            return []
-        holding = [ws for ws in workers if ws.actors]
-        if holding:
-            address = holding[-1].address  # the scaler's candidates come most idle last
-            self.asked[address] = now
-            scheduler.log_event(LEAVE_TOPIC, {"action": "hand-off", "workers": [address]})
-        return [ws for ws in workers if not ws.actors]
+        return bool(self.asked)
+
+    def log_event(self, topic: str, msg) -> None:
+        if topic != "all" or not isinstance(msg, dict) or msg.get("action") != "retire-workers":
+            return
+        workers = getattr(self.scheduler, "workers", {})
+        for address in msg.get("could-not-retire") or ():
+            ws = workers.get(address)
+            if ws is not None and ws.actors:  # a shard (or another actor): the run moves it
+                self.asked[address] = time.time()
 
     def remove_worker(self, scheduler, worker: str, **kwargs) -> None:
         if self.asked.pop(worker, None) is not None:
@@ -192,5 +205,4 @@ class Move:
 
 def last_event(client) -> float:
     """The scheduler's time stamp of the newest event that could ask for a hand-off."""
-    events = [*client.get_events("all"), *client.get_events(LEAVE_TOPIC)]
-    return max((t for t, _ in events), default=0.0)
+    return max((t for t, _ in client.get_events("all")), default=0.0)

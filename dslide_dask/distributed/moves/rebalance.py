@@ -27,7 +27,6 @@ from dslide_dask.distributed.memory_plan import fits_while_moving, row_bytes
 from dslide_dask.distributed.moves.handover import Handover, rows_crossing
 from dslide_dask.distributed.moves.mirroring import BYTES_IN_FLIGHT
 from dslide_dask.distributed.moves.policy import (
-    LEAVE_TOPIC,
     STEPS_PER_CALL,
     ElasticPolicy,
     Move,
@@ -109,7 +108,7 @@ class FollowsTheCluster(SwitchesModels):
         leaving: set[str] = set()
         seen = self._events_seen
         if self.elastic.leave:
-            events = [*self.client.get_events("all"), *self.client.get_events(LEAVE_TOPIC)]
+            events = self.client.get_events("all")
             leaving = retire_requests(events, seen) & model
             seen = max((t for t, _ in events), default=seen)
         if self._prepared is not None:
