@@ -322,3 +322,21 @@ def test_a_multi_class_model_keeps_its_classes(tiny, tmp_path):
     clf = SlideClassifier(epochs=1, neighbours=0, client=False, **PARAMS).fit(train.X, y)
     loaded = SlideClassifier.load(clf.save(str(tmp_path / "model")))
     assert list(loaded.classes_) == [f"c{i}" for i in range(7)]
+
+
+# -- input values float32 arithmetic cannot take --------------------------------------------
+def test_values_past_1e15_are_refused_by_line_not_answered_with_zeros(capsys, model):
+    """A value of 1e20 gave one label and then scores of 0 (its square overflows the
+    row's norm); the reader refuses any magnitude past 1e15, naming the file and line."""
+    from dslide_dask.data.xc_text import XCFormatError, read_xc
+
+    data = model.parent / "big.txt"
+    data.write_text("2 2000 1000\n0 1:1e15 5:0.5\n1 1:-1e20 7:1\n")
+    with pytest.raises(XCFormatError, match=r"big.txt:3: value in feature '1:-1e20' overflows"):
+        read_xc(str(data))
+    argv = ["predict", str(model), str(data), str(model.parent / "out"), "--workers", "1"]
+    line, _ = failed_once(capsys, [*argv, "--dashboard-address", "127.0.0.1:0"])
+    assert "big.txt:3: value in feature '1:-1e20' overflows" in line, line
+    assert r"[-1e+15, 1e+15]" in line and not (model.parent / "out").exists()
+    data.write_text("2 2000 1000\n0 1:1e15 5:0.5\n1 1:-1e15 7:1\n")  # the bound itself: read
+    assert read_xc(str(data)).X.values().max() == np.float32(1e15)

@@ -208,7 +208,8 @@ CORPUS = {
     "inf": ({"t.txt": H + b"1 1:1\n2 2:inf\n3 3:1\n"}, "t.txt", SPLIT, False, 3,
             "non-finite value 'inf' in feature '2:inf'"),
     "float32-overflow": ({"t.txt": H + b"1 1:1\n2 2:1\n3 3:4e38\n"}, "t.txt", SPLIT, False, 4,
-                         "value in feature '3:4e38' overflows float32"),
+                         "value in feature '3:4e38' overflows float32 arithmetic "
+                         "(values must be in [-1e+15, 1e+15]: scale the data)"),
     "duplicate-feature": ({"t.txt": H + b"1 1:1\n2 2:1\n3 3:1 1:1 3:2\n"}, "t.txt", SPLIT,
                           False, 4, "duplicate feature id 3"),
     "duplicate-label": ({"t.txt": H + b"1 1:1\n2 2:1\n3,1,3 3:1\n"}, "t.txt", SPLIT, False, 4,

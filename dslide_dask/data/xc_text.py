@@ -338,7 +338,10 @@ def _problem(
     elif code == K.ERR_VALUE:
         msg = _value_problem(tok)
     elif code == K.ERR_VALUE_OVERFLOW:
-        msg = f"value in feature {_quote(tok)} overflows float32"
+        msg = (
+            f"value in feature {_quote(tok)} overflows float32 arithmetic (values must be "
+            f"in [-{K.VALUE_MAX:.0e}, {K.VALUE_MAX:.0e}]: scale the data)"
+        )
     elif code == K.ERR_FEATURE_DUP:
         msg = f"duplicate feature id {value}"
     else:  # pragma: no cover - kernel and messages out of sync

@@ -22,7 +22,7 @@ ERR_LABEL_DUP = 5  # err[4] = the duplicated label
 ERR_FEATURE_TOKEN = 6  # feature token is not id:value (bad id or no colon)
 ERR_FEATURE_RANGE = 7  # feature id >= n_features
 ERR_VALUE = 8  # value is empty or not a number (incl. nan/inf spelled out)
-ERR_VALUE_OVERFLOW = 9  # value does not fit a float32
+ERR_VALUE_OVERFLOW = 9  # |value| > VALUE_MAX: float32 arithmetic on it would overflow
 ERR_FEATURE_DUP = 10  # err[4] = the duplicated feature
 
 _LF = 10
@@ -37,7 +37,10 @@ _PLUS = 43
 _ZERO = 48
 _NINE = 57
 _ID_CAP = 1 << 40  # ids saturate here (anything this large is out of range anyway)
-_F32_MAX = 3.4028234663852886e38
+#: The largest magnitude a value may have. A row's values are squared and summed in
+#: float32 (its L2 norm) and multiplied through the network: at 1e15 a row may hold 3e8
+#: of them before the sum overflows (at 1e19 two do, and a prediction turns to zeros).
+VALUE_MAX = 1e15
 
 _P10 = np.array([10.0**k for k in range(23)], np.float64)  # exact in float64
 
@@ -138,7 +141,7 @@ def _parse_float(buf: np.ndarray, pos: int, n: int) -> tuple[float, int, int]:
     """Parse a float token at ``pos``; returns (value, code, pos after the token).
 
     The token must end at a separator or EOF. ``code`` is OK, ERR_VALUE or
-    ERR_VALUE_OVERFLOW (finite text whose value does not fit a float32).
+    ERR_VALUE_OVERFLOW (finite text whose magnitude is over :data:`VALUE_MAX`).
     """
     neg = False
     if pos < n and (buf[pos] == _MINUS or buf[pos] == _PLUS):
@@ -197,7 +200,7 @@ def _parse_float(buf: np.ndarray, pos: int, n: int) -> tuple[float, int, int]:
     if pos < n and not _is_sep(buf[pos]):
         return 0.0, ERR_VALUE, pos
     x = decimal_to_f64(m, e10)
-    if x > _F32_MAX and np.float32(x) > _F32_MAX:
+    if x > VALUE_MAX:
         return 0.0, ERR_VALUE_OVERFLOW, pos
     return (-x if neg else x), OK, pos
 
