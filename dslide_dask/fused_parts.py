@@ -38,6 +38,12 @@ class FusedParts(Protocol):
     def parts(self, storage_options: dict | None = None) -> Any:
         """A parts writer for the trainer's ``save`` (the fused parts, before the commit)."""
 
+    def chosen(self) -> tuple[tuple[float, ...], float]:
+        """The fusion weights and tail exponent the fit chose."""
+
+    def model(self) -> FusedModel | None:
+        """The fused model itself, if it is in this process (never brought here)."""
+
     def close(self) -> None:
         """Let go of the parts (on a cluster: the worker's memory)."""
 
@@ -62,8 +68,25 @@ class LocalFused:
 
         return write
 
+    def chosen(self) -> tuple[tuple[float, ...], float]:
+        return self.fused.weight, self.fused.fusion.tail
+
+    def model(self) -> FusedModel | None:
+        return self.fused
+
     def close(self) -> None:
         pass
+
+
+def label_counts(client: Any, source: Any, skip_bad_lines: bool = False) -> np.ndarray:
+    """How many training rows carry each label, counted where the rows are (on the
+    workers for a cluster's data, read here without a client)."""
+    if client is None:
+        data, _ = read_split(source, None, skip_bad_lines)
+        return np.bincount(data.Y.indices, minlength=data.n_labels)
+    from dslide_dask.distributed.fused_build import label_counts as on_cluster
+
+    return on_cluster(client, source, skip_bad_lines)
 
 
 def build_fused_parts(

@@ -133,3 +133,44 @@ def test_train_from_s3_builds_the_whole_model_on_a_worker(files, client, s3, cap
     loaded = SlideClassifier.load(f"s3://{BUCKET}/fused/run/model", storage_options=s3)
     assert loaded.neighbours_ is not None
     assert abs(xc_metrics(loaded.predict_topk(test.X, 5), test.Y, (1,))["P@1"] - local) < 0.005
+
+
+def _dask(csr, rows: int):
+    import dask.array as da
+    import scipy.sparse as sp
+
+    matrix = sp.csr_matrix((csr.values(), csr.indices, csr.indptr), shape=csr.shape)
+    return da.from_array(matrix, chunks=(rows, csr.shape[1]), asarray=False)
+
+
+def test_a_fit_from_a_url_on_a_cluster_is_the_whole_model(files, client, tmp_path):
+    root, _, test = files
+    clf = SlideClassifier(epochs=2, client=client, random_state=0).fit(str(root / "train.txt"))
+    assert clf.fused_model() is None  # built on a worker, never brought here
+    fused = clf.evaluate(test.X, test.Y)["P@1"]
+    assert fused > clf.trainer_.evaluate(test)["P@1"] + 0.1  # the network alone's
+    top = clf.predict_topk(test.X, 5)
+    assert abs(xc_metrics(top, test.Y, (1,))["P@1"] - fused) < 1e-9
+    blocks = clf.predict_topk(_dask(test.X, 400), 5)  # each block answered on that worker
+    np.testing.assert_array_equal(blocks.compute(), top)
+    loaded = SlideClassifier.load(clf.save(str(tmp_path / "model")))  # saved from the worker
+    assert loaded.neighbours_ is not None and loaded.neighbour_weight_ == clf.neighbour_weight_
+    assert abs(loaded.evaluate(test.X, test.Y)["P@1"] - fused) < 0.01  # float16 on the wire
+    clf.close()
+
+
+def test_a_fit_of_dask_arrays_on_a_cluster_is_the_whole_model(files, client):
+    _, train, test = files
+    X, Y = _dask(train.X, 1000), _dask(train.Y, 1000)
+    clf = SlideClassifier(epochs=2, client=client, random_state=0).fit(X, Y)
+    fused = clf.evaluate(_dask(test.X, 500), _dask(test.Y, 500))["P@1"]  # blocks stay there
+    assert fused > clf.trainer_.evaluate(test)["P@1"] + 0.1
+    assert abs(clf.evaluate(test.X, test.Y)["P@1"] - fused) < 1e-9
+    clf.close()
+
+
+def test_a_fit_from_a_url_in_process_builds_the_same_recipe_here(files):
+    root, _, test = files
+    clf = SlideClassifier(epochs=2, client=False, random_state=0).fit(str(root / "train.txt"))
+    assert clf.fused_model() is not None and clf.fused_model().index.trees
+    assert clf.evaluate(test.X, test.Y)["P@1"] > clf.trainer_.evaluate(test)["P@1"] + 0.1

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import yaml
 
 from dslide_workflows.run_flags import add_run_arguments
@@ -180,15 +179,9 @@ def _train(args: argparse.Namespace, run: RunSettings, model, folder) -> int:
 
 def _mostly_rare(client, train, run: RunSettings) -> bool:
     """Whether most training labels are of labels seen a few times (the network then
-    trains on fewer random negatives beside the trees): counted on the workers."""
+    trains on fewer random negatives beside the trees): counted where the rows are."""
+    from dslide_dask.fused_parts import label_counts
     from dslide_dask.model.label_tree import mostly_rare_counts
-
-    if client is None:
-        from dslide_dask.data.held import read_split
-
-        data, _ = read_split(train, None, run.skip_bad_lines)
-        return mostly_rare_counts(np.bincount(data.Y.indices, minlength=data.n_labels))
-    from dslide_dask.distributed.fused_build import label_counts
 
     return mostly_rare_counts(label_counts(client, train, run.skip_bad_lines))
 

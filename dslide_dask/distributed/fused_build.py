@@ -20,11 +20,13 @@ from typing import Any
 import numpy as np
 
 from dslide_dask.checkpoint.fused import save_fused
+from dslide_dask.data.blocks import block_csr, stack_datasets
 from dslide_dask.data.csr import CSR, SCORE_ROWS, row_ranges
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.held import read_split
 from dslide_dask.data.partitions import DataSource, Partition
 from dslide_dask.data.source import read_partition
+from dslide_dask.distributed.cluster_data import ClusterData
 from dslide_dask.model.fused import FusedModel
 from dslide_dask.model.fused_build import FusedBuild
 
@@ -51,9 +53,17 @@ class CoordinatorNetwork:
         return np.concatenate(parts).astype(np.float32, copy=False)
 
 
-def build_fused(build: FusedBuild, coordinator: Any, source: XCDataset | DataSource) -> FusedModel:
-    """Task: the fused model of the rows of ``source``, read here."""
-    train, held = read_split(source, build.held, build.skip_bad_lines)
+def build_fused(
+    build: FusedBuild,
+    coordinator: Any,
+    *source: XCDataset | DataSource,
+    shape: tuple[int, int] | None = None,
+) -> FusedModel:
+    """Task: the fused model of the rows of ``source`` (a planned source, read here; or
+    the blocks of a data set, stacked in order), the held ones split off as the stream
+    did."""
+    rows = source[0] if shape is None else stack_datasets(source, *shape)
+    train, held = read_split(rows, build.held, build.skip_bad_lines)
     return build.recipe.build(train, held, CoordinatorNetwork(coordinator))
 
 
@@ -74,14 +84,17 @@ class RemoteFused:
         """Build on a worker of ``trainer``'s model (not the coordinator's, where there
         is another: it streams the batches and holds the hidden layers)."""
         workers = list(trainer.placement.workers)
-        where = workers[-1]
-        if isinstance(source, XCDataset):  # rows in the client's memory: sent once
-            [source] = client.scatter([source], workers=[where])
+        where, args, shape = workers[-1], (source,), None
+        if isinstance(source, ClusterData):  # blocks on the cluster: stacked where training was
+            where, args, shape = workers[0], source.parts, (source.n_features, source.n_labels)
+        elif isinstance(source, XCDataset):  # rows in the client's memory: sent once
+            args = tuple(client.scatter([source], workers=[where]))
         future = client.submit(
             build_fused,
             build,
             trainer.coordinator,
-            source,
+            *args,
+            shape=shape,
             pure=False,
             workers=[where],
             key=f"build-fused-{uuid.uuid4().hex}",
@@ -102,6 +115,35 @@ class RemoteFused:
         """P@k, nDCG@k and PSP@k of the whole model on ``data``."""
         return self._run(_metrics, data, ks=ks, exact=exact)
 
+    def topk_array(self, rows, k: int, exact: bool = True):
+        """Top-k label ids of a dask array of rows (columns in one chunk) by the whole
+        model, as a dask array: each block answered on the model's worker (the block
+        travels there, the model never moves)."""
+        import dask
+
+        with dask.annotate(workers=[self.worker], allow_other_workers=False):
+            return rows.map_blocks(
+                _block_topk,
+                self.future,
+                self.coordinator,
+                k=k,
+                exact=exact,
+                n_cols=int(rows.shape[1]),
+                dtype=np.int64,
+                chunks=(rows.chunks[0], (k,)),
+                name=f"fused-topk-{uuid.uuid4().hex}",
+                meta=np.empty((0, 0), np.int64),
+            )
+
+    def block_metrics(self, data: ClusterData, ks: tuple[int, ...], exact: bool = True):
+        """:meth:`metrics` of a data set whose blocks are on the cluster (stacked on the
+        model's worker)."""
+        shape = (data.n_features, data.n_labels)
+        return self.client.submit(
+            _blocks_metrics, self.future, self.coordinator, *data.parts, shape=shape, ks=ks,
+            exact=exact, pure=False, workers=[self.worker],
+        ).result()  # fmt: skip
+
     def parts(self, storage_options: dict | None = None):
         """A parts writer for the trainer's ``save``: the worker writes the fused parts
         into the checkpoint folder before it is committed."""
@@ -113,8 +155,28 @@ class RemoteFused:
 
         return write
 
+    def chosen(self) -> tuple[tuple[float, ...], float]:
+        """The fusion weights and tail exponent the fit chose (a few numbers)."""
+        return self._run(_chosen)
+
+    def model(self) -> FusedModel | None:
+        return None  # on its worker: never gathered
+
     def close(self) -> None:
         self.future.release()
+
+
+def _block_topk(block, fused: FusedModel, coordinator, *, k: int, exact: bool, n_cols: int):
+    return fused.topk(CoordinatorNetwork(coordinator), block_csr(block, n_cols), k, exact)[0]
+
+
+def _blocks_metrics(fused: FusedModel, coordinator, *blocks, shape, ks, exact: bool) -> dict:
+    data = stack_datasets(blocks, *shape)
+    return fused.metrics(CoordinatorNetwork(coordinator), data.X, data.Y, tuple(ks), exact)
+
+
+def _chosen(fused: FusedModel, coordinator) -> tuple[tuple[float, ...], float]:
+    return fused.weight, fused.fusion.tail
 
 
 def _topk(fused: FusedModel, coordinator, X: CSR, *, k: int, exact: bool):
@@ -134,6 +196,9 @@ def label_counts(client: Any, source: XCDataset | DataSource, skip_bad_lines: bo
     where they are; only one count vector a partition and their sum travel)."""
     if isinstance(source, XCDataset):
         return np.bincount(source.Y.indices, minlength=source.n_labels)
+    if isinstance(source, ClusterData):
+        blocks = client.map(_block_counts, source.parts, n_labels=source.n_labels, pure=False)
+        return client.submit(_summed, blocks, pure=False).result()
     counts = client.map(_part_counts, source.partitions, skip_bad_lines=skip_bad_lines, pure=False)
     return client.submit(_summed, counts, pure=False).result()
 
@@ -141,6 +206,10 @@ def label_counts(client: Any, source: XCDataset | DataSource, skip_bad_lines: bo
 def _part_counts(part: Partition, skip_bad_lines: bool) -> np.ndarray:
     data, _ = read_partition(part, skip_bad_lines)
     return np.bincount(data.Y.indices, minlength=data.n_labels).astype(np.int64)
+
+
+def _block_counts(block: XCDataset, n_labels: int) -> np.ndarray:
+    return np.bincount(block.Y.indices, minlength=n_labels).astype(np.int64)
 
 
 def _summed(counts: list[np.ndarray]) -> np.ndarray:

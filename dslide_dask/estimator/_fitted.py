@@ -61,10 +61,13 @@ class FittedMixin(EstimatorState):
         extra = {"estimator": {**params, "epochs_done": self.epochs_done_, "evals": self.evals_}}
         if self._multiclass:
             extra["estimator"]["classes"] = self.classes_.tolist()
-        fused = self.fused_model()
+        built = getattr(self, "_fused_parts", None)  # built where the model is: saved there
+        fused = None if built is not None else self.fused_model()
 
         def parts(folder_url: str, meta: dict) -> dict:  # written before the commit
             self._save_output_index(folder_url, meta, storage_options)
+            if built is not None:
+                return built.parts(storage_options)(folder_url, meta)
             return {} if fused is None else save_fused(folder_url, fused, storage_options)
 
         return self.trainer_.save(
@@ -168,10 +171,11 @@ class FittedMixin(EstimatorState):
     def predict_topk(self, X, k: int = 5, *, exact: bool = True, return_scores: bool = False):
         """The ``k`` best labels of each row, best first, optionally with their scores.
 
-        A dask array ``X`` given to a model on a cluster gives a dask array: one task per
-        block, run where the block is, asks the model's network (no neighbours: their
-        index is in this process; with ``return_scores``, ``X`` is read here and numpy
-        arrays come back, fused).
+        A dask array ``X`` given to a model on a cluster gives a dask array of the whole
+        model's answer: one task per block, run on the worker that holds the fused parts
+        a fit on the cluster built there (a model without them: where the block is, its
+        network asked). Fused parts in this process (a fit of rows in memory) read ``X``
+        here and numpy arrays come back, as with ``return_scores``.
 
         Parameters
         ----------
@@ -201,10 +205,15 @@ class FittedMixin(EstimatorState):
         k = _plain(k)
         check_int("k", k, 1, self.trainer_.n_labels)
         cluster = self._cluster_trainer(X)
-        if cluster is not None and not return_scores:
+        built = getattr(self, "_fused_parts", None)
+        remote = built is not None and hasattr(built, "topk_array")
+        if cluster is not None and not return_scores and (remote or not self._fusing()):
             rows = collections.feature_blocks(X)
             self._check_shapes(int(rows.shape[1]), None)
-            top = cluster.topk_array(rows, k, bool(exact))
+            if remote:  # the whole model, on the worker that holds its fused parts
+                top = built.topk_array(rows, k, bool(exact))
+            else:
+                top = cluster.topk_array(rows, k, bool(exact))
             if self._multiclass:
                 dtype = self.classes_.dtype if exact else object
                 return top.map_blocks(partial(_classes_of, self.classes_), dtype=dtype)
@@ -311,9 +320,13 @@ class FittedMixin(EstimatorState):
         self._check_fitted()
         ks = tuple(_plain(k) for k in ks)
         cluster = self._cluster_trainer(X)
-        if cluster is not None and not self._multiclass:
+        built = getattr(self, "_fused_parts", None)
+        remote = built is not None and hasattr(built, "block_metrics")
+        if cluster is not None and not self._multiclass and (remote or not self._fusing()):
             data = self._collection_data(X, Y, cluster.client)
             self._check_shapes(data.n_features, data.n_labels)
+            if remote:  # the whole model, on the worker that holds its fused parts
+                return built.block_metrics(data, ks, bool(exact))
             return cluster.evaluate(data, ks, bool(exact))
         data = self._held_out((X, Y), self.trainer_.n_labels)
         self._check_shapes(data.n_features, data.n_labels)
@@ -326,7 +339,8 @@ class FittedMixin(EstimatorState):
 
     def _fusing(self) -> bool:
         """Whether predictions mix in the neighbours' votes."""
-        return getattr(self, "neighbours_", None) is not None
+        fused = getattr(self, "neighbours_", None), getattr(self, "_fused_parts", None)
+        return fused != (None, None)
 
     def close(self) -> None:
         """Release the fitted model (on a cluster: its actors and their memory)."""

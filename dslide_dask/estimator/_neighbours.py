@@ -18,11 +18,13 @@ import numpy as np
 
 from dslide_dask.data.csr import CSR
 from dslide_dask.data.dataset import XCDataset
+from dslide_dask.data.held import HeldRows
 from dslide_dask.estimator._inputs import _plain
 from dslide_dask.estimator._state import EstimatorState
+from dslide_dask.fused_parts import build_fused_parts
 from dslide_dask.model.config import check_float, check_int
 from dslide_dask.model.fused import MAX_TREE_POWER, FusedModel, Fusion
-from dslide_dask.model.fused_build import FusedRecipe, held_split
+from dslide_dask.model.fused_build import FusedBuild, FusedRecipe, held_split
 from dslide_dask.model.fusion import CENTROID_WEIGHTS, TAILS
 from dslide_dask.model.label_tree import trees_for
 from dslide_dask.model.neighbours import CANDIDATES, MAX_TREES, NeighbourIndex
@@ -117,11 +119,16 @@ class NeighboursMixin(EstimatorState):
         rows are held when the weight is given, the index is off or the rows are few."""
         self.neighbours_, self.neighbour_weight_ = None, self._given_weight()
         self.tail_exponent_ = self._given_tail()
+        self._close_fused_parts()
+        self._held_rows = None
         for check in (self._neighbour_mix, self._label_tree, self._n_trees):
             check()  # a bad value fails before training, not after it
-        if not self._indexes(data):
+        n_held = data.n_points - self.n_network_rows(data.n_points)
+        if not self._indexes(data):  # streamed: held by where a row is (the stream skips it)
+            if self._neighbour_k() > 0:
+                self._held_rows = HeldRows.of(n_held, data.n_points, seed)
             return data, None
-        return held_split(data, data.n_points - self.n_network_rows(data.n_points), seed)
+        return held_split(data, n_held, seed)
 
     def n_network_rows(self, n_points: int) -> int:
         """How many of ``n_points`` training rows (in memory) a fit trains the network on.
@@ -158,8 +165,15 @@ class NeighboursMixin(EstimatorState):
 
     def _finish_neighbours(self, data) -> bool:
         """At the end of a fit: the weight chosen for the final network, then the held
-        rows indexed with the others, and the label tree of them all; whether
+        rows indexed with the others, and the label tree of them all (for rows not in
+        memory: all of it built where the model is, from the rows read there); whether
         predictions changed by it."""
+        if self.neighbours_ is None and not self._indexes(data) and self._neighbour_k() > 0:
+            build = FusedBuild(self._recipe(), self._held_rows)
+            client = self._current_client()
+            self._fused_parts = build_fused_parts(self.trainer_, data, build, client)
+            self.neighbour_weight_, self.tail_exponent_ = self._fused_parts.chosen()
+            return True
         if self.neighbours_ is None:
             return False
         chosen = self._choose_weight()
@@ -192,6 +206,12 @@ class NeighboursMixin(EstimatorState):
             self._embed_step = self._step
         return index
 
+    def _close_fused_parts(self) -> None:
+        """Let go of fused parts built where the model was (a new fit replaces them)."""
+        built = self.__dict__.pop("_fused_parts", None)
+        if built is not None:
+            built.close()
+
     def fused_model(self) -> FusedModel | None:
         """The fused parts of the fitted model, apart from its network.
 
@@ -204,6 +224,9 @@ class NeighboursMixin(EstimatorState):
             no rows).
         """
         self._check_fitted()
+        built = getattr(self, "_fused_parts", None)
+        if built is not None:
+            return built.model()
         if getattr(self, "neighbours_", None) is None:
             return None
         return self._fused(*self._choose_weight())
@@ -222,12 +245,18 @@ class NeighboursMixin(EstimatorState):
 
     def _fused_topk(self, X: CSR, k: int, exact: bool) -> tuple[np.ndarray, np.ndarray]:
         """Top-k ids and fused scores of the network and the neighbours' votes."""
+        built = getattr(self, "_fused_parts", None)
+        if built is not None:
+            return built.topk(X, k, exact)
         weight, tail = self._choose_weight()
         return self._fused(weight, tail).topk(_EstimatorNetwork(self), X, k, exact)
 
     def _fused_metrics(self, data: XCDataset, ks: tuple[int, ...], exact: bool) -> dict:
         """P@k, nDCG@k and PSP@k of the fused top-k (propensities from the indexed rows:
         every training row, once the fit is over)."""
+        built = getattr(self, "_fused_parts", None)
+        if built is not None:
+            return built.metrics(data, ks, exact)
         weight, tail = self._choose_weight()
         fused = self._fused(weight, tail)
         return fused.metrics(_EstimatorNetwork(self), data.X, data.Y, ks, exact)

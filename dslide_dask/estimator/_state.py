@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from dslide_dask.data.batches import Source
     from dslide_dask.data.csr import CSR
     from dslide_dask.data.dataset import XCDataset
+    from dslide_dask.data.held import HeldRows
     from dslide_dask.distributed import DistributedTrainer
     from dslide_dask.distributed.cluster_data import ClusterData
     from dslide_dask.local_trainer import LocalTrainer
@@ -72,6 +73,7 @@ class EstimatorState:
     neighbour_weight_: tuple[float, ...] | None
     tail_exponent_: float | None
     _held: XCDataset | None
+    _held_rows: HeldRows | None
     _index_rows: CSR | None
     _embed_step: int
     _weight_step: int
@@ -144,6 +146,8 @@ class EstimatorState:
 
         # -- _neighbours --------------------------------------------------------------------
         def _indexes(self, data: Any) -> bool: ...
+
+        def _neighbour_k(self) -> int: ...
 
         def _neighbour_split(self, data: Any, seed: int) -> tuple[Any, XCDataset | None]: ...
 

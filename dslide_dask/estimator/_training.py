@@ -18,9 +18,10 @@ from dslide_dask.estimator._inputs import _plain
 from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.model.config import check_int
-from dslide_dask.model.label_tree import mostly_rare
+from dslide_dask.model.label_tree import mostly_rare, mostly_rare_counts
 
 if TYPE_CHECKING:
+    from dslide_dask.data.held import HeldRows
     from dslide_dask.estimator._state import TrainingData
 
 #: Called after every step with its statistics (step, samples, loss, active, seconds...).
@@ -92,7 +93,7 @@ class TrainingMixin(EstimatorState):
         with self._threads():
             self._build_neighbours(data)
         if validation is None:
-            self._train(data, epochs, True, callback, eval_set, eval_every)
+            self._train(data, epochs, True, callback, eval_set, eval_every, self._held_rows)
         else:
             self._train_early_stopping(data, validation, callback, eval_set, eval_every)
         with self._threads():
@@ -135,7 +136,7 @@ class TrainingMixin(EstimatorState):
         stale = 0
         tol, patience = _plain(self.tol), _plain(self.n_iter_no_change)
         for _ in range(_plain(self.epochs)):
-            self._train(data, 1, True, callback, eval_set, eval_every)
+            self._train(data, 1, True, callback, eval_set, eval_every, self._held_rows)
             score = self.trainer_.evaluate(validation, ks=(1,))["P@1"]
             self.validation_scores_.append(score)
             if score > self.best_validation_score_ + tol:
@@ -204,8 +205,8 @@ class TrainingMixin(EstimatorState):
         the lr schedule (0: unknown, as for ``partial_fit``)."""
         if "trainer_" in self.__dict__:
             self.trainer_.close()
-        fused = steps > 0 and self._indexes(data)  # partial_fit's network ranks alone
-        rare = fused and isinstance(data, XCDataset) and mostly_rare(data.Y.indices, data.n_labels)
+        fused = steps > 0 and self._neighbour_k() > 0  # partial_fit's network ranks alone
+        rare = fused and self._mostly_rare(data)
         cfg = replace(self.config(), seed=seed).for_data(
             data.n_labels, steps, steps // epochs, fused=fused, rare=rare
         )
@@ -235,6 +236,15 @@ class TrainingMixin(EstimatorState):
         self.epochs_done_ = 0
         self.evals_: list[dict] = []
 
+    def _mostly_rare(self, data: TrainingData) -> bool:
+        """Whether most training labels are of labels seen a few times (counted where
+        the rows are, for data not in memory)."""
+        if isinstance(data, XCDataset):
+            return mostly_rare(data.Y.indices, data.n_labels)
+        from dslide_dask.fused_parts import label_counts
+
+        return mostly_rare_counts(label_counts(self._current_client(), data))
+
     def _current_client(self):
         """The client given, else the current one as dask-ml finds it; None: this process.
 
@@ -260,7 +270,10 @@ class TrainingMixin(EstimatorState):
         callback,
         eval_set=None,
         eval_every=None,
+        held: HeldRows | None = None,
     ) -> None:
+        """Train ``epochs`` passes over ``data``, but the rows ``held`` out (streamed fits:
+        their fused parts are weighed on them)."""
         batch_size = self._int("batch_size", 1, 1 << 20)
         if eval_set is not None:
             held_out = self._held_out(eval_set, self.trainer_.n_labels)
@@ -269,7 +282,9 @@ class TrainingMixin(EstimatorState):
             check_int("eval_every", every, 1, 1 << 40)
             callback = self._evaluating(callback, held_out, every)
         with self._threads():
-            stream = Stream(batch_size, epochs, self.seed_, shuffle, first_epoch=self.epochs_done_)
+            stream = Stream(
+                batch_size, epochs, self.seed_, shuffle, first_epoch=self.epochs_done_, held=held
+            )
             # blocks on the cluster only ever go to a DistributedTrainer (no client: they are
             # stacked here), which passes a planned URL on to its coordinator's plan()
             self.trainer_.train(data, stream, callback)  # type: ignore[arg-type]
