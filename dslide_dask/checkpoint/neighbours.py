@@ -129,10 +129,15 @@ UNIT_VALUES = {
 }
 #: Rounding a unit row's entries may exceed 1 by.
 _UNIT_SLACK = 1e-4
+#: Values checked at a time.
+_PIECE = 1 << 22
 
 
 def _check_unit(array, where: str, what: str) -> None:
-    high = float(np.abs(array).max()) if array.size else 0.0
+    flat, step = array.reshape(-1), _PIECE  # in pieces: no copy of a whole array
+    high = max(
+        (float(np.abs(flat[i : i + step]).max()) for i in range(0, len(flat), step)), default=0.0
+    )
     if high > 1.0 + _UNIT_SLACK:
         raise CheckpointError(f"{where}: values must be in [-1, 1] ({what}), found {high:.3g}")
 
