@@ -1,5 +1,7 @@
+import contextlib
 import logging
 import os
+import socket
 
 import fsspec
 import pytest
@@ -98,6 +100,25 @@ def client():
     ):
         client.wait_for_workers(2)
         yield client
+
+
+#: Dask's default ports: the scheduler's and the dashboard's.
+DASK_DEFAULT_PORTS = (8786, 8787)
+
+
+@pytest.fixture
+def dask_ports_taken():
+    """Dask's default ports on 127.0.0.1 held by this process for the test (as where a
+    JupyterLab Dask cluster is open); a port something else holds already stays so."""
+    with contextlib.ExitStack() as stack:
+        for port in DASK_DEFAULT_PORTS:
+            sock = stack.enter_context(socket.socket())
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # taken already
+            sock.listen(1)
+        yield DASK_DEFAULT_PORTS
 
 
 @pytest.fixture(scope="session")

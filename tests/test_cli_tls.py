@@ -8,7 +8,7 @@ import pytest
 from distributed import LocalCluster
 from distributed.security import Security
 
-from dslide_workflows.security import local_cluster_options
+from dslide_workflows.security import local_cluster_options, quiet_dask
 
 from .test_cli import assert_usage_error, run
 
@@ -40,11 +40,16 @@ def test_train_on_its_own_cluster_over_tls_with_the_dashboard_on_loopback(capsys
     assert "P@1" in out
 
 
-def test_the_local_dashboard_listens_on_loopback_only():
+def test_the_local_dashboard_listens_on_loopback_only(dask_ports_taken):
+    """On loopback, also where the default port is taken (it moves, as the CLI does)."""
+
     class Settings:
         tls, dashboard_address = False, None
 
-    with LocalCluster(n_workers=1, processes=False, **local_cluster_options(Settings)) as lc:
+    with (
+        quiet_dask(debug=False),
+        LocalCluster(n_workers=1, processes=False, **local_cluster_options(Settings)) as lc,
+    ):
         port = lc.scheduler.http_server.port
         listening = {
             c.laddr.ip

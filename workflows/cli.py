@@ -25,6 +25,7 @@ from dslide_workflows.classifier import make_classifier
 from dslide_workflows.endpoints import nul_setting
 from dslide_workflows.errors import JobFailed, Terminated
 from dslide_workflows.secrets import mask_text, mask_tracebacks, masked_output, scrub
+from dslide_workflows.security import quiet_dask
 from dslide_workflows.summary import format_scores
 
 PROG = "dslide"
@@ -113,6 +114,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         profile,
         storage,
         topk,
+        tree_spread,
     )
 
     p = sub.add_parser("bench", help="benchmarks", description="Benchmarks.")
@@ -127,6 +129,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         ("elastic", elastic),
         ("checkpoint", checkpoint),
         ("profile", profile),
+        ("trees-spread", tree_spread),
     ):
         q = bench.add_parser(
             name,
@@ -253,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     passive_wait()  # before any kernel runs, in this process and the workers it starts
     try:
-        with masked_output():  # no secret in a print, ours or a library's
+        # no secret in a print, ours or a library's; no Dask warning or chatter unless --debug
+        with masked_output(), quiet_dask(args.debug or bool(os.environ.get("DSLIDE_DEBUG"))):
             return int(args.func(args) or 0)
     except KeyboardInterrupt as err:  # SIGTERM too, in dslide train (errors.Terminated)
         ended, code = ("terminated", 143) if isinstance(err, Terminated) else ("interrupted", 130)

@@ -8,7 +8,6 @@ and results written by the workers, straight from and to storage; read them back
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import time
 from contextlib import ExitStack
@@ -153,7 +152,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 LocalCluster(
                     n_workers=args.workers,
                     threads_per_worker=args.threads_per_worker,
-                    silence_logs=logging.ERROR,
                     **local_cluster_options(args),
                 )
             )

@@ -6,7 +6,12 @@ scheduler``) secure the connection to ``--scheduler-address tls://...``; without
 (``distributed.comm.tls.*``, e.g. ``DASK_DISTRIBUTED__COMM__TLS__CA_FILE``) or is refused.
 ``--tls`` gives the CLI's own LocalCluster throwaway certificates
 (``Security.temporary()``) and ``tls://`` everywhere. The LocalCluster's dashboard
-listens on loopback unless ``--dashboard-address`` says otherwise.
+listens on loopback unless ``--dashboard-address`` says otherwise; where its port is
+taken (another Dask dashboard), it moves to a free one, which the CLI prints.
+
+Dask's own voice stays out of a CLI user's terminal unless ``--debug``
+(:func:`quiet_dask`): its warnings (a dashboard port taken) and its log lines below ERROR
+("Connection ... closed"), in the CLI's process and the workers it starts.
 
 Reaching a scheduler has a deadline (``--connect-timeout``): Dask's client retries a
 refused connection until its timeout, and waits for the handshake of a socket that
@@ -16,7 +21,11 @@ accepts but never answers without one (:func:`connect_client`).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
+import sys
+import warnings
 
 from dslide_workflows.endpoints import (
     check_dashboard_address,
@@ -57,6 +66,7 @@ def connect_client(address: str, security, timeout: float | None, limit: str | N
     from distributed.comm import connect, parse_address
     from distributed.comm.registry import get_backend
 
+    dask_quiet_now()
     timeout = CONNECT_TIMEOUT if timeout is None else timeout
     if not 0 < timeout <= 86400:
         raise ValueError(f"--connect-timeout must be in (0, 86400] seconds, got {timeout:g}")
@@ -124,11 +134,61 @@ def client_security(settings, address: str | None):
     return security
 
 
+#: Where Dask's warnings come from (``warnings.warn`` in their modules).
+DASK_MODULES = r"(distributed|dask|bokeh|tornado)(\.|$)"
+#: The loggers :func:`quiet_dask` contexts quieted, to restore: one list a context.
+_QUIETED: list[list[tuple[logging.Logger, int]]] = []
+
+
+@contextlib.contextmanager
+def quiet_dask(debug: bool):
+    """Within: Dask's warnings ignored and its log lines below ERROR kept out, unless
+    ``debug``. Its loggers' own levels are set (not their handlers', which a LocalCluster
+    sets while it runs and restores as it closes, so that lines logged as the client and
+    cluster close stay out too), now if Dask is imported, else by :func:`dask_quiet_now`
+    where the CLI reaches a cluster (importing Dask sets them); the workers a LocalCluster
+    starts log at ERROR as well (:func:`local_cluster_options`)."""
+    if debug:
+        yield
+        return
+    quieted: list[tuple[logging.Logger, int]] = []
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module=DASK_MODULES)
+        _QUIETED.append(quieted)
+        try:
+            if "distributed" in sys.modules:
+                dask_quiet_now()
+            yield
+        finally:
+            _QUIETED.remove(quieted)
+            for logger, level in reversed(quieted):
+                logger.setLevel(level)
+
+
+def dask_quiet_now() -> None:
+    """Within :func:`quiet_dask`: Dask's loggers at ERROR, ``distributed`` and those of
+    its children Dask's configuration gives a level of their own; outside, nothing."""
+    if not _QUIETED:
+        return
+    names = [n for n in logging.root.manager.loggerDict if n.startswith("distributed.")]
+    for name in ["distributed", *names]:
+        logger = logging.getLogger(name)
+        if (name == "distributed" or logger.level) and logger.level < logging.ERROR:
+            _QUIETED[-1].append((logger, logger.level))
+            logger.setLevel(logging.ERROR)
+
+
 def local_cluster_options(settings) -> dict:
-    """Keyword arguments for the CLI's LocalCluster: its dashboard, and TLS with ``--tls``."""
+    """Keyword arguments for the CLI's LocalCluster: its dashboard, TLS with ``--tls``, and
+    its workers' log lines below ERROR kept out within :func:`quiet_dask` (Dask's
+    default, WARNING, with ``--debug``)."""
     check_tls_files(settings, None)  # a LocalCluster reads no certificate files
     dashboard = getattr(settings, "dashboard_address", None)
-    options = {"dashboard_address": check_dashboard_address(dashboard or LOCAL_DASHBOARD)}
+    dask_quiet_now()
+    options = {
+        "dashboard_address": check_dashboard_address(dashboard or LOCAL_DASHBOARD),
+        "silence_logs": logging.ERROR if _QUIETED else logging.WARNING,
+    }
     if getattr(settings, "tls", False):
         from distributed import Security
 
