@@ -174,3 +174,25 @@ def test_a_fit_from_a_url_in_process_builds_the_same_recipe_here(files):
     clf = SlideClassifier(epochs=2, client=False, random_state=0).fit(str(root / "train.txt"))
     assert clf.fused_model() is not None and clf.fused_model().index.trees
     assert clf.evaluate(test.X, test.Y)["P@1"] > clf.trainer_.evaluate(test)["P@1"] + 0.1
+
+
+def _tree_state(rows, y_ptr, y_idx, centroids, workers):
+    from dslide_dask.distributed.fused_build import ClusterNodes
+    from dslide_dask.model.label_tree import LabelTree
+
+    nodes = ClusterNodes(tuple(workers)) if workers else None
+    return LabelTree.build(rows, y_ptr, y_idx, centroids, 7, nodes).state()
+
+
+def test_a_tree_trained_over_the_workers_is_the_tree_trained_in_one(files, client):
+    from dslide_dask.model.neighbours import NeighbourIndex
+
+    _, train, _ = files
+    index = NeighbourIndex.build(train.X, train.Y).with_centroids()
+    args = (index._rows(), index.y_ptr, index.y_idx, index.centroids)
+    workers = sorted(client.scheduler_info()["workers"])
+    spread = client.submit(_tree_state, *args, workers, pure=False).result()
+    here = _tree_state(*args, [])
+    assert spread.keys() == here.keys()
+    for name, array in here.items():
+        np.testing.assert_array_equal(spread[name], array, err_msg=name)

@@ -29,6 +29,7 @@ from dslide_dask.data.source import read_partition
 from dslide_dask.distributed.cluster_data import ClusterData
 from dslide_dask.model.fused import FusedModel
 from dslide_dask.model.fused_build import FusedBuild
+from dslide_dask.model.label_tree import NodeProblem, train_levels
 
 
 class CoordinatorNetwork:
@@ -53,18 +54,89 @@ class CoordinatorNetwork:
         return np.concatenate(parts).astype(np.float32, copy=False)
 
 
+class ClusterNodes:
+    """Trains a label tree's node classifiers on ``workers`` (from a task on one of them,
+    through its ``worker_client``): the nodes, the root's included, are dealt out by
+    their cost (:func:`_cost`, longest first, each to the least loaded worker), the rows
+    and labels sent once to each worker.
+    A node's classifiers are the same wherever they are trained, so is the tree."""
+
+    def __init__(self, workers: tuple[str, ...]) -> None:
+        self.workers = workers
+
+    def __call__(
+        self, problem: NodeProblem, levels: list[list[tuple[np.ndarray, int]]], seed: int
+    ) -> list[list[tuple]]:
+        from distributed import worker_client
+
+        jobs = [(v, j) for v, level in enumerate(levels) for j in range(len(level))]
+        cost = {job: _cost(problem, levels[job[0]][job[1]][0]) for job in jobs}
+        shares: list[list[tuple[int, int]]] = [[] for _ in self.workers]
+        load = [0] * len(self.workers)
+        for job in sorted(jobs, key=lambda job: -cost[job]):
+            w = int(np.argmin(load))
+            shares[w].append(job)
+            load[w] += cost[job]
+        with worker_client() as client:
+            [sent] = client.scatter([problem], workers=list(self.workers), broadcast=True)
+            futures = [
+                client.submit(
+                    _train_share,
+                    sent,
+                    [levels[v][j] for v, j in share],
+                    seed,
+                    workers=[w],
+                    allow_other_workers=False,
+                    pure=False,
+                )  # fmt: skip
+                for w, share in zip(self.workers, shares, strict=True)
+                if share
+            ]
+            results = client.gather(futures)
+        out: list[list] = [[None] * len(level) for level in levels]
+        done = [share for share in shares if share]
+        for share, trained in zip(done, results, strict=True):
+            for (v, j), part in zip(share, trained, strict=True):
+                out[v][j] = part
+        return out
+
+
+def _cost(problem: NodeProblem, children: np.ndarray) -> float:
+    """A node's training time, roughly: its (row, label) pairs times the square root of
+    its children (Debian-26K's nodes, one thread: within 25% of their seconds)."""
+    return problem.rows_under(children) * float(np.sqrt(len(children) - 1))
+
+
+def _train_share(problem: NodeProblem, jobs: list[tuple[np.ndarray, int]], seed: int) -> list:
+    worker_threads()
+    return train_levels(problem, [jobs], seed)[0]
+
+
+def worker_threads() -> None:
+    """numba's threads for this task: the worker's threads (its share of the machine),
+    not every core (numba's default), which workers side by side would oversubscribe."""
+    import numba
+    from distributed import get_worker
+
+    threads = get_worker().state.nthreads
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+
+
 def build_fused(
     build: FusedBuild,
     coordinator: Any,
     *source: XCDataset | DataSource,
     shape: tuple[int, int] | None = None,
+    tree_workers: tuple[str, ...] = (),
 ) -> FusedModel:
     """Task: the fused model of the rows of ``source`` (a planned source, read here; or
     the blocks of a data set, stacked in order), the held ones split off as the stream
-    did."""
+    did; the label trees' classifiers trained on ``tree_workers`` (fewer than two: here)."""
+    worker_threads()
     rows = source[0] if shape is None else stack_datasets(source, *shape)
     train, held = read_split(rows, build.held, build.skip_bad_lines)
-    return build.recipe.build(train, held, CoordinatorNetwork(coordinator))
+    nodes = ClusterNodes(tree_workers) if len(tree_workers) > 1 else None
+    return build.recipe.build(train, held, CoordinatorNetwork(coordinator), nodes)
 
 
 @dataclass
@@ -95,6 +167,7 @@ class RemoteFused:
             trainer.coordinator,
             *args,
             shape=shape,
+            tree_workers=tuple(workers),
             pure=False,
             workers=[where],
             key=f"build-fused-{uuid.uuid4().hex}",

@@ -24,7 +24,7 @@ from dslide_dask.model.config import check_float, check_int
 from dslide_dask.model.fused import MAX_TREE_POWER, FusedModel, Fusion, Network, check_weights
 from dslide_dask.model.fusion import CENTROID_WEIGHTS, TAILS, choose_weights
 from dslide_dask.model.label_classifiers import LabelClassifiers
-from dslide_dask.model.label_tree import trees_for
+from dslide_dask.model.label_tree import NodeTrainer, trees_for
 from dslide_dask.model.neighbours import CANDIDATES, MAX_TREES, NeighbourIndex
 
 #: Rows held out of the network's training to choose the weight on: 5% of the rows, at
@@ -194,28 +194,37 @@ class FusedRecipe:
         held: XCDataset | None,
         net: Network,
         chosen: tuple[tuple[float, ...], float],
+        nodes: NodeTrainer | None = None,
     ) -> FusedModel:
         """The fused model at the end of a fit: the held rows indexed with the network's
         (``data``, of ``index``), the label trees of them all, every point's hidden
-        vector, and the ``chosen`` weights and tail."""
+        vector, and the ``chosen`` weights and tail (``nodes`` trains the trees'
+        classifiers: None, here)."""
         if held is not None:
             data = stack_datasets([data, held], data.n_features, data.n_labels)
             index = self.index(data, index.classifiers)  # classifiers: the network's rows
         if self.label_tree:
             n = trees_for(data.Y.indices, data.n_labels) if self.n_trees is None else self.n_trees
-            index = index.with_built_trees(self.seed, n)
+            index = index.with_built_trees(self.seed, n, nodes)
         index = index.with_embedding(net.embed(data.X))
         return FusedModel(index, self.fusion(*chosen))
 
-    def build(self, data: XCDataset, held: XCDataset | None, net: Network) -> FusedModel:
+    def build(
+        self,
+        data: XCDataset,
+        held: XCDataset | None,
+        net: Network,
+        nodes: NodeTrainer | None = None,
+    ) -> FusedModel:
         """The whole fused model of a fit, at its end: from the rows the network trained
-        on (``data``), the rows held out of its training (None: none) and the network."""
+        on (``data``), the rows held out of its training (None: none) and the network
+        (``nodes``: where the trees' classifiers are trained, None: here)."""
         index = self.index(data, self.classifiers(data))
         if held is None:
             chosen = self.fallback(index)
         else:
             chosen = self.choose(index.with_embedding(net.embed(data.X)), net, held)
-        return self.finish(index, data, held, net, chosen)
+        return self.finish(index, data, held, net, chosen, nodes)
 
 
 @dataclass(frozen=True)

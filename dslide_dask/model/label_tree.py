@@ -21,7 +21,7 @@ each cluster of labels one against the clusters most like it. This is that tree:
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -76,11 +76,14 @@ class LabelTree:
         y_idx: np.ndarray,
         centroids: LabelCentroids,
         seed: int,
+        nodes: NodeTrainer | None = None,
     ) -> LabelTree:
         """The tree over unit-norm ``rows`` (CSR: ptr, features, values) whose labels are
         ``y_idx[y_ptr[i]:y_ptr[i+1]]``, of the labels of ``centroids.n_labels`` that
         have a row: a label without one has no classifier to train
-        (:data:`~dslide_dask.kernels.label_tree.UNSEEN`)."""
+        (:data:`~dslide_dask.kernels.label_tree.UNSEEN`). The splits are made here; the
+        nodes' classifiers are trained by ``nodes`` (None: :func:`train_levels`, here),
+        which may train them anywhere: a node's classifiers depend on nothing else."""
         n_labels, n_features = centroids.n_labels, centroids.n_features
         ptr, idx, val = rows
         perm = np.flatnonzero(np.bincount(y_idx, minlength=n_labels)).astype(np.int64)
@@ -108,28 +111,20 @@ class LabelTree:
         sq_norms = np.bincount(
             np.repeat(np.arange(n_rows), np.diff(ptr)), weights=val * val, minlength=n_rows
         ).astype(np.float32)
-        problem = (ptr, idx, val, sq_norms, label_ptr, label_rows, perm)
-        threads = numba.get_num_threads()
-        scratch = [
-            (np.full(n_rows, -1, np.int64), np.full(n_features, -1, np.int64))
-            for _ in range(threads)
-        ]
-
-        def train(children: np.ndarray, node: int, worker: int, blocks: int) -> tuple:
-            return kernels.train_node(
-                *problem, children, PASSES, C, PRUNE, seed + node, blocks, *scratch[worker]
-            )
-
+        problem = NodeProblem(ptr, idx, val, sq_norms, label_ptr, label_rows, perm, n_features)
         levels = [halvings(n, d) for d in classifier_depths(depth)]
-        parts: list[tuple] = []
+        jobs: list[list[tuple[np.ndarray, int]]] = []
         for v, starts in enumerate(levels):
             below = levels[v + 1] if v + 1 < len(levels) else np.arange(n + 1)
             cuts = np.searchsorted(below, starts)
-            jobs = [
-                (below[a : b + 1], len(parts) + j)
-                for j, (a, b) in enumerate(zip(cuts[:-1], cuts[1:], strict=True))
-            ]
-            parts += _trained(jobs, train, threads)
+            first = sum(len(level) for level in jobs)
+            jobs.append(
+                [
+                    (below[a : b + 1], first + j)
+                    for j, (a, b) in enumerate(zip(cuts[:-1], cuts[1:], strict=True))
+                ]
+            )
+        parts = [part for level in (nodes or train_levels)(problem, jobs, seed) for part in level]
         return cls(perm, *_levels(levels), *_joined(parts))
 
     @property
@@ -252,12 +247,63 @@ def classifier_depths(depth: int) -> list[int]:
     return sorted({0, *range(depth, 0, -SPAN)})
 
 
+@dataclass(frozen=True, eq=False)
+class NodeProblem:
+    """What a node's classifiers are trained on: the unit rows (CSR), their squared
+    norms, each label's rows and the labels in tree order."""
+
+    ptr: np.ndarray
+    idx: np.ndarray
+    val: np.ndarray
+    sq_norms: np.ndarray
+    label_ptr: np.ndarray
+    label_rows: np.ndarray
+    perm: np.ndarray
+    n_features: int
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return (self.ptr, self.idx, self.val, self.sq_norms, self.label_ptr,
+                self.label_rows, self.perm)  # fmt: skip
+
+    def rows_under(self, children: np.ndarray) -> int:
+        """How many (row, label) pairs a node's training reads: its cost."""
+        counts = np.diff(self.label_ptr)[self.perm[children[0] : children[-1]]]
+        return int(counts.sum())
+
+
+#: Trains the nodes of a tree's classifier levels: ``(problem, levels of jobs (children,
+#: node), seed) -> levels of results``, in order (:func:`train_levels` here; a cluster's
+#: spreads them over its workers).
+NodeTrainer = Callable[[NodeProblem, list[list[tuple[np.ndarray, int]]], int], list[list[tuple]]]
+
+
+def train_levels(
+    problem: NodeProblem, levels: list[list[tuple[np.ndarray, int]]], seed: int
+) -> list[list[tuple]]:
+    """Every node's classifiers, trained here on numba's threads, level by level."""
+    threads = numba.get_num_threads()
+    n_rows = len(problem.ptr) - 1
+    scratch = [
+        (np.full(n_rows, -1, np.int64), np.full(problem.n_features, -1, np.int64))
+        for _ in range(threads)
+    ]
+    arrays = problem.arrays()
+
+    def train(children: np.ndarray, node: int, worker: int, blocks: int) -> tuple:
+        return kernels.train_node(
+            *arrays, children, PASSES, C, PRUNE, seed + node, blocks, *scratch[worker]
+        )
+
+    return [_trained(jobs, train, threads) for jobs in levels]
+
+
 def build_forest(
     rows: tuple[np.ndarray, np.ndarray, np.ndarray],
     y_ptr: np.ndarray,
     y_idx: np.ndarray,
     centroids: LabelCentroids,
     seeds: Sequence[int],
+    nodes: NodeTrainer | None = None,
 ) -> tuple[LabelTree, ...]:
     """A tree of each seed (:meth:`LabelTree.build`), built side by side on a share of
     numba's threads each. A tree's top levels are a node or two, and a node takes one
@@ -265,7 +311,10 @@ def build_forest(
     6.5 s instead of 7.9 on debian-files-rare, 13.5 instead of 17.9 on amazon-670k. A
     tree does not depend on how many threads built it. numba's workqueue threading layer
     (where neither OpenMP nor TBB is found) cannot run two parallel kernels at once, so
-    there the trees are built one by one."""
+    there the trees are built one by one, as they are when ``nodes`` trains their
+    classifiers elsewhere (:meth:`LabelTree.build`)."""
+    if nodes is not None:
+        return tuple(LabelTree.build(rows, y_ptr, y_idx, centroids, s, nodes) for s in seeds)
     threads = numba.get_num_threads() if _threadsafe() else 1
     at_once = min(len(seeds), threads)
     if at_once < 2:

@@ -41,7 +41,7 @@ from dslide_dask.model import label_classifiers, label_tree
 from dslide_dask.model.config import check_int
 from dslide_dask.model.label_centroids import LabelCentroids
 from dslide_dask.model.label_classifiers import LabelClassifiers
-from dslide_dask.model.label_tree import LabelTree, build_forest
+from dslide_dask.model.label_tree import LabelTree, NodeTrainer, build_forest
 from dslide_dask.model.output_index import IndexSettings
 from dslide_dask.model.point_search import PointSearch
 
@@ -157,15 +157,18 @@ class NeighbourIndex:
             return self
         return dataclasses.replace(self, centroids=self._centroids(self._rows()))
 
-    def with_built_trees(self, seed: int, n_trees: int = 1) -> NeighbourIndex:
+    def with_built_trees(
+        self, seed: int, n_trees: int = 1, nodes: NodeTrainer | None = None
+    ) -> NeighbourIndex:
         """This index with ``n_trees`` label trees of its points, split over their labels'
-        centroids from different seeds (:class:`LabelTree`). Single trees differ by
-        0.002-0.005 in P@1 with the seed; the label-tree libraries average three."""
+        centroids from different seeds (:class:`LabelTree`; ``nodes`` trains their
+        classifiers, None: here). Single trees differ by 0.002-0.005 in P@1 with the
+        seed; the label-tree libraries average three."""
         check_int("n_trees", n_trees, 1, MAX_TREES)
         rows = self._rows()
         centroids = self.centroids if self.centroids is not None else self._centroids(rows)
         seeds = [seed + (t << 20) for t in range(n_trees)]
-        trees = build_forest(rows, self.y_ptr, self.y_idx, centroids, seeds)
+        trees = build_forest(rows, self.y_ptr, self.y_idx, centroids, seeds, nodes)
         return dataclasses.replace(self, trees=trees)
 
     def _rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
