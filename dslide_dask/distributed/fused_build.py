@@ -78,20 +78,17 @@ class ClusterNodes:
             shares[w].append(job)
             load[w] += cost[job]
         with worker_client() as client:
-            [sent] = client.scatter([problem], workers=list(self.workers), broadcast=True)
-            futures = [
-                client.submit(
-                    _train_share,
-                    sent,
-                    [levels[v][j] for v, j in share],
-                    seed,
-                    workers=[w],
-                    allow_other_workers=False,
-                    pure=False,
-                )  # fmt: skip
-                for w, share in zip(self.workers, shares, strict=True)
-                if share
-            ]
+            futures = []
+            for w, share in zip(self.workers, shares, strict=True):
+                if not share:
+                    continue
+                # a scatter a worker: a broadcast's replicate logs an event holding
+                # WorkerStates, which then breaks every client's get_events("all")
+                [sent] = client.scatter([problem], workers=[w], hash=False)
+                jobs_of = [levels[v][j] for v, j in share]
+                futures.append(
+                    client.submit(_train_share, sent, jobs_of, seed, workers=[w], pure=False)
+                )
             results = client.gather(futures)
         out: list[list] = [[None] * len(level) for level in levels]
         done = [share for share in shares if share]
