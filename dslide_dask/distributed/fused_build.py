@@ -29,7 +29,7 @@ from dslide_dask.data.source import read_partition
 from dslide_dask.distributed.cluster_data import ClusterData
 from dslide_dask.model.fused import FusedModel
 from dslide_dask.model.fused_build import FusedBuild
-from dslide_dask.model.label_tree import NodeProblem, train_levels
+from dslide_dask.model.tree_nodes import NodeProblem, train_levels
 
 
 class CoordinatorNetwork:

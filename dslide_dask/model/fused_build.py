@@ -24,8 +24,9 @@ from dslide_dask.model.config import check_float, check_int
 from dslide_dask.model.fused import MAX_TREE_POWER, FusedModel, Fusion, Network, check_weights
 from dslide_dask.model.fusion import CENTROID_WEIGHTS, TAILS, choose_weights
 from dslide_dask.model.label_classifiers import LabelClassifiers
-from dslide_dask.model.label_tree import NodeTrainer, trees_for
+from dslide_dask.model.label_tree import trees_for
 from dslide_dask.model.neighbours import CANDIDATES, MAX_TREES, NeighbourIndex
+from dslide_dask.model.tree_nodes import NodeTrainer
 
 #: Rows held out of the network's training to choose the weight on: 5% of the rows, at
 #: most this many (enough to tell weights 0.1 apart); none below HELD_MIN_POINTS rows (under

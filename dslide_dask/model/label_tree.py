@@ -21,7 +21,7 @@ each cluster of labels one against the clusters most like it. This is that tree:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -31,6 +31,7 @@ import numpy as np
 from dslide_dask.kernels import label_tree as kernels
 from dslide_dask.kernels.neighbours import transpose
 from dslide_dask.model.label_centroids import LabelCentroids
+from dslide_dask.model.tree_nodes import NodeProblem, NodeTrainer, train_levels
 
 #: A leaf holds at most this many labels (Parabel's and omikuji's 100).
 LEAF = 100
@@ -38,8 +39,6 @@ LEAF = 100
 SPAN = 6
 #: Rounds of the balanced 2-means at each split.
 ITERATIONS = 6
-#: The classifiers' C, passes and pruning: the label classifiers' (docs/accuracy.md).
-C, PASSES, PRUNE = 1.0, 6, 0.1
 #: Training labels are :func:`mostly_rare` where labels of at most RARE_ROWS training rows
 #: hold at least RARE_SHARE of them: a fit left to it then builds two trees
 #: (:func:`trees_for`) and draws fewer negatives (``config.MIN_ACTIVE_RARE``).
@@ -247,56 +246,6 @@ def classifier_depths(depth: int) -> list[int]:
     return sorted({0, *range(depth, 0, -SPAN)})
 
 
-@dataclass(frozen=True, eq=False)
-class NodeProblem:
-    """What a node's classifiers are trained on: the unit rows (CSR), their squared
-    norms, each label's rows and the labels in tree order."""
-
-    ptr: np.ndarray
-    idx: np.ndarray
-    val: np.ndarray
-    sq_norms: np.ndarray
-    label_ptr: np.ndarray
-    label_rows: np.ndarray
-    perm: np.ndarray
-    n_features: int
-
-    def arrays(self) -> tuple[np.ndarray, ...]:
-        return (self.ptr, self.idx, self.val, self.sq_norms, self.label_ptr,
-                self.label_rows, self.perm)  # fmt: skip
-
-    def rows_under(self, children: np.ndarray) -> int:
-        """How many (row, label) pairs a node's training reads: its cost."""
-        counts = np.diff(self.label_ptr)[self.perm[children[0] : children[-1]]]
-        return int(counts.sum())
-
-
-#: Trains the nodes of a tree's classifier levels: ``(problem, levels of jobs (children,
-#: node), seed) -> levels of results``, in order (:func:`train_levels` here; a cluster's
-#: spreads them over its workers).
-NodeTrainer = Callable[[NodeProblem, list[list[tuple[np.ndarray, int]]], int], list[list[tuple]]]
-
-
-def train_levels(
-    problem: NodeProblem, levels: list[list[tuple[np.ndarray, int]]], seed: int
-) -> list[list[tuple]]:
-    """Every node's classifiers, trained here on numba's threads, level by level."""
-    threads = numba.get_num_threads()
-    n_rows = len(problem.ptr) - 1
-    scratch = [
-        (np.full(n_rows, -1, np.int64), np.full(problem.n_features, -1, np.int64))
-        for _ in range(threads)
-    ]
-    arrays = problem.arrays()
-
-    def train(children: np.ndarray, node: int, worker: int, blocks: int) -> tuple:
-        return kernels.train_node(
-            *arrays, children, PASSES, C, PRUNE, seed + node, blocks, *scratch[worker]
-        )
-
-    return [_trained(jobs, train, threads) for jobs in levels]
-
-
 def build_forest(
     rows: tuple[np.ndarray, np.ndarray, np.ndarray],
     y_ptr: np.ndarray,
@@ -369,24 +318,6 @@ def halvings(n_labels: int, depth: int) -> np.ndarray:
         mids = bounds[:-1] + (bounds[1:] - bounds[:-1]) // 2
         bounds = np.insert(bounds, np.arange(1, len(bounds)), mids)
     return bounds
-
-
-def _trained(jobs: list[tuple[np.ndarray, int]], train, threads: int) -> list[tuple]:
-    """Each job's ``train(children, node, worker, blocks)``, in order. Many nodes: a
-    node a thread at once (small nodes waste a parallel pass's start-up); few: one at a
-    time over all threads. A node's result does not depend on which."""
-    if threads < 2 or len(jobs) < 2 * threads:
-        return [train(children, node, 0, threads) for children, node in jobs]
-
-    def work(worker: int) -> list[tuple]:
-        return [train(children, node, worker, 1) for children, node in jobs[worker::threads]]
-
-    with ThreadPoolExecutor(threads) as pool:
-        shares = list(pool.map(work, range(threads)))
-    out: list[tuple] = [None] * len(jobs)  # type: ignore[list-item]
-    for worker, share in enumerate(shares):
-        out[worker::threads] = share
-    return out
 
 
 def _levels(levels: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -41,9 +41,10 @@ from dslide_dask.model import label_classifiers, label_tree
 from dslide_dask.model.config import check_int
 from dslide_dask.model.label_centroids import LabelCentroids
 from dslide_dask.model.label_classifiers import LabelClassifiers
-from dslide_dask.model.label_tree import LabelTree, NodeTrainer, build_forest
+from dslide_dask.model.label_tree import LabelTree, build_forest
 from dslide_dask.model.output_index import IndexSettings
 from dslide_dask.model.point_search import PointSearch
+from dslide_dask.model.tree_nodes import NodeTrainer
 
 #: Candidates a row takes from each side before fusing.
 CANDIDATES = 100
