@@ -57,9 +57,9 @@ class CoordinatorNetwork:
 class ClusterNodes:
     """Trains a label tree's node classifiers on ``workers`` (from a task on one of them,
     through its ``worker_client``): the nodes, the root's included, are dealt out by
-    their cost (:func:`_cost`, longest first, each to the least loaded worker), the rows
-    and labels sent once to each worker.
-    A node's classifiers are the same wherever they are trained, so is the tree."""
+    their cost (:meth:`~dslide_dask.model.tree_nodes.NodeProblem.cost`), longest first,
+    each to the least loaded worker, the rows and labels sent once to each worker. A
+    node's classifiers are the same wherever they are trained, so is the tree."""
 
     def __init__(self, workers: tuple[str, ...]) -> None:
         self.workers = workers
@@ -70,7 +70,7 @@ class ClusterNodes:
         from distributed import worker_client
 
         jobs = [(v, j) for v, level in enumerate(levels) for j in range(len(level))]
-        cost = {job: _cost(problem, levels[job[0]][job[1]][0]) for job in jobs}
+        cost = {job: problem.cost(levels[job[0]][job[1]][0]) for job in jobs}
         shares: list[list[tuple[int, int]]] = [[] for _ in self.workers]
         load = [0] * len(self.workers)
         for job in sorted(jobs, key=lambda job: -cost[job]):
@@ -96,12 +96,6 @@ class ClusterNodes:
             for (v, j), part in zip(share, trained, strict=True):
                 out[v][j] = part
         return out
-
-
-def _cost(problem: NodeProblem, children: np.ndarray) -> float:
-    """A node's training time, roughly: its (row, label) pairs times the square root of
-    its children (Debian-26K's nodes, one thread: within 25% of their seconds)."""
-    return problem.rows_under(children) * float(np.sqrt(len(children) - 1))
 
 
 def _train_share(problem: NodeProblem, jobs: list[tuple[np.ndarray, int]], seed: int) -> list:

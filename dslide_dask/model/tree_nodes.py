@@ -41,10 +41,17 @@ class NodeProblem:
         return (self.ptr, self.idx, self.val, self.sq_norms, self.label_ptr,
                 self.label_rows, self.perm)  # fmt: skip
 
-    def rows_under(self, children: np.ndarray) -> int:
-        """How many (row, label) pairs a node's training reads: its cost."""
-        counts = np.diff(self.label_ptr)[self.perm[children[0] : children[-1]]]
-        return int(counts.sum())
+    def cost(self, children: np.ndarray) -> float:
+        """A node's training time, roughly: the non-zeros of its rows (those of a label
+        under it) to the power 1.1, times its children to the power 0.4 (fitted on
+        Debian-26K's 261 nodes on one thread: within 20% of their seconds, where its
+        (row, label) pairs times its children were within 75%)."""
+        lo, hi = int(children[0]), int(children[-1])
+        labels = self.perm[lo:hi]
+        spans = zip(self.label_ptr[labels], self.label_ptr[labels + 1], strict=True)
+        rows = np.unique(np.concatenate([self.label_rows[a:b] for a, b in spans]))
+        nnz = float((self.ptr[rows + 1] - self.ptr[rows]).sum())
+        return nnz**1.1 * (len(children) - 1) ** 0.4
 
 
 #: Trains the nodes of a tree's classifier levels: ``(problem, levels of jobs (children,
