@@ -203,8 +203,8 @@ def test_predict_writes_xc_text_lines_of_label_score(trained, capsys, tmp_path) 
 
 
 def test_xc_text_streams_part_by_part(tmp_path) -> None:
-    from dslide_dask.inference.output import write_manifest, write_part
-    from dslide_dask.inference.xc_output import iter_predictions, write_xc_predictions
+    from dslide_dask.inference.output import iter_predictions, write_manifest, write_part
+    from dslide_dask.inference.xc_output import write_xc_predictions
 
     url = str(tmp_path / "p")
     parts = [

@@ -19,6 +19,7 @@ import io
 import json
 import os
 import posixpath
+from collections.abc import Iterator
 
 import fsspec
 import numpy as np
@@ -110,6 +111,15 @@ def read_predictions(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(ids, scores)`` of every row of a prediction folder, in input order: only files
     inside the folder (the manifest's part names are data, as are links in the folder)."""
+    parts = list(iter_predictions(url, storage_options))
+    if not parts:
+        k = _manifest(url, storage_options)[3]
+        return np.zeros((0, k), np.int64), np.zeros((0, k), np.float32)
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def _manifest(url: str, storage_options: dict | None) -> tuple:
+    """``(fs, path, where, k, parts)`` of a prediction folder's manifest, checked."""
     fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
     where = fs.unstrip_protocol(posixpath.join(path, MANIFEST))
     try:
@@ -130,15 +140,31 @@ def read_predictions(
         isinstance(p, dict) and isinstance(p.get("n_points"), int) for p in parts
     ):
         raise ValueError(f"{where}: parts must be a list of {{file, n_points}} entries")
-    files = [guard_read(fs, path, inside(path, p.get("file"), where)) for p in parts]
-    blobs = fs.cat(files) if files else {}
-    ids, scores = [np.zeros((0, k), np.int64)], [np.zeros((0, k), np.float32)]
-    for name, entry in zip(files, parts, strict=True):
-        raw = blobs[name] if name in blobs else blobs[fs.unstrip_protocol(name)]
-        with np.load(io.BytesIO(raw)) as z:
-            if z["ids"].shape != (entry["n_points"], k):
-                raise ValueError(f"{name}: {z['ids'].shape} ids, the manifest says "
-                                 f"({entry['n_points']}, {k})")  # fmt: skip
-            ids.append(z["ids"])
-            scores.append(z["scores"])
-    return np.concatenate(ids), np.concatenate(scores)
+    return fs, path, where, k, parts
+
+
+def iter_predictions(
+    url: str, storage_options: dict | None = None
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(ids, scores)`` of each part of a prediction folder in input order, one part
+    read at a time (:func:`~dslide_dask.inference.read_predictions` reads them all)."""
+    fs, path, where, k, parts = _manifest(url, storage_options)
+    for entry in parts:
+        name = guard_read(fs, path, inside(path, entry.get("file"), where))
+        try:
+            raw = fs.cat_file(name)
+        except FileNotFoundError:
+            raise ValueError(f"{fs.unstrip_protocol(name)}: missing (listed in {where})") from None
+        try:
+            with np.load(io.BytesIO(raw), allow_pickle=False) as z:
+                ids, scores = np.asarray(z["ids"]), np.asarray(z["scores"])
+        except (ValueError, KeyError, OSError) as err:
+            raise ValueError(
+                f"{fs.unstrip_protocol(name)}: not a prediction part ({type(err).__name__})"
+            ) from None
+        if ids.shape != (entry["n_points"], k) or scores.shape != ids.shape:
+            raise ValueError(
+                f"{fs.unstrip_protocol(name)}: {ids.shape} ids and {scores.shape} scores, "
+                f"the manifest says ({entry['n_points']}, {k})"
+            )
+        yield ids, scores
