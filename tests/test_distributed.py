@@ -114,9 +114,16 @@ def test_workers_stream_training_data_from_s3(client, tiny, s3):
     train, test = tiny
     for i, part in enumerate((train.slice(0, 2500), train.slice(2500, 5000))):
         write_xc(f"s3://{BUCKET}/tiny/train-{i}.txt", part, storage_options=s3)
+    from dslide_dask.data.batches import plan
+    from dslide_dask.data.held import read_split
+
+    url = f"s3://{BUCKET}/tiny/train-*.txt"
     clf = SlideClassifier(epochs=8, client=client, n_shards=2, **PARAMS)
-    clf.fit(f"s3://{BUCKET}/tiny/train-*.txt", storage_options=s3)
-    assert sum(h["samples"] for h in clf.history_) == 8 * train.n_points
+    clf.fit(url, storage_options=s3)
+    # every row but those held out to weigh the fused parts on, which a worker built
+    kept, held = read_split(plan(url, s3), clf._held_rows)
+    assert 0 < held.n_points < 0.1 * train.n_points
+    assert sum(h["samples"] for h in clf.history_) == 8 * kept.n_points
     assert clf.score(test.X, test.Y) > 0.3
 
 
