@@ -67,7 +67,7 @@ def test_train_against_a_tls_scheduler_with_certificate_files(capsys, tmp_path):
         n_workers=2,
         threads_per_worker=1,
         processes=True,
-        dashboard_address=None,
+        dashboard_address="127.0.0.1:0",  # not Dask's 8787: another dashboard may hold it
         security=security,
         protocol="tls://",
     ) as lc:

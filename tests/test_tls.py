@@ -37,7 +37,7 @@ def _train(tiny, **cluster_kw) -> tuple[float, set, set, set]:
             n_workers=2,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
+            dashboard_address="127.0.0.1:0",  # not Dask's 8787: another dashboard may hold it
             **cluster_kw,
         ) as cluster,
         Client(cluster, security=security) as client,
