@@ -28,7 +28,7 @@ def save_fused(folder_url: str, fused: FusedModel, storage_options: dict | None 
     settings = {
         "neighbours": f.k,
         "neighbour_mix": f.mix,
-        "neighbour_weight": list(f.weight),
+        "neighbour_weight": list(fused.weight),
         "tail_exponent": f.tail,
         "label_tree": f.tree_power,
     }

@@ -72,7 +72,7 @@ def load_label_counts(
         )
     labels = TrainingLabels(n_labels)
     labels.counts = counts.astype(np.int64, copy=True)
-    labels.rows, labels.n_points = int(rows), int(n_points)
+    labels.rows, labels.n_points = int(rows), int(n_points)  # type: ignore[arg-type]
     return labels
 
 

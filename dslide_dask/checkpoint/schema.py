@@ -142,7 +142,7 @@ def check_estimator(block, config: dict, n_labels: int, where: str) -> None:
             if name not in block or (value is None and optional):
                 continue
             if kind == "int":
-                check_int(name, value, low, high)
+                check_int(name, value, int(low), int(high))
             else:
                 check_float(name, value, low, high)
         if "validation_fraction" in block:

@@ -72,11 +72,11 @@ class ClusterNodes:
         jobs = [(v, j) for v, level in enumerate(levels) for j in range(len(level))]
         cost = {job: problem.cost(levels[job[0]][job[1]][0]) for job in jobs}
         shares: list[list[tuple[int, int]]] = [[] for _ in self.workers]
-        load = [0] * len(self.workers)
+        load = [0.0] * len(self.workers)
         for job in sorted(jobs, key=lambda job: -cost[job]):
-            w = int(np.argmin(load))
-            shares[w].append(job)
-            load[w] += cost[job]
+            least = int(np.argmin(load))
+            shares[least].append(job)
+            load[least] += cost[job]
         with worker_client() as client:
             futures = []
             for w, share in zip(self.workers, shares, strict=True):
@@ -110,7 +110,8 @@ def worker_threads() -> None:
     from distributed import get_worker
 
     threads = get_worker().state.nthreads
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    most = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
+    numba.set_num_threads(max(1, min(threads, most)))
 
 
 def build_fused(
@@ -124,7 +125,7 @@ def build_fused(
     the blocks of a data set, stacked in order), the held ones split off as the stream
     did; the label trees' classifiers trained on ``tree_workers`` (fewer than two: here)."""
     worker_threads()
-    rows = source[0] if shape is None else stack_datasets(source, *shape)
+    rows = source[0] if shape is None else stack_datasets(source, *shape)  # type: ignore[arg-type]
     train, held = read_split(rows, build.held, build.skip_bad_lines)
     nodes = ClusterNodes(tree_workers) if len(tree_workers) > 1 else None
     return build.recipe.build(train, held, CoordinatorNetwork(coordinator), nodes)

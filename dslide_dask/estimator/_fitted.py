@@ -206,12 +206,12 @@ class FittedMixin(EstimatorState):
         check_int("k", k, 1, self.trainer_.n_labels)
         cluster = self._cluster_trainer(X)
         built = getattr(self, "_fused_parts", None)
-        remote = built is not None and hasattr(built, "topk_array")
+        remote = built if hasattr(built, "topk_array") else None  # built on a worker
         if cluster is not None and not return_scores and (remote or not self._fusing()):
             rows = collections.feature_blocks(X)
             self._check_shapes(int(rows.shape[1]), None)
-            if remote:  # the whole model, on the worker that holds its fused parts
-                top = built.topk_array(rows, k, bool(exact))
+            if remote is not None:  # the whole model, on the worker of its fused parts
+                top = remote.topk_array(rows, k, bool(exact))
             else:
                 top = cluster.topk_array(rows, k, bool(exact))
             if self._multiclass:
@@ -321,12 +321,12 @@ class FittedMixin(EstimatorState):
         ks = tuple(_plain(k) for k in ks)
         cluster = self._cluster_trainer(X)
         built = getattr(self, "_fused_parts", None)
-        remote = built is not None and hasattr(built, "block_metrics")
+        remote = built if hasattr(built, "block_metrics") else None  # built on a worker
         if cluster is not None and not self._multiclass and (remote or not self._fusing()):
             data = self._collection_data(X, Y, cluster.client)
             self._check_shapes(data.n_features, data.n_labels)
-            if remote:  # the whole model, on the worker that holds its fused parts
-                return built.block_metrics(data, ks, bool(exact))
+            if remote is not None:  # the whole model, on the worker of its fused parts
+                return remote.block_metrics(data, ks, bool(exact))
             return cluster.evaluate(data, ks, bool(exact))
         data = self._held_out((X, Y), self.trainer_.n_labels)
         self._check_shapes(data.n_features, data.n_labels)

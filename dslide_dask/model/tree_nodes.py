@@ -37,7 +37,9 @@ class NodeProblem:
     perm: np.ndarray
     n_features: int
 
-    def arrays(self) -> tuple[np.ndarray, ...]:
+    def arrays(
+        self,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         return (self.ptr, self.idx, self.val, self.sq_norms, self.label_ptr,
                 self.label_rows, self.perm)  # fmt: skip
 

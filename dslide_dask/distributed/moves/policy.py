@@ -89,7 +89,7 @@ class KeepShardWorkers(SchedulerPlugin):
         self.asked: dict[str, float] = {}  #: retirements refused (when), not gone yet
         self.settled_at = 0.0  #: when the scaler may pick workers again
 
-    def start(self, scheduler) -> None:
+    async def start(self, scheduler) -> None:
         self.scheduler = scheduler
 
     def valid_workers_downscaling(self, scheduler, workers: list) -> list:
