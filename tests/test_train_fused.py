@@ -159,6 +159,7 @@ def test_a_fit_from_a_url_on_a_cluster_is_the_whole_model(files, client, tmp_pat
     clf.close()
 
 
+@pytest.mark.slow
 def test_a_fit_of_dask_arrays_on_a_cluster_is_the_whole_model(files, client):
     _, train, test = files
     X, Y = _dask(train.X, 1000), _dask(train.Y, 1000)
@@ -169,6 +170,7 @@ def test_a_fit_of_dask_arrays_on_a_cluster_is_the_whole_model(files, client):
     clf.close()
 
 
+@pytest.mark.slow
 def test_a_fit_from_a_url_in_process_builds_the_same_recipe_here(files):
     root, _, test = files
     clf = SlideClassifier(epochs=2, client=False, random_state=0).fit(str(root / "train.txt"))
