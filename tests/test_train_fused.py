@@ -5,6 +5,7 @@ worker from the rows it reads there, saves it whole, and ``SlideClassifier.load`
 the parts are the same rows in the coordinator's stream and on the building worker."""
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -156,7 +157,16 @@ def test_a_fit_from_a_url_on_a_cluster_is_the_whole_model(files, client, tmp_pat
     loaded = SlideClassifier.load(clf.save(str(tmp_path / "model")))  # saved from the worker
     assert loaded.neighbours_ is not None and loaded.neighbour_weight_ == clf.neighbour_weight_
     assert abs(loaded.evaluate(test.X, test.Y)["P@1"] - fused) < 0.01  # float16 on the wire
-    clf.close()
+    key = clf._fused_parts.future.key
+    clf.close()  # the fused parts go from their worker with the actors
+
+    def held() -> bool:
+        return any(key in keys for keys in client.has_what().values())
+
+    deadline = time.monotonic() + 30  # the release is a message: wait for it, bounded
+    while held() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not held()
 
 
 @pytest.mark.slow

@@ -343,6 +343,10 @@ class FittedMixin(EstimatorState):
         return fused != (None, None)
 
     def close(self) -> None:
-        """Release the fitted model (on a cluster: its actors and their memory)."""
+        """Release the fitted model (on a cluster: its actors, the fused parts a worker
+        built, and their memory)."""
+        built = self.__dict__.pop("_fused_parts", None)
+        if built is not None:
+            built.close()
         if "trainer_" in self.__dict__:
             self.trainer_.close()
