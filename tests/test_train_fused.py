@@ -208,3 +208,10 @@ def test_a_tree_trained_over_the_workers_is_the_tree_trained_in_one(files, clien
     assert spread.keys() == here.keys()
     for name, array in here.items():
         np.testing.assert_array_equal(spread[name], array, err_msg=name)
+
+
+def test_plan_takes_the_fusion_parameters_and_says_what_it_does_not_count(capsys):
+    assert main(["plan", "--preset", "tiny", "--workers", "2", "--opt", "neighbours=10"]) == 0
+    assert "not counted: the neighbours, label centroids and trees" in capsys.readouterr().out
+    assert main(["plan", "--preset", "tiny", "--workers", "2", "--opt", "neighbours=0"]) == 0
+    assert "not counted" not in capsys.readouterr().out

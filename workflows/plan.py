@@ -37,12 +37,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from dslide_dask import SlideConfig
     from dslide_dask.distributed.placement import place_shards
     from dslide_dask.errors import MemoryPlanError
+    from dslide_dask.model.fused_build import FUSION_DEFAULTS, recipe_from
     from dslide_workflows.run_settings import resolve
 
     run, model = resolve(args)
+    fusion = {k: model.pop(k) for k in list(model) if k in FUSION_DEFAULTS}
     cfg = SlideConfig.from_dict(model)
     n_features, n_labels = _shape(run)
-    cfg = cfg.for_data(n_labels)
+    fused = recipe_from(fusion) is not None
+    cfg = cfg.for_data(n_labels, fused=fused)
     print(
         f"model: {n_features:,} features, hidden {cfg.hidden}, {n_labels:,} labels, "
         f"{cfg.parameters(n_features, n_labels):,} parameters"
@@ -65,6 +68,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     assert placement.plan is not None  # place_shards always returns its plan
     print(placement.plan.table())
     print("fits: every worker stays under 80% of its memory limit")
+    if fused:  # docs/architecture.md: "The whole model"
+        print(
+            "not counted: the neighbours, label centroids and trees, built on one worker "
+            "after training (--opt neighbours=0: the network alone)"
+        )
     return 0
 
 
