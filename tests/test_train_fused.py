@@ -154,9 +154,14 @@ def test_a_fit_from_a_url_on_a_cluster_is_the_whole_model(files, client, tmp_pat
     assert abs(xc_metrics(top, test.Y, (1,))["P@1"] - fused) < 1e-9
     blocks = clf.predict_topk(_dask(test.X, 400), 5)  # each block answered on that worker
     np.testing.assert_array_equal(blocks.compute(), top)
-    loaded = SlideClassifier.load(clf.save(str(tmp_path / "model")))  # saved from the worker
+    url = clf.save(str(tmp_path / "model"))  # the fused parts written by their worker
+    loaded = SlideClassifier.load(url)
     assert loaded.neighbours_ is not None and loaded.neighbour_weight_ == clf.neighbour_weight_
     assert abs(loaded.evaluate(test.X, test.Y)["P@1"] - fused) < 0.01  # float16 on the wire
+    remote = SlideClassifier.load(url, client=client)  # onto the cluster: read by a worker
+    assert remote.neighbours_ is None and remote.neighbour_weight_ == clf.neighbour_weight_
+    assert abs(remote.evaluate(test.X, test.Y)["P@1"] - fused) < 0.01
+    remote.close()
     key = clf._fused_parts.future.key
     clf.close()  # the fused parts go from their worker with the actors
 

@@ -19,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from dslide_dask.checkpoint.fused import save_fused
+from dslide_dask.checkpoint.arrays import CheckpointError
+from dslide_dask.checkpoint.fused import load_fused, save_fused
+from dslide_dask.checkpoint.store import open_checkpoint
 from dslide_dask.data.blocks import block_csr, stack_datasets
 from dslide_dask.data.csr import CSR, SCORE_ROWS, row_ranges
 from dslide_dask.data.dataset import XCDataset
@@ -167,6 +169,20 @@ class RemoteFused:
         future.result()  # raises here what failed there
         return cls(client, future, trainer.coordinator, where)
 
+    @classmethod
+    def load(
+        cls, client: Any, trainer: Any, url: str, storage_options: dict | None = None
+    ) -> RemoteFused:
+        """The fused parts of the checkpoint at ``url``, read by a worker of ``trainer``'s
+        model (as :meth:`build` places them) and kept there."""
+        where = list(trainer.placement.workers)[-1]
+        future = client.submit(
+            _load, url, storage_options, pure=False, workers=[where],
+            key=f"load-fused-{uuid.uuid4().hex}",
+        )  # fmt: skip
+        future.result()  # raises here what failed there (a damaged index: its file named)
+        return cls(client, future, trainer.coordinator, where)
+
     def _run(self, fn, *args, **kwargs) -> Any:
         return self.client.submit(
             fn, self.future, self.coordinator, *args, **kwargs, pure=False, workers=[self.worker]
@@ -238,6 +254,13 @@ def _block_topk(block, fused: FusedModel, coordinator, *, k: int, exact: bool, n
 def _blocks_metrics(fused: FusedModel, coordinator, *blocks, shape, ks, exact: bool) -> dict:
     data = stack_datasets(blocks, *shape)
     return fused.metrics(CoordinatorNetwork(coordinator), data.X, data.Y, tuple(ks), exact)
+
+
+def _load(url: str, storage_options: dict | None) -> FusedModel:
+    fused = load_fused(open_checkpoint(url, storage_options), storage_options)
+    if fused is None:
+        raise CheckpointError(f"{url}: the model has no fused parts")
+    return fused
 
 
 def _chosen(fused: FusedModel, coordinator) -> tuple[tuple[float, ...], float]:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Self
 import numpy as np
 
 from dslide_dask.checkpoint import open_checkpoint
-from dslide_dask.checkpoint.fused import load_fused, save_fused
+from dslide_dask.checkpoint.fused import check_fused, load_fused, save_fused
 from dslide_dask.checkpoint.label_counts import give_labels, load_label_counts, parts_with_labels
 from dslide_dask.checkpoint.model import config_of
 from dslide_dask.estimator import collections
@@ -157,13 +157,19 @@ class FittedMixin(EstimatorState):
         clf._multiclass = classes is not None
         clf.classes_ = np.asarray(classes) if classes is not None else np.arange(n_labels)
         clf._held, clf._index_rows = None, None
-        fused = load_fused(ckpt, storage_options)
-        clf.neighbours_ = None if fused is None else fused.index
-        clf.neighbour_weight_ = None if fused is None else fused.fusion.weight
-        clf.tail_exponent_ = None if fused is None else fused.fusion.tail
-        if fused is not None:  # the model's own settings (a CLI model has no estimator's)
-            f = fused.fusion
-            clf.set_params(neighbours=f.k, neighbour_mix=f.mix, label_tree=f.tree_power)
+        fusion = check_fused(ckpt)  # from meta.json alone
+        clf.neighbours_, clf.neighbour_weight_, clf.tail_exponent_ = None, None, None
+        if fusion is not None:  # the model's own settings (a CLI model has no estimator's)
+            clf.neighbour_weight_, clf.tail_exponent_ = fusion.weight, fusion.tail
+            clf.set_params(neighbours=fusion.k, neighbour_mix=fusion.mix,
+                           label_tree=fusion.tree_power)  # fmt: skip
+            if client is None:
+                fused = load_fused(ckpt, storage_options)
+                clf.neighbours_ = None if fused is None else fused.index
+            else:  # read by a worker of the model, kept there (never on the client)
+                from dslide_dask.distributed.fused_build import RemoteFused
+
+                clf._fused_parts = RemoteFused.load(client, clf.trainer_, ckpt.url, storage_options)
         clf._load_output_index(ckpt)
         return clf
 
