@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from dslide_dask.data.held import HeldRows
     from dslide_dask.distributed import DistributedTrainer
     from dslide_dask.distributed.cluster_data import ClusterData
+    from dslide_dask.fused_parts import FusedParts
     from dslide_dask.local_trainer import LocalTrainer
     from dslide_dask.model.config import SlideConfig
     from dslide_dask.model.fused import FusedModel
@@ -74,6 +75,9 @@ class EstimatorState:
     tail_exponent_: float | None
     _held: XCDataset | None
     _held_rows: HeldRows | None
+    #: The fused parts a fit from storage or collections built where the model is
+    #: (this process, or a worker of its cluster), or a model loaded onto a cluster.
+    _fused_parts: FusedParts
     _index_rows: CSR | None
     _embed_step: int
     _weight_step: int
