@@ -22,6 +22,7 @@ from dslide_dask.data.partitions import DataSource
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.model.fused import FusedModel
 from dslide_dask.model.fused_build import FusedBuild
+from dslide_dask.model.label_tree import mostly_rare_counts
 
 
 class FusedParts(Protocol):
@@ -87,6 +88,13 @@ def label_counts(client: Any, source: Any, skip_bad_lines: bool = False) -> np.n
     from dslide_dask.distributed.fused_build import label_counts as on_cluster
 
     return on_cluster(client, source, skip_bad_lines)
+
+
+def mostly_rare(client: Any, source: Any, skip_bad_lines: bool = False) -> bool:
+    """Whether most training labels of ``source`` are of labels seen a few times (the
+    network then trains on fewer random negatives beside the trees), counted where the
+    rows are (:func:`label_counts`)."""
+    return mostly_rare_counts(label_counts(client, source, skip_bad_lines))
 
 
 def build_fused_parts(

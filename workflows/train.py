@@ -105,7 +105,9 @@ def _train(args: argparse.Namespace, run: RunSettings, model, folder) -> int:
     with _cluster(run) as client:
         t0 = time.perf_counter()
         if recipe is not None and restore is None:  # which negatives: by the label counts
-            rare = _mostly_rare(client, train, run)
+            from dslide_dask.fused_parts import mostly_rare
+
+            rare = mostly_rare(client, train, run.skip_bad_lines)
             cfg = base.for_data(shape[1], run.epochs * epoch_steps, epoch_steps, True, rare)
             settings["model"] = {**cfg.to_dict(), **fusion}
         print("building the model", flush=True)
@@ -175,15 +177,6 @@ def _train(args: argparse.Namespace, run: RunSettings, model, folder) -> int:
             progress.record_eval(scores)
     _finish(folder, text, numbers, model_url)
     return 0
-
-
-def _mostly_rare(client, train, run: RunSettings) -> bool:
-    """Whether most training labels are of labels seen a few times (the network then
-    trains on fewer random negatives beside the trees): counted where the rows are."""
-    from dslide_dask.fused_parts import label_counts
-    from dslide_dask.model.label_tree import mostly_rare_counts
-
-    return mostly_rare_counts(label_counts(client, train, run.skip_bad_lines))
 
 
 def _fused_parts(trainer, train, recipe, held, run: RunSettings, client):

@@ -24,15 +24,7 @@ def save_fused(folder_url: str, fused: FusedModel, storage_options: dict | None 
     if fused.fusion.weight is None:
         raise ValueError("a fused model is saved once its weights are chosen")
     save_neighbours(folder_url, fused.index, storage_options)
-    f = fused.fusion
-    settings = {
-        "neighbours": f.k,
-        "neighbour_mix": f.mix,
-        "neighbour_weight": list(fused.weight),
-        "tail_exponent": f.tail,
-        "label_tree": f.tree_power,
-    }
-    return {BLOCK: settings}
+    return {BLOCK: fused.fusion.params()}
 
 
 def has_fused(ckpt: Checkpoint) -> bool:

@@ -372,9 +372,10 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
         return ckpt.url
 
     async def save(
-        self, url: str, storage_options: dict | None, extra: dict | None, commit: bool = True
+        self, url: str, storage_options: dict | None, extra: dict | None
     ) -> str | tuple[str, dict]:
-        """Write the model to ``url`` (a store keeping only this checkpoint); with
-        ``commit`` False, uncommitted (see :meth:`save_checkpoint`)."""
+        """Write the model into a new folder of ``url`` (a store keeping only one
+        checkpoint), uncommitted: the caller adds its parts and commits (see
+        :meth:`save_checkpoint`)."""
         store = CheckpointStore(url, storage_options, keep=1)
-        return await self.save_checkpoint(store, extra, commit)
+        return await self.save_checkpoint(store, extra, commit=False)

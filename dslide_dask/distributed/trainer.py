@@ -202,11 +202,9 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels)
         folder (from here) before the checkpoint is committed."""
         store = CheckpointStore(url, storage_options, keep=1)
         with store.saving():
-            if parts is None:
-                return self._wait(self.coordinator.save(url, storage_options, extra))
-            saved = self._wait(self.coordinator.save(url, storage_options, extra, False))
-            folder_url, meta = saved
-            meta.update(parts(folder_url, meta))
+            folder_url, meta = self._wait(self.coordinator.save(url, storage_options, extra))
+            if parts is not None:
+                meta.update(parts(folder_url, meta))
             return store.commit(Folder.open(folder_url, storage_options), meta).url
 
     def topk(self, X: CSR, k: int, exact: bool = True) -> np.ndarray:

@@ -24,7 +24,7 @@ from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.fused_parts import build_fused_parts
 from dslide_dask.model.config import check_float, check_int
 from dslide_dask.model.fused import MAX_TREE_POWER, FusedModel, Fusion
-from dslide_dask.model.fused_build import FusedBuild, FusedRecipe, held_split
+from dslide_dask.model.fused_build import FusedBuild, FusedRecipe, given_weight, held_split
 from dslide_dask.model.fusion import CENTROID_WEIGHTS, TAILS
 from dslide_dask.model.label_tree import trees_for
 from dslide_dask.model.neighbours import CANDIDATES, MAX_TREES, NeighbourIndex
@@ -46,17 +46,7 @@ class NeighboursMixin(EstimatorState):
 
     def _given_weight(self) -> tuple[float, float] | None:
         """``neighbour_weight`` as (input, hidden) weights: a number is the input's."""
-        weight = _plain(self.neighbour_weight)
-        if weight is None:
-            return None
-        pair = (weight, 0.0) if isinstance(weight, int | float) else tuple(weight)
-        if len(pair) != 2:
-            raise ValueError(f"neighbour_weight must be a number or a pair, got {weight!r}")
-        for value in pair:
-            check_float("neighbour_weight", value, 0.0, 1.0)
-        if sum(pair) > 1.0 + 1e-9:
-            raise ValueError(f"neighbour_weight's two weights must sum to at most 1, got {pair}")
-        return (float(pair[0]), float(pair[1]))
+        return given_weight(_plain(self.neighbour_weight))
 
     def _given_tail(self) -> float | None:
         return self._optional_float("tail_exponent", max(TAILS))

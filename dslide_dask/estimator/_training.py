@@ -16,9 +16,9 @@ from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.stream import Stream
 from dslide_dask.estimator._inputs import _plain
 from dslide_dask.estimator._state import EstimatorState
+from dslide_dask.fused_parts import mostly_rare
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.model.config import check_int
-from dslide_dask.model.label_tree import mostly_rare, mostly_rare_counts
 
 if TYPE_CHECKING:
     from dslide_dask.data.held import HeldRows
@@ -206,7 +206,7 @@ class TrainingMixin(EstimatorState):
         if "trainer_" in self.__dict__:
             self.trainer_.close()
         fused = steps > 0 and self._neighbour_k() > 0  # partial_fit's network ranks alone
-        rare = fused and self._mostly_rare(data)
+        rare = fused and mostly_rare(self._current_client(), data)
         cfg = replace(self.config(), seed=seed).for_data(
             data.n_labels, steps, steps // epochs, fused=fused, rare=rare
         )
@@ -235,15 +235,6 @@ class TrainingMixin(EstimatorState):
         self.seed_ = seed
         self.epochs_done_ = 0
         self.evals_: list[dict] = []
-
-    def _mostly_rare(self, data: TrainingData) -> bool:
-        """Whether most training labels are of labels seen a few times (counted where
-        the rows are, for data not in memory)."""
-        if isinstance(data, XCDataset):
-            return mostly_rare(data.Y.indices, data.n_labels)
-        from dslide_dask.fused_parts import label_counts
-
-        return mostly_rare_counts(label_counts(self._current_client(), data))
 
     def _current_client(self):
         """The client given, else the current one as dask-ml finds it; None: this process.

@@ -67,10 +67,12 @@ class Fusion:
         if self.weight is not None:
             check_weights(self.weight)
 
-    def to_dict(self) -> dict:
+    def params(self) -> dict:
+        """The settings by the estimator's parameter names (a saved model's ``fusion``
+        block)."""
         weight = None if self.weight is None else list(self.weight)
-        return {"k": self.k, "mix": self.mix, "weight": weight, "tail": self.tail,
-                "tree_power": self.tree_power}  # fmt: skip
+        return {"neighbours": self.k, "neighbour_mix": self.mix, "neighbour_weight": weight,
+                "tail_exponent": self.tail, "label_tree": self.tree_power}  # fmt: skip
 
 
 def check_weights(weight: tuple[float, ...]) -> None:

@@ -64,6 +64,21 @@ FUSION_DEFAULTS = {
 }
 
 
+def given_weight(weight) -> tuple[float, float] | None:
+    """``neighbour_weight`` as (input, hidden) weights (a number is the input's; None:
+    left to the fit); ValueError naming it outside its range."""
+    if weight is None:
+        return None
+    pair = (weight, 0.0) if isinstance(weight, int | float) else tuple(weight)
+    if len(pair) != 2:
+        raise ValueError(f"neighbour_weight must be a number or a pair, got {weight!r}")
+    for value in pair:
+        check_float("neighbour_weight", value, 0.0, 1.0)
+    if sum(pair) > 1.0 + 1e-9:
+        raise ValueError(f"neighbour_weight's two weights must sum to at most 1, got {pair}")
+    return (float(pair[0]), float(pair[1]))
+
+
 def recipe_from(params: dict, seed: int = 0) -> FusedRecipe | None:
     """The recipe of fusion parameters ``params`` (missing ones: :data:`FUSION_DEFAULTS`);
     None with ``neighbours`` 0 (the network answers alone). ValueError naming a bad one."""
@@ -72,18 +87,10 @@ def recipe_from(params: dict, seed: int = 0) -> FusedRecipe | None:
     check_int("neighbours", k, 0, 1 << 16)
     if k == 0:
         return None
-    weight = p["neighbour_weight"]
-    if weight is not None:
-        pair = (weight, 0.0) if isinstance(weight, int | float) else tuple(weight)
-        if len(pair) != 2:
-            raise ValueError(f"neighbour_weight must be a number or a pair, got {weight!r}")
-        for value in pair:
-            check_float("neighbour_weight", value, 0.0, 1.0)
-        weight = (float(pair[0]), float(pair[1]))
     return FusedRecipe(
         k,
         p["neighbour_mix"],
-        weight,
+        given_weight(p["neighbour_weight"]),
         p["tail_exponent"],
         p["label_centroids"],
         p["label_classifiers"],

@@ -289,16 +289,13 @@ def _threadsafe() -> bool:
 def mostly_rare(y_idx: np.ndarray, n_labels: int) -> bool:
     """Whether labels of at most :data:`RARE_ROWS` training rows hold :data:`RARE_SHARE`
     or more of the training labels ``y_idx`` (a label once per row it is on)."""
-    if len(y_idx) == 0:
-        return False
-    counts = np.bincount(y_idx, minlength=n_labels)
-    return bool(np.mean(counts[y_idx] <= RARE_ROWS) >= RARE_SHARE)
+    return mostly_rare_counts(np.bincount(y_idx, minlength=n_labels))
 
 
 def mostly_rare_counts(counts: np.ndarray) -> bool:
     """:func:`mostly_rare` from each label's count of training rows."""
     total = int(counts.sum())
-    return total > 0 and int(counts[counts <= RARE_ROWS].sum()) >= RARE_SHARE * total
+    return total > 0 and bool(int(counts[counts <= RARE_ROWS].sum()) >= RARE_SHARE * total)
 
 
 def trees_for(y_idx: np.ndarray, n_labels: int) -> int:
