@@ -29,6 +29,8 @@ from dslide_dask.data.held import read_split
 from dslide_dask.data.partitions import DataSource, Partition
 from dslide_dask.data.source import read_partition
 from dslide_dask.distributed.cluster_data import ClusterData
+from dslide_dask.distributed.liveness import still_listed
+from dslide_dask.errors import ShardLostError
 from dslide_dask.model.fused import FusedModel
 from dslide_dask.model.fused_build import FusedBuild
 from dslide_dask.model.tree_nodes import NodeProblem, train_levels
@@ -116,6 +118,32 @@ def worker_threads() -> None:
     numba.set_num_threads(max(1, min(threads, most)))
 
 
+#: Seconds between two looks at whether the workers a build needs are still there.
+WATCH_SECONDS = 2.0
+
+
+def watched(client: Any, future: Any, workers: tuple[str, ...], what: str) -> Any:
+    """``future``'s result, or :class:`ShardLostError` as soon as one of ``workers`` (where
+    its tasks are pinned) leaves the cluster: a task pinned to a worker that died (its
+    nanny restarts it under a new address) would otherwise wait for it forever."""
+    from distributed import wait
+
+    while True:
+        try:
+            wait([future], timeout=WATCH_SECONDS)
+            break
+        except TimeoutError:
+            gone = set(workers) - still_listed(client, set(workers))
+            if gone:
+                future.cancel()
+                raise ShardLostError(
+                    f"{what}: worker {sorted(gone)[0]} left the cluster (out of memory? "
+                    "`dslide plan` shows what each worker holds; --opt neighbours=0 trains "
+                    "the network alone)"
+                ) from None
+    return future.result()  # raises here what failed there
+
+
 def build_fused(
     build: FusedBuild,
     coordinator: Any,
@@ -166,7 +194,7 @@ class RemoteFused:
             workers=[where],
             key=f"build-fused-{uuid.uuid4().hex}",
         )
-        future.result()  # raises here what failed there
+        watched(client, future, tuple(workers), "building the neighbours, centroids and trees")
         return cls(client, future, trainer.coordinator, where)
 
     @classmethod
@@ -180,13 +208,17 @@ class RemoteFused:
             _load, url, storage_options, pure=False, workers=[where],
             key=f"load-fused-{uuid.uuid4().hex}",
         )  # fmt: skip
-        future.result()  # raises here what failed there (a damaged index: its file named)
+        watched(client, future, (where,), f"loading the fused parts of {url}")
         return cls(client, future, trainer.coordinator, where)
 
     def _run(self, fn, *args, **kwargs) -> Any:
-        return self.client.submit(
+        future = self.client.submit(
             fn, self.future, self.coordinator, *args, **kwargs, pure=False, workers=[self.worker]
-        ).result()
+        )
+        return self._watched(future)
+
+    def _watched(self, future: Any) -> Any:
+        return watched(self.client, future, (self.worker,), "the neighbours, centroids and trees")
 
     def topk(self, X: CSR, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Each row's ``k`` best labels by the whole model, and their scores."""
@@ -220,19 +252,19 @@ class RemoteFused:
         """:meth:`metrics` of a data set whose blocks are on the cluster (stacked on the
         model's worker)."""
         shape = (data.n_features, data.n_labels)
-        return self.client.submit(
+        return self._watched(self.client.submit(
             _blocks_metrics, self.future, self.coordinator, *data.parts, shape=shape, ks=ks,
             exact=exact, pure=False, workers=[self.worker],
-        ).result()  # fmt: skip
+        ))  # fmt: skip
 
     def parts(self, storage_options: dict | None = None):
         """A parts writer for the trainer's ``save``: the worker writes the fused parts
         into the checkpoint folder before it is committed."""
 
         def write(folder_url: str, meta: dict) -> dict:
-            return self.client.submit(
+            return self._watched(self.client.submit(
                 _save, self.future, folder_url, storage_options, pure=False, workers=[self.worker]
-            ).result()
+            ))  # fmt: skip
 
         return write
 
