@@ -209,8 +209,7 @@ class FusedRecipe:
         vector, and the ``chosen`` weights and tail (``nodes`` trains the trees'
         classifiers: None, here)."""
         if held is not None:
-            data = stack_datasets([data, held], data.n_features, data.n_labels)
-            index = self.index(data, index.classifiers)  # classifiers: the network's rows
+            data, index = self.whole(data, held, index.classifiers)
         if self.label_tree:
             n = trees_for(data.Y.indices, data.n_labels) if self.n_trees is None else self.n_trees
             index = index.with_built_trees(self.seed, n, nodes)
@@ -229,10 +228,20 @@ class FusedRecipe:
         (``nodes``: where the trees' classifiers are trained, None: here)."""
         index = self.index(data, self.classifiers(data))
         if held is None:
-            chosen = self.fallback(index)
-        else:
-            chosen = self.choose(index.with_embedding(net.embed(data.X)), net, held)
-        return self.finish(index, data, held, net, chosen, nodes)
+            return self.finish(index, data, None, net, self.fallback(index), nodes)
+        chosen = self.choose(index.with_embedding(net.embed(data.X)), net, held)
+        classifiers = index.classifiers
+        del index  # its centroids go before the whole set's are built (2 GB at amazon-3m)
+        data, index = self.whole(data, held, classifiers)
+        return self.finish(index, data, None, net, chosen, nodes)
+
+    def whole(
+        self, data: XCDataset, held: XCDataset, classifiers: LabelClassifiers | None
+    ) -> tuple[XCDataset, NeighbourIndex]:
+        """Every row, the held ones last, and their index (``classifiers``: the network's
+        rows')."""
+        data = stack_datasets([data, held], data.n_features, data.n_labels)
+        return data, self.index(data, classifiers)
 
 
 @dataclass(frozen=True)

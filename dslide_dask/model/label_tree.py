@@ -326,18 +326,24 @@ def _levels(levels: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 def _joined(parts: list) -> tuple[np.ndarray, ...]:
     """The nodes' trained classifiers as one set of arrays (:class:`LabelTree`'s last
-    five)."""
+    five). Each node's part is copied into place and let go (``parts[n] = None``): the
+    tree is never held twice (3.9 GB of weights at ``amazon-3m``'s 300K rows)."""
     child_ptr = np.zeros(len(parts) + 1, np.int64)
     np.cumsum([len(p[3]) for p in parts], out=child_ptr[1:])
-    offsets = np.cumsum([0] + [p[0][-1] for p in parts])
-    w_ptr = np.concatenate([[0]] + [p[0][1:] + offsets[n] for n, p in enumerate(parts)])
-    return (
-        child_ptr,
-        w_ptr.astype(np.int64),
-        np.concatenate([p[1] for p in parts]),
-        np.concatenate([p[2] for p in parts]),
-        np.concatenate([p[3] for p in parts]),
-    )
+    entries = np.zeros(len(parts) + 1, np.int64)
+    np.cumsum([p[0][-1] for p in parts], out=entries[1:])
+    w_ptr = np.zeros(child_ptr[-1] + 1, np.int64)
+    w_feature = np.empty(entries[-1], np.int32)
+    w_val = np.empty(entries[-1], np.float32)
+    bias = np.empty(child_ptr[-1], np.float32)
+    for n, (ptr, feature, val, b) in enumerate(parts):
+        a, z = child_ptr[n], child_ptr[n + 1]
+        w_ptr[a + 1 : z + 1] = ptr[1:] + entries[n]
+        w_feature[entries[n] : entries[n + 1]] = feature
+        w_val[entries[n] : entries[n + 1]] = val
+        bias[a:z] = b
+        parts[n] = None
+    return child_ptr, w_ptr, w_feature, w_val, bias
 
 
 def _sorted_rows(
