@@ -22,7 +22,7 @@ from dslide_dask.data.partitions import DataSource
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.model.fused import FusedModel
 from dslide_dask.model.fused_build import FusedBuild
-from dslide_dask.model.label_tree import mostly_rare_counts
+from dslide_dask.model.fused_size import RowStats, block_counts
 
 
 class FusedParts(Protocol):
@@ -79,22 +79,24 @@ class LocalFused:
         pass
 
 
-def label_counts(client: Any, source: Any, skip_bad_lines: bool = False) -> np.ndarray:
-    """How many training rows carry each label, counted where the rows are (on the
+def row_stats(client: Any, source: Any, skip_bad_lines: bool = False) -> RowStats:
+    """The training rows' :class:`~dslide_dask.model.fused_size.RowStats` (whether most
+    labels are rare, what the fused parts will take), counted where the rows are (on the
     workers for a cluster's data, read here without a client)."""
     if client is None:
         data, _ = read_split(source, None, skip_bad_lines)
-        return np.bincount(data.Y.indices, minlength=data.n_labels)
-    from dslide_dask.distributed.fused_build import label_counts as on_cluster
+        counts, sums, n_points, nnz = block_counts(data)
+        return RowStats.of_counts(data.n_features, counts, sums, n_points, nnz)
+    from dslide_dask.distributed.fused_build import row_stats as on_cluster
 
-    return on_cluster(client, source, skip_bad_lines)
+    return on_cluster(client, source, skip_bad_lines)[1]
 
 
 def mostly_rare(client: Any, source: Any, skip_bad_lines: bool = False) -> bool:
     """Whether most training labels of ``source`` are of labels seen a few times (the
     network then trains on fewer random negatives beside the trees), counted where the
-    rows are (:func:`label_counts`)."""
-    return mostly_rare_counts(label_counts(client, source, skip_bad_lines))
+    rows are (:func:`row_stats`)."""
+    return row_stats(client, source, skip_bad_lines).mostly_rare
 
 
 def build_fused_parts(

@@ -215,8 +215,11 @@ def test_a_tree_trained_over_the_workers_is_the_tree_trained_in_one(files, clien
         np.testing.assert_array_equal(spread[name], array, err_msg=name)
 
 
-def test_plan_takes_the_fusion_parameters_and_says_what_it_does_not_count(capsys):
+def test_plan_counts_the_fused_parts_on_the_worker_that_builds_them(capsys):
     assert main(["plan", "--preset", "tiny", "--workers", "2", "--opt", "neighbours=10"]) == 0
-    assert "not counted: the neighbours, label centroids and trees" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "fused parts: " in out and "on the last worker (from the preset's averages" in out
+    last = [line for line in out.splitlines() if line.startswith("local-worker-1")][0]
+    assert float(last.split()[-3]) > 0  # the fused column of the building worker
     assert main(["plan", "--preset", "tiny", "--workers", "2", "--opt", "neighbours=0"]) == 0
-    assert "not counted" not in capsys.readouterr().out
+    assert "fused parts" not in capsys.readouterr().out

@@ -3,8 +3,8 @@
 Takes ``dslide train``'s flags. The cluster is the scheduler's (``--scheduler-address``)
 or the LocalCluster ``dslide train`` would start (``--workers``, ``--threads-per-worker``,
 each worker a share of this machine's memory, or ``--memory-limit``); the data's shape
-comes from its header (or the preset's), so nothing is read or allocated. Exit status 1
-when the model does not fit.
+comes from its header (or the preset's), and the fused parts' bytes from its first rows
+(:data:`SAMPLE_ROWS`), so nothing is allocated. Exit status 1 when the model does not fit.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     fusion = {k: model.pop(k) for k in list(model) if k in FUSION_DEFAULTS}
     cfg = SlideConfig.from_dict(model)
     n_features, n_labels = _shape(run)
-    fused = recipe_from(fusion) is not None
+    recipe = recipe_from(fusion)
+    fused = recipe is not None
     cfg = cfg.for_data(n_labels, fused=fused)
     print(
         f"model: {n_features:,} features, hidden {cfg.hidden}, {n_labels:,} labels, "
@@ -52,6 +53,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     workers, where = _workers(run, args.memory_limit)
     print(f"cluster: {where}")
+    fused_bytes = 0
+    if recipe is not None:
+        stats, how = _row_stats(run)
+        fused_bytes = recipe.nbytes(stats, cfg.hidden[-1])
+        print(
+            f"fused parts: {fused_bytes / 2**30:.2f} GiB at their build's peak, on the last "
+            f"worker ({how}; --opt neighbours=0: the network alone)"
+        )
     try:
         placement = place_shards(
             workers,
@@ -61,6 +70,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             n_features=n_features,
             batch_size=run.batch_size,
             hidden_shards=run.hidden_shards,
+            fused_bytes=fused_bytes,
         )
     except MemoryPlanError as err:
         print(err)
@@ -68,12 +78,46 @@ def cmd_plan(args: argparse.Namespace) -> int:
     assert placement.plan is not None  # place_shards always returns its plan
     print(placement.plan.table())
     print("fits: every worker stays under 80% of its memory limit")
-    if fused:  # docs/architecture.md: "The whole model"
-        print(
-            "not counted: the neighbours, label centroids and trees, built on one worker "
-            "after training (--opt neighbours=0: the network alone)"
-        )
     return 0
+
+
+#: Rows of the training file read to estimate the fused parts' bytes.
+SAMPLE_ROWS = 20_000
+
+
+def _row_stats(run):
+    """The training rows' statistics for the fused parts' bytes (``RowStats``), from the
+    first rows of the training file scaled to all of them (or the preset's averages), and
+    how they were had."""
+    from dslide_dask.model.fused_size import RowStats, block_counts
+
+    if run.preset:
+        from dslide_dask.data.synthetic import resolve_spec
+
+        spec = resolve_spec(run.preset)
+        f, y = round(spec.n_train * spec.avg_nnz), round(spec.n_train * spec.avg_labels)
+        stats = RowStats(
+            spec.n_train, spec.n_features, spec.n_labels, f, y, round(y * spec.avg_nnz)
+        )
+        return stats, "from the preset's averages"
+    from dslide_dask.data.batches import plan
+    from dslide_dask.data.blocks import stack_datasets
+    from dslide_dask.data.source import read_partition
+
+    source = plan(run.train, run.storage_options)
+    blocks, rows = [], 0
+    for part in source.partitions:
+        data, _ = read_partition(part, run.skip_bad_lines)
+        blocks.append(data)
+        rows += data.n_points
+        if rows >= SAMPLE_ROWS:
+            break
+    data = stack_datasets(blocks, source.n_features, source.n_labels)
+    stats = RowStats.of_counts(source.n_features, *block_counts(data))
+    how = f"estimated from the first {data.n_points:,} rows"
+    return (
+        (stats, how) if data.n_points >= source.n_points else (stats.scaled(source.n_points), how)
+    )
 
 
 def _shape(run) -> tuple[int, int]:

@@ -104,14 +104,19 @@ def _train(args: argparse.Namespace, run: RunSettings, model, folder) -> int:
     warm_kernels(run.in_process or not run.scheduler_address)
     with _cluster(run) as client:
         t0 = time.perf_counter()
-        if recipe is not None and restore is None:  # which negatives: by the label counts
-            from dslide_dask.fused_parts import mostly_rare
+        fused_bytes = 0
+        if recipe is not None:  # which negatives, and the fused parts' bytes: by the counts
+            from dslide_dask.fused_parts import row_stats
 
-            rare = mostly_rare(client, train, run.skip_bad_lines)
-            cfg = base.for_data(shape[1], run.epochs * epoch_steps, epoch_steps, True, rare)
-            settings["model"] = {**cfg.to_dict(), **fusion}
+            stats = row_stats(client, train, run.skip_bad_lines)
+            if restore is None:
+                cfg = base.for_data(
+                    shape[1], run.epochs * epoch_steps, epoch_steps, True, stats.mostly_rare
+                )
+                settings["model"] = {**cfg.to_dict(), **fusion}
+            fused_bytes = recipe.nbytes(stats, cfg.hidden[-1])
         print("building the model", flush=True)
-        trainer = _trainer(run, cfg, shape, client, folder, restore)
+        trainer = _trainer(run, cfg, shape, client, folder, restore, fused_bytes)
         setup = time.perf_counter() - t0
         folder.write_config(settings)  # once the checkpoint to resume from has loaded
         print(
@@ -343,7 +348,9 @@ def _cluster(run: RunSettings):
         yield client
 
 
-def _trainer(run: RunSettings, cfg, shape: tuple[int, int], client, folder, restore):
+def _trainer(
+    run: RunSettings, cfg, shape: tuple[int, int], client, folder, restore, fused_bytes: int = 0
+):
     from dslide_dask.checkpoint import CheckpointPolicy
     from dslide_dask.distributed import DistributedTrainer
     from dslide_dask.local_trainer import LocalTrainer
@@ -377,4 +384,5 @@ def _trainer(run: RunSettings, cfg, shape: tuple[int, int], client, folder, rest
         restore=restore.url if restore is not None else None,
         storage_options=run.storage_options,
         name=Path(folder.url).name,
+        fused_bytes=fused_bytes,
     )

@@ -7,8 +7,9 @@ held.HeldRows`), and runs the fit's :class:`~dslide_dask.model.fused_build.Fused
 asking the coordinator actor for the network's candidates and hidden vectors. The
 :class:`~dslide_dask.model.fused.FusedModel` stays in that worker's memory behind a Dask
 future (:class:`RemoteFused`): queries, scores and the save run there too, and only
-answers, scores and a few numbers travel. Before training, :func:`label_counts` sums the
-labels over the partitions, on the workers, for the recipe's choice of random negatives.
+answers, scores and a few numbers travel. Before training, :func:`row_stats` sums the
+labels and non-zeros over the partitions, on the workers, for the recipe's choice of
+random negatives and the bytes the fused parts will take.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from dslide_dask.distributed.liveness import still_listed
 from dslide_dask.errors import ShardLostError
 from dslide_dask.model.fused import FusedModel
 from dslide_dask.model.fused_build import FusedBuild
+from dslide_dask.model.fused_size import RowStats, block_counts, summed
 from dslide_dask.model.tree_nodes import NodeProblem, train_levels
 
 
@@ -179,8 +181,8 @@ class RemoteFused:
         is another: it streams the batches and holds the hidden layers)."""
         workers = list(trainer.placement.workers)
         where, args, shape = workers[-1], (source,), None
-        if isinstance(source, ClusterData):  # blocks on the cluster: stacked where training was
-            where, args, shape = workers[0], source.parts, (source.n_features, source.n_labels)
+        if isinstance(source, ClusterData):  # blocks on the cluster: stacked there
+            args, shape = source.parts, (source.n_features, source.n_labels)
         elif isinstance(source, XCDataset):  # rows in the client's memory: sent once
             args = tuple(client.scatter([source], workers=[where]))
         future = client.submit(
@@ -311,26 +313,27 @@ def _save(fused: FusedModel, folder_url: str, storage_options: dict | None) -> d
     return save_fused(folder_url, fused, storage_options)
 
 
-def label_counts(client: Any, source: XCDataset | DataSource, skip_bad_lines: bool = False):
-    """How many training rows carry each label, counted on the workers (partitions read
-    where they are; only one count vector a partition and their sum travel)."""
+def row_stats(
+    client: Any, source: XCDataset | DataSource, skip_bad_lines: bool = False
+) -> tuple[np.ndarray, RowStats]:
+    """How many training rows carry each label, and the rows' :class:`RowStats` (what
+    the fused parts will take), counted on the workers: partitions are read where they
+    are; only a few vectors a partition and their sums travel."""
     if isinstance(source, XCDataset):
-        return np.bincount(source.Y.indices, minlength=source.n_labels)
-    if isinstance(source, ClusterData):
-        blocks = client.map(_block_counts, source.parts, n_labels=source.n_labels, pure=False)
-        return client.submit(_summed, blocks, pure=False).result()
-    counts = client.map(_part_counts, source.partitions, skip_bad_lines=skip_bad_lines, pure=False)
-    return client.submit(_summed, counts, pure=False).result()
+        counts, sums, n_points, nnz = block_counts(source)
+    else:
+        if isinstance(source, ClusterData):
+            futures = client.map(block_counts, source.parts, pure=False)
+        else:
+            futures = client.map(_part_counted, source.partitions, skip=skip_bad_lines, pure=False)
+        counts, sums, n_points, nnz = client.submit(summed, futures, pure=False).result()
+    return counts, RowStats.of_counts(source.n_features, counts, sums, int(n_points), int(nnz))
 
 
-def _part_counts(part: Partition, skip_bad_lines: bool) -> np.ndarray:
-    data, _ = read_partition(part, skip_bad_lines)
-    return np.bincount(data.Y.indices, minlength=data.n_labels).astype(np.int64)
+def label_counts(client: Any, source: XCDataset | DataSource, skip_bad_lines: bool = False):
+    """How many training rows carry each label (:func:`row_stats`'s first)."""
+    return row_stats(client, source, skip_bad_lines)[0]
 
 
-def _block_counts(block: XCDataset, n_labels: int) -> np.ndarray:
-    return np.bincount(block.Y.indices, minlength=n_labels).astype(np.int64)
-
-
-def _summed(counts: list[np.ndarray]) -> np.ndarray:
-    return np.sum(counts, axis=0)
+def _part_counted(part: Partition, skip: bool) -> tuple:
+    return block_counts(read_partition(part, skip)[0])

@@ -68,6 +68,7 @@ class LaunchesModels:
     _futures: list  #: the actors of the model in use
     _model_id: str
     _unused: frozenset[str]  #: the workers there were that it does not use
+    fused_bytes: int  #: kept free on the last worker for the fused parts
 
     if TYPE_CHECKING:
 
@@ -92,6 +93,7 @@ class LaunchesModels:
             n_features=self.n_features,
             previous=previous,
             hidden_shards=self.hidden_shards,
+            fused_bytes=self.fused_bytes,
         )
 
     def _start(

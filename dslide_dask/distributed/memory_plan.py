@@ -38,10 +38,13 @@ class WorkerMemory:
     tables: int
     buffers: int  #: per-step buffers and the process itself
     limit: int  #: the worker's memory limit (0: none)
+    #: the fused parts (neighbours, centroids, trees) built there after training, at the
+    #: build's peak (:func:`~dslide_dask.model.fused_size.fused_bytes`)
+    fused: int = 0
 
     @property
     def total(self) -> int:
-        return self.weights + self.optimizer + self.tables + self.buffers
+        return self.weights + self.optimizer + self.tables + self.buffers + self.fused
 
     @property
     def fits(self) -> bool:
@@ -63,7 +66,7 @@ class MemoryPlan:
     def table(self) -> str:
         """The plan as a table, in GiB."""
         head = f"{'worker':<28}{'holds':<22}{'neurons':>11}{'weights':>9}{'optim':>8}"
-        head += f"{'tables':>8}{'buffers':>9}{'total':>8}{'limit':>8}"
+        head += f"{'tables':>8}{'buffers':>9}{'fused':>8}{'total':>8}{'limit':>8}"
         rows = [head + "  (GiB)"]
         for w in self.workers:
             limit = f"{_gib(w.limit):>8}" if w.limit else f"{'-':>8}"
@@ -71,9 +74,10 @@ class MemoryPlan:
             rows.append(
                 f"{w.address[-27:]:<28}{w.role:<22}{w.neurons:>11,}{_gib(w.weights):>9}"
                 f"{_gib(w.optimizer):>8}{_gib(w.tables):>8}{_gib(w.buffers):>9}"
-                f"{_gib(w.total):>8}{limit}{mark}"
+                f"{_gib(w.fused):>8}{_gib(w.total):>8}{limit}{mark}"
             )
-        rows.append(f"{'all workers':<50}{'':>11}{'':>9}{'':>8}{'':>8}{'':>9}{_gib(self.total):>8}")
+        pad = f"{'':>11}{'':>9}{'':>8}{'':>8}{'':>9}{'':>8}"
+        rows.append(f"{'all workers':<50}{pad}{_gib(self.total):>8}")
         return "\n".join(rows)
 
 
@@ -122,10 +126,12 @@ def memory_plan(
     *,
     batch_size: int = 256,
     hidden_units: tuple[tuple[int, int], ...] = (),
+    fused: int = 0,
 ) -> MemoryPlan:
     """The plan of shards of ``sizes`` neurons on ``placement_workers`` (address ->
     the scheduler's worker info, in shard order); shard 0's worker also holds the
-    hidden layers, or, split by units, shard s's worker units ``hidden_units[s]``."""
+    hidden layers, or, split by units, shard s's worker units ``hidden_units[s]``; the
+    last worker builds and holds the ``fused`` bytes of the fused parts."""
     held = [hidden_memory(cfg, n_features)]
     if hidden_units:
         held = [hidden_memory(cfg, n_features, b - a) for a, b in hidden_units]
@@ -148,6 +154,7 @@ def memory_plan(
                 parts["tables"],
                 parts["buffers"] + RUNTIME_BYTES,
                 int(info.get("memory_limit") or 0),
+                fused if s == len(sizes) - 1 else 0,
             )
         )
     return MemoryPlan(tuple(out))
@@ -180,6 +187,12 @@ def what_would_fit(cfg: SlideConfig, plan: MemoryPlan, n_workers_total: int) -> 
     tables = sum(w.tables for w in plan.workers)
     if tables > 0.1 * need and cfg.L > 1:
         shrink(f"L={cfg.L // 2} hash tables", lambda w: w.tables / 2)
+    fused = max((w.fused for w in over), default=0)
+    if fused:
+        ideas.append(
+            f"neighbours=0 (the network alone, without the {_gib(fused)} GiB of neighbours, "
+            "label centroids and trees on its last worker)"
+        )
     if over and plan.workers[0] in over and len(plan.workers) > 1:
         if len(cfg.hidden) == 1 and plan.workers[0].role.startswith("hidden layers"):
             ideas.append(f"hidden_shards={len(plan.workers)} (the hidden layer split by units)")

@@ -49,6 +49,7 @@ def place_shards(
     batch_size: int = 256,
     previous: Placement | None = None,
     hidden_shards: int | None = None,
+    fused_bytes: int = 0,
 ) -> Placement:
     """Choose workers for the shards of an output layer of ``n_labels`` neurons.
 
@@ -69,6 +70,9 @@ def place_shards(
     the first ones. None decides by bytes: the stack stays whole on the coordinator's
     worker unless it would fill more than :data:`HIDDEN_SHARE` of that worker's budget
     or the model would not fit so; then it is split over every shard's worker.
+
+    ``fused_bytes``: what the fused parts (built on the last worker after training) will
+    take there at the build's peak; that worker's share is smaller by as much.
     """
     if not 0 <= coordinator_load < 1:
         raise ValueError(f"coordinator_load must be in [0, 1), got {coordinator_load}")
@@ -102,8 +106,9 @@ def place_shards(
     for split in splits:
         units = tuple(unit_ranges(cfg.hidden[0], split)) if split > 1 else ()
         shares = _candidates(
-            cfg, n_features, infos, units, coordinator_load=coordinator_load, n_labels=n_labels
-        )
+            cfg, n_features, infos, units, coordinator_load=coordinator_load,
+            n_labels=n_labels, fused=fused_bytes,
+        )  # fmt: skip
         for capacities in shares:
             if previous is None:
                 layout = ShardLayout.from_capacities(n_labels, capacities)
@@ -112,8 +117,9 @@ def place_shards(
                 layout = previous.layout.rebalanced(capacities, new_index)
             sizes = [layout.size(s) for s in range(n_shards)]
             plan = memory_plan(
-                cfg, n_features, chosen, sizes, batch_size=batch_size, hidden_units=units
-            )
+                cfg, n_features, chosen, sizes, batch_size=batch_size, hidden_units=units,
+                fused=fused_bytes,
+            )  # fmt: skip
             if plan.fits:
                 return Placement(tuple(chosen), layout, plan, units)
     assert plan is not None, "no split and share was tried"  # splits and shares are never empty
@@ -145,6 +151,7 @@ def _candidates(
     *,
     coordinator_load: float,
     n_labels: int,
+    fused: int = 0,
 ) -> list[list[int]]:
     """Shares to try: by threads, then (with memory limits) by free memory, each worker's
     part of the hidden stack and its process taken off."""
@@ -157,6 +164,7 @@ def _candidates(
             {str(s): w for s, w in enumerate(infos)},
             [0] * len(infos),
             hidden_units=units,
+            fused=fused,
         )
         held = [e.total for e in empty.workers]  # the hidden stack's part, the process
         free = [BUDGET * w["memory_limit"] - h for w, h in zip(infos, held, strict=True)]

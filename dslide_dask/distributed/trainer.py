@@ -56,6 +56,8 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels)
     ``hidden_shards``: split a one-layer hidden stack's units over the first workers
     (:mod:`.hidden_stack`); None splits it over every worker only when, whole, it would
     crowd the coordinator's worker (:func:`~.placement.place_shards`).
+    ``fused_bytes``: what the fused parts will take on the last worker, where they are
+    built after training; placed so that they fit there (:func:`~.placement.place_shards`).
     """
 
     def __init__(
@@ -79,6 +81,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels)
         lost_after: float = LOST_AFTER_SECONDS,
         name: str | None = None,
         elastic: ElasticPolicy | None = ElasticPolicy(),  # noqa: B008 (frozen, shared safely)
+        fused_bytes: int = 0,
     ) -> None:
         super().__init__()  # the state of the parts: moves (FollowsTheCluster)
         self.client = client
@@ -92,6 +95,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels)
         self.pipeline = pipeline
         self.step_mode = step_mode
         self.coordinator_load = coordinator_load
+        self.fused_bytes = fused_bytes
         self.policy = checkpoint
         self.storage_options = storage_options
         self.max_recoveries = max_recoveries

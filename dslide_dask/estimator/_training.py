@@ -16,7 +16,7 @@ from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.stream import Stream
 from dslide_dask.estimator._inputs import _plain
 from dslide_dask.estimator._state import EstimatorState
-from dslide_dask.fused_parts import mostly_rare
+from dslide_dask.fused_parts import row_stats
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.model.config import check_int
 
@@ -206,7 +206,9 @@ class TrainingMixin(EstimatorState):
         if "trainer_" in self.__dict__:
             self.trainer_.close()
         fused = steps > 0 and self._neighbour_k() > 0  # partial_fit's network ranks alone
-        rare = fused and mostly_rare(self._current_client(), data)
+        self.seed_ = seed  # the recipe's (its bytes below)
+        stats = row_stats(self._current_client(), data) if fused else None
+        rare = stats is not None and stats.mostly_rare
         cfg = replace(self.config(), seed=seed).for_data(
             data.n_labels, steps, steps // epochs, fused=fused, rare=rare
         )
@@ -231,6 +233,7 @@ class TrainingMixin(EstimatorState):
                 checkpoint=policy,
                 step_mode=self.step_mode,
                 name=self.run_name,
+                fused_bytes=0 if stats is None else self._recipe().nbytes(stats, cfg.hidden[-1]),
             )
         self.seed_ = seed
         self.epochs_done_ = 0
