@@ -23,6 +23,7 @@ from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.model.fused import FusedModel
 from dslide_dask.model.fused_build import FusedBuild
 from dslide_dask.model.fused_size import RowStats, block_counts
+from dslide_dask.model.network_answers import metrics_with_network
 
 
 class FusedParts(Protocol):
@@ -34,7 +35,8 @@ class FusedParts(Protocol):
     def metrics(
         self, data: XCDataset, ks: tuple[int, ...] = (1, 3, 5), exact: bool = True
     ) -> dict[str, float]:
-        """P@k, nDCG@k and PSP@k of the whole model on ``data``."""
+        """P@k, nDCG@k and PSP@k of the whole model on ``data`` (and, with exact
+        answers, the network's own P@k from the same pass: ``network P@k``)."""
 
     def parts(self, storage_options: dict | None = None) -> Any:
         """A parts writer for the trainer's ``save`` (the fused parts, before the commit)."""
@@ -61,7 +63,7 @@ class LocalFused:
     def metrics(
         self, data: XCDataset, ks: tuple[int, ...] = (1, 3, 5), exact: bool = True
     ) -> dict[str, float]:
-        return self.fused.metrics(self.trainer, data.X, data.Y, ks, exact)
+        return metrics_with_network(self.fused, self.trainer, data.X, data.Y, ks, exact)
 
     def parts(self, storage_options: dict | None = None):
         def write(folder_url: str, meta: dict) -> dict:

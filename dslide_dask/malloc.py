@@ -46,3 +46,18 @@ def raise_malloc_thresholds(nbytes: int = MMAP_THRESHOLD) -> bool:
     took_mmap = mallopt(_M_MMAP_THRESHOLD, nbytes)
     took_trim = mallopt(_M_TRIM_THRESHOLD, 2 * nbytes)
     return bool(took_mmap and took_trim)
+
+
+def trim_heap() -> bool:
+    """Return this process's free heap pages to the OS, wherever they are in the heap
+    (glibc's ``malloc_trim(0)``): many small arrays freed while a large one is filled
+    (a label tree's node parts as the tree is joined) would otherwise stay resident
+    beside it. False where the C library has no ``malloc_trim``."""
+    try:
+        malloc_trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    malloc_trim.argtypes = [ctypes.c_size_t]
+    malloc_trim.restype = ctypes.c_int
+    malloc_trim(0)
+    return True

@@ -156,13 +156,16 @@ def _train(args: argparse.Namespace, run: RunSettings, model, folder) -> int:
             parts = parts_with_labels(trainer, run.storage_options, parts)  # PSP@k once loaded
             model_url = trainer.save(folder.child_url("model"), run.storage_options, done, parts)
             scores = None
-            if test is not None:
-                scores = trainer.evaluate(
+            if test is not None and fused is not None:  # the network's P@k beside, one pass
+                scores = fused.metrics(test)
+            if test is not None and (scores is None or "network P@1" not in scores):
+                alone = trainer.evaluate(
                     test, max_points=run.eval_points, storage_options=run.storage_options
                 )
-                if fused is not None:  # the whole model's, with the network's P@k beside
-                    alone = {f"network {k}": v for k, v in scores.items() if k.startswith("P@")}
-                    scores = {**fused.metrics(test), **alone}
+                if scores is None:
+                    scores = alone
+                else:  # the fused answer did not ask the network: its own pass
+                    scores.update({f"network {k}": v for k, v in alone.items() if k[:2] == "P@"})
             shards = trainer.shard_info()
         text, numbers = summary(
             trainer.history,

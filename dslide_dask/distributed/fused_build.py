@@ -35,6 +35,7 @@ from dslide_dask.errors import ShardLostError
 from dslide_dask.model.fused import FusedModel
 from dslide_dask.model.fused_build import FusedBuild
 from dslide_dask.model.fused_size import RowStats, block_counts, summed
+from dslide_dask.model.network_answers import metrics_with_network
 from dslide_dask.model.tree_nodes import NodeProblem, train_levels
 
 
@@ -227,7 +228,8 @@ class RemoteFused:
         return self._run(_topk, X, k=k, exact=exact)
 
     def metrics(self, data: XCDataset, ks: tuple[int, ...] = (1, 3, 5), exact: bool = True):
-        """P@k, nDCG@k and PSP@k of the whole model on ``data``."""
+        """P@k, nDCG@k and PSP@k of the whole model on ``data`` (and, with exact
+        answers, the network's own P@k: ``network P@k``)."""
         return self._run(_metrics, data, ks=ks, exact=exact)
 
     def topk_array(self, rows, k: int, exact: bool = True):
@@ -306,7 +308,8 @@ def _topk(fused: FusedModel, coordinator, X: CSR, *, k: int, exact: bool):
 
 
 def _metrics(fused: FusedModel, coordinator, data: XCDataset, *, ks, exact: bool) -> dict:
-    return fused.metrics(CoordinatorNetwork(coordinator), data.X, data.Y, tuple(ks), exact)
+    net = CoordinatorNetwork(coordinator)
+    return metrics_with_network(fused, net, data.X, data.Y, tuple(ks), exact)
 
 
 def _save(fused: FusedModel, folder_url: str, storage_options: dict | None) -> dict:

@@ -30,6 +30,7 @@ import numpy as np
 
 from dslide_dask.kernels import label_tree as kernels
 from dslide_dask.kernels.neighbours import transpose
+from dslide_dask.malloc import trim_heap
 from dslide_dask.model.label_centroids import LabelCentroids
 from dslide_dask.model.tree_nodes import NodeProblem, NodeTrainer, train_levels
 
@@ -46,6 +47,8 @@ RARE_ROWS, RARE_SHARE = 3, 1 / 3
 #: The arrays that define a tree (:meth:`LabelTree.state`).
 ARRAYS = ("perm", "bounds", "level_ptr", "child_ptr", "w_ptr", "w_feature", "w_val", "bias")
 
+#: Weights copied between two returns of freed heap pages while a tree is joined (256 MB).
+TRIM_ENTRIES = 32 << 20
 #: The arrays not of int64.
 DTYPES: dict[str, type] = {"w_feature": np.int32, "w_val": np.float32, "bias": np.float32}
 
@@ -326,8 +329,9 @@ def _levels(levels: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 def _joined(parts: list) -> tuple[np.ndarray, ...]:
     """The nodes' trained classifiers as one set of arrays (:class:`LabelTree`'s last
-    five). Each node's part is copied into place and let go (``parts[n] = None``): the
-    tree is never held twice (3.9 GB of weights at ``amazon-3m``'s 300K rows)."""
+    five). Each node's part is copied into place and let go (``parts[n] = None``), its
+    heap pages returned every :data:`TRIM_ENTRIES`: the tree is never held twice (3.9 GB
+    of weights at ``amazon-3m``'s 300K rows)."""
     child_ptr = np.zeros(len(parts) + 1, np.int64)
     np.cumsum([len(p[3]) for p in parts], out=child_ptr[1:])
     entries = np.zeros(len(parts) + 1, np.int64)
@@ -336,6 +340,7 @@ def _joined(parts: list) -> tuple[np.ndarray, ...]:
     w_feature = np.empty(entries[-1], np.int32)
     w_val = np.empty(entries[-1], np.float32)
     bias = np.empty(child_ptr[-1], np.float32)
+    copied = 0
     for n, (ptr, feature, val, b) in enumerate(parts):
         a, z = child_ptr[n], child_ptr[n + 1]
         w_ptr[a + 1 : z + 1] = ptr[1:] + entries[n]
@@ -343,6 +348,10 @@ def _joined(parts: list) -> tuple[np.ndarray, ...]:
         w_val[entries[n] : entries[n + 1]] = val
         bias[a:z] = b
         parts[n] = None
+        copied += len(feature)
+        if copied > TRIM_ENTRIES:  # the parts' freed heap pages back to the OS as we go
+            trim_heap()
+            copied = 0
     return child_ptr, w_ptr, w_feature, w_val, bias
 
 
