@@ -21,7 +21,7 @@ from dslide_dask.data.held import read_split
 from dslide_dask.data.partitions import DataSource
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.model.fused import FusedModel
-from dslide_dask.model.fused_build import FusedBuild
+from dslide_dask.model.fused_build import FusedBuild, Report
 from dslide_dask.model.fused_size import RowStats, block_counts
 from dslide_dask.model.network_answers import metrics_with_network
 
@@ -102,13 +102,19 @@ def mostly_rare(client: Any, source: Any, skip_bad_lines: bool = False) -> bool:
 
 
 def build_fused_parts(
-    trainer: Any, source: XCDataset | DataSource, build: FusedBuild, client: Any = None
+    trainer: Any,
+    source: XCDataset | DataSource,
+    build: FusedBuild,
+    client: Any = None,
+    *,
+    report: Report | None = None,
 ) -> FusedParts:
     """The fused parts of ``trainer``'s model on the rows of ``source`` (those held out
-    of the network's training as ``build.held`` says), built where the model is."""
+    of the network's training as ``build.held`` says), built where the model is
+    (``report``: told each stage done)."""
     if isinstance(trainer, LocalTrainer):
         train, held = read_split(source, build.held, build.skip_bad_lines)
-        return LocalFused(build.recipe.build(train, held, trainer), trainer)
+        return LocalFused(build.recipe.build(train, held, trainer, None, report), trainer)
     from dslide_dask.distributed.fused_build import RemoteFused
 
-    return RemoteFused.build(client or trainer.client, trainer, source, build)
+    return RemoteFused.build(client or trainer.client, trainer, source, build, report=report)

@@ -76,6 +76,10 @@ def test_train_from_files_builds_saves_and_serves_the_whole_model(files, client,
     argv += ["--epochs", "2", "--run-dir", str(root / "run"), "--eval-points", "100000"]
     out, _ = _train(argv, client, capsys)
     assert "building the neighbours, label centroids and trees on a worker" in out
+    # each stage, told by the building worker as it is done, in order
+    stages = ["  read 5,000 rows", "  weights chosen on", "1 label tree", "  hidden vectors"]
+    assert all(stage in out for stage in stages), out
+    assert sorted(stages, key=out.index) == stages
     fused_p1, network_p1 = _p1(out), float(out.split("network P@1")[1].split()[0])
     assert fused_p1 > network_p1 + 0.1, out  # the fused parts count
     model = str(root / "run" / "model")

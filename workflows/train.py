@@ -198,7 +198,8 @@ def _fused_parts(trainer, train, recipe, held, run: RunSettings, client):
     where = "in this process" if client is None else "on a worker"
     print(f"building the neighbours, label centroids and trees {where}", flush=True)
     t0 = time.perf_counter()
-    fused = build_fused_parts(trainer, train, FusedBuild(recipe, held, run.skip_bad_lines), client)
+    build = FusedBuild(recipe, held, run.skip_bad_lines)
+    fused = build_fused_parts(trainer, train, build, client, report=lambda s: print(f"  {s}"))
     print(f"built in {time.perf_counter() - t0:.1f} s", flush=True)
     return fused
 

@@ -14,6 +14,7 @@ random negatives and the bytes the fused parts will take.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,7 @@ from dslide_dask.distributed.cluster_data import ClusterData
 from dslide_dask.distributed.liveness import still_listed
 from dslide_dask.errors import ShardLostError
 from dslide_dask.model.fused import FusedModel
-from dslide_dask.model.fused_build import FusedBuild
+from dslide_dask.model.fused_build import FusedBuild, Report, Stages
 from dslide_dask.model.fused_size import RowStats, block_counts, summed
 from dslide_dask.model.network_answers import metrics_with_network
 from dslide_dask.model.tree_nodes import NodeProblem, train_levels
@@ -153,15 +154,25 @@ def build_fused(
     *source: XCDataset | DataSource,
     shape: tuple[int, int] | None = None,
     tree_workers: tuple[str, ...] = (),
+    topic: str | None = None,
 ) -> FusedModel:
     """Task: the fused model of the rows of ``source`` (a planned source, read here; or
     the blocks of a data set, stacked in order), the held ones split off as the stream
-    did; the label trees' classifiers trained on ``tree_workers`` (fewer than two: here)."""
+    did; the label trees' classifiers trained on ``tree_workers`` (fewer than two: here);
+    each stage done logged as an event of ``topic`` (None: not), which a client follows."""
+    from distributed import get_worker
+
     worker_threads()
+    report = None
+    if topic is not None:
+        worker = get_worker()
+        report = functools.partial(worker.log_event, topic)
+    stage = Stages(report)
     rows = source[0] if shape is None else stack_datasets(source, *shape)  # type: ignore[arg-type]
     train, held = read_split(rows, build.held, build.skip_bad_lines)
+    stage(f"read {train.n_points + (0 if held is None else held.n_points):,} rows")
     nodes = ClusterNodes(tree_workers) if len(tree_workers) > 1 else None
-    return build.recipe.build(train, held, CoordinatorNetwork(coordinator), nodes)
+    return build.recipe.build(train, held, CoordinatorNetwork(coordinator), nodes, report)
 
 
 @dataclass
@@ -176,16 +187,27 @@ class RemoteFused:
 
     @classmethod
     def build(
-        cls, client: Any, trainer: Any, source: XCDataset | DataSource, build: FusedBuild
+        cls,
+        client: Any,
+        trainer: Any,
+        source: XCDataset | DataSource,
+        build: FusedBuild,
+        *,
+        report: Report | None = None,
     ) -> RemoteFused:
         """Build on a worker of ``trainer``'s model (not the coordinator's, where there
-        is another: it streams the batches and holds the hidden layers)."""
+        is another: it streams the batches and holds the hidden layers); ``report`` is
+        told each stage done there, as it is (through the worker's events)."""
         workers = list(trainer.placement.workers)
         where, args, shape = workers[-1], (source,), None
         if isinstance(source, ClusterData):  # blocks on the cluster: stacked there
             args, shape = source.parts, (source.n_features, source.n_labels)
         elif isinstance(source, XCDataset):  # rows in the client's memory: sent once
             args = tuple(client.scatter([source], workers=[where]))
+        topic = None
+        if report is not None:
+            topic = f"dslide-fused-build-{uuid.uuid4().hex[:8]}"
+            client.subscribe_topic(topic, lambda event: report(str(event[1])))
         future = client.submit(
             build_fused,
             build,
@@ -193,11 +215,16 @@ class RemoteFused:
             *args,
             shape=shape,
             tree_workers=tuple(workers),
+            topic=topic,
             pure=False,
             workers=[where],
             key=f"build-fused-{uuid.uuid4().hex}",
         )
-        watched(client, future, tuple(workers), "building the neighbours, centroids and trees")
+        try:
+            watched(client, future, tuple(workers), "building the neighbours, centroids and trees")
+        finally:
+            if topic is not None:
+                client.unsubscribe_topic(topic)
         return cls(client, future, trainer.coordinator, where)
 
     @classmethod

@@ -13,6 +13,8 @@ rows in memory; on a cluster the same recipe runs on a worker, from the rows it 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -211,17 +213,22 @@ class FusedRecipe:
         net: Network,
         chosen: tuple[tuple[float, ...], float],
         nodes: NodeTrainer | None = None,
+        report: Report | None = None,
     ) -> FusedModel:
         """The fused model at the end of a fit: the held rows indexed with the network's
         (``data``, of ``index``), the label trees of them all, every point's hidden
         vector, and the ``chosen`` weights and tail (``nodes`` trains the trees'
-        classifiers: None, here)."""
+        classifiers: None, here; ``report`` is told each stage done)."""
+        stage = Stages(report)
         if held is not None:
             data, index = self.whole(data, held, index.classifiers)
+            stage(f"indexed all {data.n_points:,} rows")
         if self.label_tree:
             n = trees_for(data.Y.indices, data.n_labels) if self.n_trees is None else self.n_trees
             index = index.with_built_trees(self.seed, n, nodes)
+            stage(f"{n} label tree{'s' if n > 1 else ''} of {data.n_labels:,} labels")
         index = index.with_embedding(net.embed(data.X))
+        stage(f"hidden vectors of {data.n_points:,} rows")
         return FusedModel(index, self.fusion(*chosen))
 
     def build(
@@ -230,18 +237,24 @@ class FusedRecipe:
         held: XCDataset | None,
         net: Network,
         nodes: NodeTrainer | None = None,
+        report: Report | None = None,
     ) -> FusedModel:
         """The whole fused model of a fit, at its end: from the rows the network trained
         on (``data``), the rows held out of its training (None: none) and the network
-        (``nodes``: where the trees' classifiers are trained, None: here)."""
+        (``nodes``: where the trees' classifiers are trained, None: here; ``report`` is
+        told each stage done: a build can take minutes)."""
+        stage = Stages(report)
         index = self.index(data, self.classifiers(data))
+        stage(f"indexed {data.n_points:,} rows and their labels' centroids")
         if held is None:
-            return self.finish(index, data, None, net, self.fallback(index), nodes)
+            return self.finish(index, data, None, net, self.fallback(index), nodes, report)
         chosen = self.choose(index.with_embedding(net.embed(data.X)), net, held)
+        stage(f"weights chosen on {held.n_points:,} held rows")
         classifiers = index.classifiers
         del index  # its centroids go before the whole set's are built (2 GB at amazon-3m)
         data, index = self.whole(data, held, classifiers)
-        return self.finish(index, data, None, net, chosen, nodes)
+        stage(f"indexed all {data.n_points:,} rows")
+        return self.finish(index, data, None, net, chosen, nodes, report)
 
     def whole(
         self, data: XCDataset, held: XCDataset, classifiers: LabelClassifiers | None
@@ -250,6 +263,23 @@ class FusedRecipe:
         rows')."""
         data = stack_datasets([data, held], data.n_features, data.n_labels)
         return data, self.index(data, classifiers)
+
+
+#: Told each stage of a build done, in a line (``dslide train`` prints it).
+Report = Callable[[str], None]
+
+
+class Stages:
+    """Tells ``report`` (None: nobody) what was done and the seconds it took."""
+
+    def __init__(self, report: Report | None) -> None:
+        self.report, self.t = report, time.perf_counter()
+
+    def __call__(self, what: str) -> None:
+        if self.report is not None:
+            now = time.perf_counter()
+            self.report(f"{what} ({now - self.t:.1f} s)")
+            self.t = now
 
 
 @dataclass(frozen=True)
