@@ -20,6 +20,7 @@ __all__ = [
     "MemoryBudgetError",
     "MemoryPlanError",
     "MirrorFailed",
+    "NetworkAloneWarning",
     "NotFittedError",
     "OutsideError",
     "ShardLostError",
@@ -85,3 +86,8 @@ class MirrorFailed(ClusterError):
 
 class NotFittedError(DslideError, _SklearnNotFitted):
     """An estimator used before ``fit`` (scikit-learn's ``NotFittedError`` as well)."""
+
+
+class NetworkAloneWarning(UserWarning):
+    """A call trains the network alone where the model has fused parts, which need every
+    row at once (``partial_fit``): said once, in a line, not silently."""

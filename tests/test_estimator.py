@@ -1,9 +1,12 @@
 """SlideClassifier: learning on synthetic data, and scikit-learn conventions."""
 
+import warnings
+
 import numpy as np
 import pytest
 
 from dslide_dask import SlideClassifier, precision_at_k
+from dslide_dask.errors import NetworkAloneWarning
 
 PARAMS = dict(hidden=(64,), K=3, L=20, range_pow=9, lr=1e-2, batch_size=128, seed=0)
 
@@ -46,11 +49,25 @@ def test_partial_fit_continues_training(tiny):
     clf = SlideClassifier(**PARAMS)
     scores = []
     for _ in range(3):
-        clf.partial_fit(train.X, train.Y)
+        with pytest.warns(NetworkAloneWarning, match="^partial_fit trains the network alone"):
+            clf.partial_fit(train.X, train.Y)
         scores.append(clf.score(test.X, test.Y))
     assert clf.n_steps_ == 3 * int(np.ceil(train.n_points / PARAMS["batch_size"]))
     assert clf.epochs_done_ == 3
     assert scores[-1] > scores[0] + 0.1, scores
+
+
+def test_partial_fit_says_the_fused_parts_are_not_trained(tiny):
+    """Once, in a line: a fitted model's fused parts stay as fit built them; without
+    neighbours asked there is nothing to say."""
+    train, _ = tiny
+    clf = SlideClassifier(**{**PARAMS, "epochs": 1}).fit(train.X, train.Y)
+    with pytest.warns(NetworkAloneWarning, match="stay as fit built them"):
+        clf.partial_fit(train.X, train.Y)
+    assert clf.neighbours_ is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SlideClassifier(**{**PARAMS, "neighbours": 0}).partial_fit(train.X, train.Y)
 
 
 def test_accepts_sparse_arrays_and_label_lists(tiny):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from dslide_dask import SlideClassifier
+from dslide_dask.errors import NetworkAloneWarning
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.optimizer import lr_factor, scheduled_lr
 
@@ -130,7 +131,8 @@ def test_fit_decays_lr_over_its_own_length(tiny):
 
 def test_partial_fit_keeps_lr_constant(tiny):
     train, _ = tiny
-    clf = SlideClassifier(lr=0.02, **PARAMS).partial_fit(train.X, train.Y)
+    with pytest.warns(NetworkAloneWarning):
+        clf = SlideClassifier(lr=0.02, **PARAMS).partial_fit(train.X, train.Y)
     assert {h["lr"] for h in clf.history_} == {0.02}
 
 

@@ -42,6 +42,8 @@ NEW_TAGS = tuple(int(v) for v in sklearn.__version__.split(".")[:2]) >= (1, 6)
 CHECK_KWARGS = {"expected_failed_checks": lambda _: EXPECTED_FAILED_CHECKS} if NEW_TAGS else {}
 
 
+# partial_fit says in a line that it trains the network alone (tests/test_estimator.py)
+@pytest.mark.filterwarnings("ignore::dslide_dask.errors.NetworkAloneWarning")
 @parametrize_with_checks([SlideClassifier(**SMALL)], **CHECK_KWARGS)
 def test_scikit_learn_estimator_checks(estimator, check):
     check(estimator)

@@ -4,6 +4,7 @@ training) and ``partial_fit``, in this process or on the current Dask client's c
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Self
@@ -14,6 +15,7 @@ from dslide_dask.checkpoint import CheckpointPolicy
 from dslide_dask.data.batches import plan
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.stream import Stream
+from dslide_dask.errors import NetworkAloneWarning
 from dslide_dask.estimator._inputs import _plain
 from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.fused_parts import row_stats
@@ -162,8 +164,11 @@ class TrainingMixin(EstimatorState):
         """One pass over the rows in the given order (a URL: one shuffled pass).
 
         The first call starts a model; later calls train it on. The rows are not kept:
-        predictions come from the network alone (no neighbours), and the learning rates
-        stay constant after the warm-up (no fit length is known).
+        predictions come from the network alone (no neighbours, centroids or trees; after
+        :meth:`fit`, those it built stay as they were), which a
+        :class:`~dslide_dask.errors.NetworkAloneWarning` says where ``neighbours`` asks
+        for them; the learning rates stay constant after the warm-up (no fit length is
+        known).
 
         Parameters
         ----------
@@ -187,6 +192,19 @@ class TrainingMixin(EstimatorState):
         self : SlideClassifier
             The estimator, trained one pass more.
         """
+        if self._neighbour_k() > 0:
+            fused = getattr(self, "neighbours_", None) or getattr(self, "_fused_parts", None)
+            warnings.warn(
+                "partial_fit trains the network alone: "
+                + (
+                    "the neighbours, label centroids and trees stay as fit built them"
+                    if fused is not None
+                    else "the neighbours, label centroids and trees need every row (fit "
+                    "builds them); its predictions are the network's"
+                ),
+                NetworkAloneWarning,
+                stacklevel=2,
+            )
         if "trainer_" not in self.__dict__:
             data = self._training_data(X, Y, storage_options, classes)
             self._start(data, self._seed())
