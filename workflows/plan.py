@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 
 
 def add_plan_parser(sub: argparse._SubParsersAction) -> None:
@@ -90,6 +91,7 @@ def _row_stats(run):
     first rows of the training file scaled to all of them (or the preset's averages), and
     how they were had."""
     from dslide_dask.model.fused_size import RowStats, block_counts
+    from dslide_dask.model.label_tree import mostly_rare_counts
 
     if run.preset:
         from dslide_dask.data.synthetic import resolve_spec
@@ -113,11 +115,13 @@ def _row_stats(run):
         if rows >= SAMPLE_ROWS:
             break
     data = stack_datasets(blocks, source.n_features, source.n_labels)
-    stats = RowStats.of_counts(source.n_features, *block_counts(data))
+    counts, *rest = block_counts(data)
+    stats = RowStats.of_counts(source.n_features, counts, *rest)
     how = f"estimated from the first {data.n_points:,} rows"
-    return (
-        (stats, how) if data.n_points >= source.n_points else (stats.scaled(source.n_points), how)
-    )
+    if data.n_points < source.n_points:  # a label's rows, and so its rarity, scale too
+        rare = mostly_rare_counts(counts * (source.n_points / data.n_points))
+        stats = replace(stats.scaled(source.n_points), mostly_rare=rare)
+    return stats, how
 
 
 def _shape(run) -> tuple[int, int]:

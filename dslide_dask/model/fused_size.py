@@ -21,13 +21,13 @@ from dslide_dask.model.label_tree import mostly_rare_counts
 #: A centroid entry weighs at least PRUNE of a unit norm: at most this many a label.
 CENTROID_CAP = int(1 / PRUNE**2)
 #: Centroid entries kept, of :attr:`RowStats.centroid_bound` (the labels' rows' non-zeros,
-#: each label's capped): 0.67 measured on ``amazon-3m``'s 300K rows (rows of a label
-#: share few features), 0.25 on Debian-26K (they share many). The larger: a plan errs
-#: towards refusing.
-CENTROID_KEPT = 0.7
-#: A label tree's weights per centroid entry: 1.85 measured on ``amazon-3m``'s 300K rows,
-#: 1.44 on Debian-26K.
-TREE_PER_CENTROID = 1.9
+#: each label's capped): 0.78-0.79 measured on ``amazon-3m``'s first 100K and 300K rows
+#: (rows of a label share few features), 0.42 on Debian-26K (they share many). The
+#: largest: a plan errs towards refusing.
+CENTROID_KEPT = 0.8
+#: A label tree's weights, of :attr:`RowStats.centroid_bound`: 1.44 measured on
+#: ``amazon-3m``'s 300K rows, 0.60 on Debian-26K.
+TREE_KEPT = 1.5
 #: Bytes of one sparse entry (int32 feature, float32 value).
 ENTRY = 8
 
@@ -99,7 +99,7 @@ def fused_bytes(
         "index": index,
         "embedding": 4 * n * width,
         "centroids": cent if centroids or trees else 0,
-        "trees": round(trees * TREE_PER_CENTROID * ENTRY * entries),
+        "trees": round(trees * TREE_KEPT * ENTRY * stats.centroid_bound),
         "classifiers": 4 * classified * stats.n_features,
     }
     parts["build"] = rows + (cent if centroids or trees else 0)
