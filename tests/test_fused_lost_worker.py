@@ -43,3 +43,33 @@ def test_a_watched_result_is_the_result(client):
     worker = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
     future = client.submit(sum, [1, 2, 3], workers=[worker], pure=False)
     assert watched(client, future, (worker,), "summing") == 6
+
+
+class _Unsendable:
+    """Stands for a fused model of gigabytes: it must stay on its worker."""
+
+    def __reduce__(self):
+        raise RuntimeError("sent to the client")
+
+
+def _make_unsendable() -> _Unsendable:
+    return _Unsendable()
+
+
+def test_a_built_model_stays_on_its_worker(client):
+    """Waiting for a build does not bring its result here (amazon-3m's 300K rows: the
+    6 GB model pickled for the client got its worker killed, and the client waited)."""
+    worker = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
+    future = client.submit(_make_unsendable, workers=[worker], pure=False)
+    assert watched(client, future, (worker,), "building", fetch=False) is None
+    assert future.status == "finished"
+
+
+def _fails() -> None:
+    raise ValueError("a damaged index: neighbours/post_ptr.npy")
+
+
+def test_what_failed_there_is_raised_here_without_fetching(client):
+    future = client.submit(_fails, pure=False)
+    with pytest.raises(ValueError, match="post_ptr.npy"):
+        watched(client, future, (), "loading", fetch=False)

@@ -126,10 +126,14 @@ def worker_threads() -> None:
 WATCH_SECONDS = 2.0
 
 
-def watched(client: Any, future: Any, workers: tuple[str, ...], what: str) -> Any:
-    """``future``'s result, or :class:`ShardLostError` as soon as one of ``workers`` (where
-    its tasks are pinned) leaves the cluster: a task pinned to a worker that died (its
-    nanny restarts it under a new address) would otherwise wait for it forever."""
+def watched(
+    client: Any, future: Any, workers: tuple[str, ...], what: str, *, fetch: bool = True
+) -> Any:
+    """``future``'s result (``fetch=False``: None once it is done, the result left where it
+    is: a fused model is gigabytes), or :class:`ShardLostError` as soon as one of
+    ``workers`` (where its tasks are pinned) leaves the cluster: a task pinned to a worker
+    that died (its nanny restarts it under a new address) would otherwise wait for it
+    forever. What failed there is raised here."""
     from distributed import wait
 
     while True:
@@ -145,7 +149,9 @@ def watched(client: Any, future: Any, workers: tuple[str, ...], what: str) -> An
                     "`dslide plan` shows what each worker holds; --opt neighbours=0 trains "
                     "the network alone)"
                 ) from None
-    return future.result()  # raises here what failed there
+    if future.status == "error":
+        future.result()  # raises here what failed there
+    return future.result() if fetch else None
 
 
 def build_fused(
@@ -221,7 +227,8 @@ class RemoteFused:
             key=f"build-fused-{uuid.uuid4().hex}",
         )
         try:
-            watched(client, future, tuple(workers), "building the neighbours, centroids and trees")
+            what = "building the neighbours, centroids and trees"
+            watched(client, future, tuple(workers), what, fetch=False)
         finally:
             if topic is not None:
                 client.unsubscribe_topic(topic)
@@ -238,7 +245,7 @@ class RemoteFused:
             _load, url, storage_options, pure=False, workers=[where],
             key=f"load-fused-{uuid.uuid4().hex}",
         )  # fmt: skip
-        watched(client, future, (where,), f"loading the fused parts of {url}")
+        watched(client, future, (where,), f"loading the fused parts of {url}", fetch=False)
         return cls(client, future, trainer.coordinator, where)
 
     def _run(self, fn, *args, **kwargs) -> Any:
