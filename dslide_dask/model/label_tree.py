@@ -29,6 +29,7 @@ import numba
 import numpy as np
 
 from dslide_dask.kernels import label_tree as kernels
+from dslide_dask.kernels import tree_query
 from dslide_dask.kernels.neighbours import transpose
 from dslide_dask.model.label_centroids import LabelCentroids
 from dslide_dask.model.tree_nodes import NodeProblem, NodeTrainer, train_levels
@@ -80,7 +81,7 @@ class LabelTree:
         """The tree over unit-norm ``rows`` (CSR: ptr, features, values) whose labels are
         ``y_idx[y_ptr[i]:y_ptr[i+1]]``, of the labels of ``centroids.n_labels`` that
         have a row: a label without one has no classifier to train
-        (:data:`~dslide_dask.kernels.label_tree.UNSEEN`). The splits are made here; the
+        (:data:`~dslide_dask.kernels.tree_query.UNSEEN`). The splits are made here; the
         nodes' classifiers are trained by ``nodes`` (None: :func:`train_levels`, here),
         which may train them anywhere: a node's classifiers depend on nothing else."""
         n_labels, n_features = centroids.n_labels, centroids.n_features
@@ -148,24 +149,36 @@ class LabelTree:
     ) -> np.ndarray:
         """For unit-norm ``query`` rows (CSR) and their candidates ``ids`` (-1: none):
         the sum of the squared hinge losses on each candidate's path (0 for none,
-        :data:`~dslide_dask.kernels.label_tree.UNSEEN` for a label not in the tree)."""
+        :data:`~dslide_dask.kernels.tree_query.UNSEEN` for a label not in the tree)."""
         ptr, idx, val = _sorted_rows(*query)
-        return kernels.path_losses(
+        return tree_query.path_losses(
             ptr,
             idx,
             val,
             ids,
             self.position,
-            self.bounds,
-            self.level_ptr,
-            self.child_ptr,
+            self.served[0],
             self.w_ptr,
             self.w_feature,
             self.w_val,
             self.bias,
+            *self.served[1:],
             max(self.n_features, int(idx.max(initial=-1)) + 1),
             4 * numba.get_num_threads(),
         )
+
+    @functools.cached_property
+    def served(self) -> tuple:
+        """What :meth:`losses` reads beside the tree (derived, never stored): the child of
+        each classifier level on each position's path, and the weights of the classifiers
+        above the leaves by feature (as many bytes again as theirs), so a row scores
+        those all at once (:mod:`~dslide_dask.kernels.tree_query`)."""
+        n_inner = tree_query.inner_children(self.level_ptr, self.child_ptr)
+        by_feature = tree_query.inner_by_feature(
+            self.w_ptr, self.w_feature, self.w_val, n_inner, self.n_features
+        )
+        paths = tree_query.child_paths(self.bounds, self.level_ptr, self.child_ptr)
+        return paths, *by_feature, n_inner
 
     def state(self) -> dict[str, np.ndarray]:
         """The arrays that define the tree (:data:`ARRAYS`)."""
