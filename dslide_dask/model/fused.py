@@ -150,10 +150,13 @@ class FusedModel:
         return [*votes, index.centroid_votes(X, candidates)]
 
     def topk(self, net: Network, X: CSR, k: int, exact: bool = True) -> Votes:
-        """Each row's ``k`` best labels by the fused score, and those scores."""
+        """Each row's ``k`` best labels by the fused score, and those scores (the network
+        not asked where the votes' weights leave it none)."""
         weight, tail, index = self.weight, self.fusion.tail, self.index
         m = max(k, self.candidates())
-        ids, logits = net.topk_scores(X, m, exact)
+        # the network's weight is what the votes leave: none left, it is not asked (its
+        # candidates would only fill the lists with labels that score 0 from it)
+        ids, logits = net.topk_scores(X, m, exact) if sum(weight[:2]) < 1.0 else _none(X)
         votes = self.with_centroid_votes(X, (ids, logits), self.votes(net, X, weight), weight, tail)
         power = self.fusion.tree_power if index.trees else 0.0
         width = max(k, SCORED) if power else k
