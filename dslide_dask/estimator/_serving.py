@@ -82,7 +82,9 @@ class ServingMixin(EstimatorState):
                 "it and run `dslide index MODEL`, then `dslide predict --index`, or load "
                 "it in this process (SlideClassifier.load(url)) to build one"
             )
-        self.output_index_ = OutputIndex.build(self.trainer_.network.shards, parsed)
+        trainer = self.trainer_
+        counts = trainer.labels.counts if trainer.labels.rows else None
+        self.output_index_ = OutputIndex.build(trainer.network.shards, parsed, counts)
         self._index_step = self._step
         self._search_points(parsed)
         return self
