@@ -49,7 +49,9 @@ def fused(spec: PredictSpec) -> FusedModel | None:
 
 def served(spec: PredictSpec) -> tuple[SlideNetwork, FusedModel | None]:
     """The network and fused parts of checkpoint ``spec.model_url``, loaded at most once
-    per process (``spec.fused`` False: the network alone)."""
+    per process (``spec.fused`` False: the network alone); with ``spec.output_index``,
+    the fused parts answer through their serving indexes too, as the estimator's after
+    ``build_index`` (:meth:`~dslide_dask.model.fused.FusedModel.served`)."""
     global loads
     key = (spec.model_url, spec.mips, spec.index, spec.output_index, spec.fused)
     with _lock:  # threads of one worker wait for the first load instead of repeating it
@@ -58,9 +60,11 @@ def served(spec: PredictSpec) -> tuple[SlideNetwork, FusedModel | None]:
             ckpt = open_checkpoint(spec.model_url, spec.storage_options)
             net = load_network(ckpt)
             reindex(net, spec.mips, **dict(spec.index))
-            if spec.output_index:  # checked, and split for the model's shards
-                load_output_index(ckpt).attach(net.shards)
             parts = load_fused(ckpt, spec.storage_options) if spec.fused else None
+            if spec.output_index:  # checked, and split for the model's shards
+                index = load_output_index(ckpt)
+                index.attach(net.shards)
+                parts = None if parts is None else parts.served(index.settings)
             loads += 1
             entry = _models[key] = (net, parts)
             while len(_models) > KEEP:

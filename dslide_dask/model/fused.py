@@ -11,6 +11,7 @@ by any of them is served the same everywhere.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,11 +29,22 @@ from dslide_dask.model.fusion import (
 )
 from dslide_dask.model.label_centroids import SCORED
 from dslide_dask.model.neighbours import CANDIDATES, NeighbourIndex
+from dslide_dask.model.output_index import IndexSettings
 
 #: A list of votes: per row, label ids (-1: none) and their scores.
 Votes = tuple[np.ndarray, np.ndarray]
 #: The largest power of a label tree's path likelihood (past 2 it all but decides alone).
 MAX_TREE_POWER = 2.0
+#: Fewest training points worth the serving indexes: below, scoring every point's
+#: hidden vector takes under half a millisecond a row (128 wide), and small sets of
+#: points are too few to fall into tight cells (5,000 points of the tiny preset: fused
+#: recall@5 0.93 at the default cells).
+MIN_POINTS = 20_000
+#: Features held by more than this share of the training points are left out of the
+#: postings a served row's input votes read (the points they propose are then scored
+#: exactly): chosen before that re-score, when the votes went 0.85 -> 0.45 ms a row for
+#: P@1 -0.0002 (Debian-26K) and -0.0006 (debian-files) (docs/serving.md).
+COMMON_SHARE = 0.1
 
 
 class Network(Protocol):
@@ -99,6 +111,14 @@ class FusedModel:
         if self.fusion.weight is None:
             raise RuntimeError("the fusion weights are not chosen yet")  # a fit sets them
         return self.fusion.weight
+
+    def served(self, settings: IndexSettings | None = None) -> FusedModel:
+        """This model answering through the neighbours' serving indexes, where it keeps
+        enough points to gain (:func:`served_neighbours`; the points' search only if the
+        hidden votes weigh): what ``build_index`` gives the estimator and ``dslide
+        predict --index`` a worker."""
+        hidden = self.fusion.weight is None or self.fusion.weight[1] > 0
+        return dataclasses.replace(self, index=served_neighbours(self.index, settings, hidden))
 
     def candidates(self) -> int:
         """How many of the network's best labels the sources are fused over."""
@@ -171,6 +191,24 @@ class FusedModel:
         top, _ = self.topk(net, X, max(ks), exact)
         index = self.index
         return xc_metrics(top, Y, ks, label_counts=index.label_counts, n_train=index.n_points)
+
+
+def served_neighbours(
+    index: NeighbourIndex, settings: IndexSettings | None = None, hidden: bool = True
+) -> NeighbourIndex:
+    """``index`` answering faster where it keeps :data:`MIN_POINTS` points or more: the
+    input's votes without the postings of the features most points hold
+    (:data:`COMMON_SHARE`), and with ``hidden``, the hidden vectors behind an approximate
+    search (a row's votes score the points it proposes, not all; ``settings``' seed and
+    threads build it)."""
+    if index.n_points < MIN_POINTS:
+        return index
+    if index.serving is None:
+        index = index.with_serving_postings(COMMON_SHARE)
+    if hidden and index.embedding is not None and index.search is None:
+        settings = settings or IndexSettings()
+        index = index.with_search(IndexSettings(seed=settings.seed, threads=settings.threads))
+    return index
 
 
 def _none(X: CSR) -> Votes:
