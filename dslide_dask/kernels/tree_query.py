@@ -131,7 +131,6 @@ def path_losses(
     ``f_val``: :func:`inner_by_feature`): a row computes their margins all at once."""
     n, m = cand.shape
     n_levels = paths.shape[1]
-    n_indexed = f_ptr.shape[0] - 1
     out = np.zeros((n, m), np.float32)
     n_chunks = max(1, min(n, n_chunks))
     for chunk in numba.prange(n_chunks):
@@ -139,16 +138,9 @@ def path_losses(
         dense = np.zeros(n_features, np.float32)
         for i in range(chunk * n // n_chunks, (chunk + 1) * n // n_chunks):
             lo, hi = q_ptr[i], q_ptr[i + 1]
-            loss_of[:] = bias[:n_inner]
             for q in range(lo, hi):
-                f, v = q_idx[q], q_val[q]
-                dense[f] = v
-                if f < n_indexed:
-                    for e in range(f_ptr[f], f_ptr[f + 1]):
-                        loss_of[f_child[e]] += v * f_val[e]
-            for c in range(n_inner):
-                h = max(np.float32(0.0), np.float32(1.0) - loss_of[c])
-                loss_of[c] = h * h
+                dense[q_idx[q]] = q_val[q]
+            _inner_losses(q_idx, q_val, lo, hi, bias, f_ptr, f_child, f_val, loss_of)
             for j in range(m):
                 lab = cand[i, j]
                 if lab < 0:
@@ -170,3 +162,121 @@ def path_losses(
             for q in range(lo, hi):
                 dense[q_idx[q]] = 0.0
     return out
+
+
+@numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
+def bounded_losses(
+    q_ptr: np.ndarray,
+    q_idx: np.ndarray,
+    q_val: np.ndarray,
+    cand: np.ndarray,
+    scores: np.ndarray,
+    power: float,
+    k: int,
+    position: tuple,
+    paths: tuple,
+    w_ptr: tuple,
+    w_feature: tuple,
+    w_val: tuple,
+    bias: tuple,
+    f_ptr: tuple,
+    f_child: tuple,
+    f_val: tuple,
+    n_inner: tuple,
+    n_features: int,
+    n_chunks: int,
+) -> np.ndarray:
+    """:func:`path_losses` averaged over the trees of the tuples given (one entry a tree),
+    for the candidates that can still be among a row's ``k`` best by ``scores[i, j] *
+    exp(-power * loss)``; the others get ``inf``. A candidate's classifiers above the
+    leaves bound its score from above (a leaf's loss is at least 0), so its leaf
+    classifiers are scored in the order of that bound until the bound falls below the
+    ``k``-th best score found (by a margin for rounding): the ``k`` best are those of
+    every loss computed, for half the leaf classifiers' work (amazon-670k)."""
+    n, m = cand.shape
+    n_trees = len(position)
+    offset = np.zeros(n_trees + 1, np.int64)
+    for t in range(n_trees):
+        offset[t + 1] = offset[t] + n_inner[t]
+    out = np.full((n, m), np.inf, np.float32)
+    n_chunks = max(1, min(n, n_chunks))
+    for chunk in numba.prange(n_chunks):
+        loss_of = np.empty(offset[n_trees], np.float32)
+        dense = np.zeros(n_features, np.float32)
+        inner = np.empty((n_trees, m), np.float32)
+        bound = np.empty(m, np.float32)
+        best = np.empty(max(k, 1), np.float32)
+        for i in range(chunk * n // n_chunks, (chunk + 1) * n // n_chunks):
+            lo, hi = q_ptr[i], q_ptr[i + 1]
+            for q in range(lo, hi):
+                dense[q_idx[q]] = q_val[q]
+            for t in range(n_trees):
+                _inner_losses(q_idx, q_val, lo, hi, bias[t], f_ptr[t], f_child[t], f_val[t],
+                              loss_of[offset[t] : offset[t + 1]])  # fmt: skip
+            for j in range(m):
+                lab = cand[i, j]
+                if lab < 0:
+                    out[i, j] = 0.0
+                    bound[j] = -np.inf
+                    continue
+                mean = np.float32(0.0)
+                for t in range(n_trees):
+                    pos = position[t]
+                    if lab >= pos.shape[0] or pos[lab] < 0:
+                        inner[t, j] = UNSEEN
+                    else:
+                        path = paths[t][pos[lab]]
+                        s = np.float32(0.0)
+                        for v in range(path.shape[0] - 1):
+                            s += loss_of[offset[t] + path[v]]
+                        inner[t, j] = s
+                    mean += inner[t, j]
+                s = scores[i, j]
+                # leaf losses >= 0: s * exp(-power * loss) <= this (<= 0 where s < 0)
+                bound[j] = s * np.exp(-power * mean / n_trees) if s >= 0 else 0.0
+            best[:] = -np.inf
+            for n_seen, j in enumerate(np.argsort(-bound)):  # n_seen: losses computed
+                if bound[j] == -np.inf:
+                    break
+                if n_seen >= k and bound[j] < best[k - 1] * (1.0 - 1e-5):
+                    break
+                lab = cand[i, j]
+                total = np.float32(0.0)
+                for t in range(n_trees):
+                    loss = inner[t, j]
+                    if loss != UNSEEN:
+                        c = paths[t][position[t][lab]][paths[t].shape[1] - 1]
+                        wp = w_ptr[t]
+                        z = bias[t][c] + _margin(dense, q_idx, q_val, lo, hi, w_feature[t],
+                                                 w_val[t], wp[c], wp[c + 1])  # fmt: skip
+                        h = max(np.float32(0.0), np.float32(1.0) - z)
+                        loss += h * h
+                    total += loss
+                total = total / np.float32(n_trees)
+                out[i, j] = total
+                final = scores[i, j] * np.exp(-power * total)
+                if final > best[k - 1]:  # the k best so far, descending
+                    at = k - 1
+                    while at > 0 and best[at - 1] < final:
+                        best[at] = best[at - 1]
+                        at -= 1
+                    best[at] = final
+            for q in range(lo, hi):
+                dense[q_idx[q]] = 0.0
+    return out
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _inner_losses(q_idx, q_val, lo, hi, bias, f_ptr, f_child, f_val, loss_of) -> None:
+    """The squared hinge loss of every classifier above the leaves (``loss_of``) for the
+    query row ``q_idx/q_val[lo:hi]``, from their weights by feature."""
+    n_indexed = f_ptr.shape[0] - 1
+    loss_of[:] = bias[: loss_of.shape[0]]
+    for q in range(lo, hi):
+        f, v = q_idx[q], q_val[q]
+        if f < n_indexed:
+            for e in range(f_ptr[f], f_ptr[f + 1]):
+                loss_of[f_child[e]] += v * f_val[e]
+    for c in range(loss_of.shape[0]):
+        h = max(np.float32(0.0), np.float32(1.0) - loss_of[c])
+        loss_of[c] = h * h

@@ -183,7 +183,8 @@ class FusedModel:
         top, scores = fused_topk(ids, logits, votes, weight, width, tail, index.inverse_propensity)
         if not power:
             return top, scores
-        return tree_rescored(top, scores, index.tree_losses(X, top), power, k)
+        losses = index.tree_topk_losses(X, top, scores, power, k)  # inf: out of the k best
+        return tree_rescored(top, scores, losses, power, k)
 
     def metrics(self, net: Network, X: CSR, Y: CSR, ks: tuple[int, ...], exact: bool) -> dict:
         """P@k, nDCG@k and PSP@k of the fused top-k of rows ``X`` with true labels ``Y``

@@ -245,6 +245,40 @@ def _pointer(ptr: np.ndarray, end: int, name: str) -> None:
         raise ValueError(f"{name} must run from 0 to {end} and never fall")
 
 
+def forest_topk_losses(
+    trees: Sequence[LabelTree],
+    query: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ids: np.ndarray,
+    scores: np.ndarray,
+    power: float,
+    k: int,
+) -> np.ndarray:
+    """The mean of the ``trees``' :meth:`LabelTree.losses` of the candidates ``ids``
+    that can be among each row's ``k`` best by ``scores * exp(-power * loss)`` (the
+    others ``inf``: they are not), as a served row needs them: each candidate's leaf
+    classifiers are scored only while its loss above the leaves leaves it a chance
+    (:func:`~dslide_dask.kernels.tree_query.bounded_losses`)."""
+    ptr, idx, val = _sorted_rows(*query)
+    served = [tree.served for tree in trees]
+    n_features = max(max(t.n_features for t in trees), int(idx.max(initial=-1)) + 1)
+    return tree_query.bounded_losses(
+        ptr,
+        idx,
+        val,
+        np.ascontiguousarray(ids, np.int64),
+        np.ascontiguousarray(scores, np.float32),
+        float(power),
+        int(k),
+        tuple(t.position for t in trees),
+        tuple(s[0] for s in served),  # paths
+        *(tuple(getattr(t, name) for t in trees) for name in ("w_ptr", "w_feature", "w_val")),
+        tuple(t.bias for t in trees),
+        *(tuple(s[part] for s in served) for part in (1, 2, 3, 4)),  # by feature, n_inner
+        n_features,
+        4 * numba.get_num_threads(),
+    )
+
+
 def leaf_depth(n_labels: int) -> int:
     """Halvings until no node holds more than :data:`LEAF` labels."""
     depth = 0
