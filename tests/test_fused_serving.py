@@ -91,3 +91,19 @@ def test_a_worker_serves_the_fused_parts_through_their_indexes_as_the_estimator(
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
     tasks.fused_topk_scores(spec, X.slice_rows(0, 10))
     assert model_cache.loads == loads + 1  # loaded once, served twice
+
+
+def test_a_worker_does_not_read_a_network_the_fused_parts_never_ask(tmp_path):
+    from dslide_dask.inference import model_cache, tasks
+
+    train, test = make_synthetic("tiny", seed=0)
+    clf = SlideClassifier(epochs=1, neighbour_weight=(1.0, 0.0), client=False, **PARAMS)
+    url = clf.fit(train.X, train.Y).save(str(tmp_path / "model"))
+    X = test.X.slice_rows(0, 200)
+    want = SlideClassifier.load(url).predict_topk(X, 5, return_scores=True)
+    spec = PredictSpec(url, k=5)
+    got = tasks.fused_topk_scores(spec, X)
+    assert model_cache.served(spec)[0] is None  # the output layer was never read
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
+    assert model_cache.model(spec).n_labels == train.n_labels  # read when asked

@@ -112,6 +112,14 @@ class FusedModel:
             raise RuntimeError("the fusion weights are not chosen yet")  # a fit sets them
         return self.fusion.weight
 
+    def asks_network(self) -> bool:
+        """Whether an answer asks the network anything: its candidates (unless the votes'
+        weights leave it none) or the rows' hidden vectors (for hidden votes)."""
+        weight = self.fusion.weight
+        if weight is None:
+            return True
+        return sum(weight[:2]) < 1.0 or (weight[1] > 0 and self.index.embedding is not None)
+
     def served(self, settings: IndexSettings | None = None) -> FusedModel:
         """This model answering through the neighbours' serving indexes, where it keeps
         enough points to gain (:func:`served_neighbours`; the points' search only if the
