@@ -54,7 +54,7 @@ class ServingMixin(EstimatorState):
         ----------
         **settings
             :class:`~dslide_dask.model.output_index.IndexSettings`: ``lists``,
-            ``probes``, ``candidates`` (100), ``head`` (256), ``codes`` (``"fp16"``,
+            ``probes``, ``candidates`` (100), ``head`` (1024), ``codes`` (``"fp16"``,
             ``"sq8"`` or ``"flat"``), ``train_per_list``, ``iterations``, ``seed``,
             ``threads`` (0: every core; ``lists`` and ``probes`` 0: chosen for the
             layer's size).
