@@ -168,7 +168,7 @@ class LabelTree:
         )
 
     @functools.cached_property
-    def served(self) -> tuple:
+    def served(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
         """What :meth:`losses` reads beside the tree (derived, never stored): the child of
         each classifier level on each position's path, and the weights of the classifiers
         above the leaves by feature (as many bytes again as theirs), so a row scores
@@ -271,9 +271,14 @@ def forest_topk_losses(
         int(k),
         tuple(t.position for t in trees),
         tuple(s[0] for s in served),  # paths
-        *(tuple(getattr(t, name) for t in trees) for name in ("w_ptr", "w_feature", "w_val")),
+        tuple(t.w_ptr for t in trees),
+        tuple(t.w_feature for t in trees),
+        tuple(t.w_val for t in trees),
         tuple(t.bias for t in trees),
-        *(tuple(s[part] for s in served) for part in (1, 2, 3, 4)),  # by feature, n_inner
+        tuple(s[1] for s in served),  # the inner classifiers by feature
+        tuple(s[2] for s in served),
+        tuple(s[3] for s in served),
+        tuple(s[4] for s in served),  # how many they are
         n_features,
         4 * numba.get_num_threads(),
     )
