@@ -2,13 +2,14 @@
 
 The classifiers above the leaves are few (2,080 at 670K labels) but wide: the root's
 children weigh most features (100K of 136K each), so scoring one of them for a row by a
-binary search per query feature cost about 1,300 dependent cache misses, and a row met 20
-to 40 of them (1.3 ms a row a tree). :func:`inner_by_feature` lays those classifiers' weights out
-by feature instead (derived from the tree, never stored), and :func:`path_losses` adds
-each query feature's entries into every inner classifier's margin at once: a sequential
-read of the entries of the row's features (27K a row at 670K labels, 0.03 ms). The leaf
-classifiers (about 70 weights each, one a candidate) are still scored by a gather of the
-query spread over a dense array.
+binary search per query feature cost about 1,300 dependent cache misses, and a row met
+20 to 40 of them (1.3 ms a row a tree). :func:`inner_by_feature` lays those classifiers'
+weights out by feature instead (derived from the tree, never stored), and a row adds each
+of its features' entries into every inner classifier's margin at once: a sequential read
+(27K entries a row at 670K labels, 0.05 ms). The leaf classifiers (one a candidate; a
+served candidate's has about 480 weights, as candidates are frequent labels) are scored
+by a gather of the query spread over a dense array: :func:`path_losses` for every
+candidate, :func:`bounded_losses` only for those that can still be among a row's best.
 """
 
 import numba
