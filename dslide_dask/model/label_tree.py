@@ -262,26 +262,15 @@ def forest_topk_losses(
     served = [tree.served for tree in trees]
     n_features = max(max(t.n_features for t in trees), int(idx.max(initial=-1)) + 1)
     return tree_query.bounded_losses(
-        ptr,
-        idx,
-        val,
-        np.ascontiguousarray(ids, np.int64),
-        np.ascontiguousarray(scores, np.float32),
-        float(power),
-        int(k),
-        tuple(t.position for t in trees),
-        tuple(s[0] for s in served),  # paths
-        tuple(t.w_ptr for t in trees),
-        tuple(t.w_feature for t in trees),
-        tuple(t.w_val for t in trees),
-        tuple(t.bias for t in trees),
-        tuple(s[1] for s in served),  # the inner classifiers by feature
-        tuple(s[2] for s in served),
-        tuple(s[3] for s in served),
-        tuple(s[4] for s in served),  # how many they are
-        n_features,
-        4 * numba.get_num_threads(),
-    )
+        ptr, idx, val, np.ascontiguousarray(ids, np.int64),
+        np.ascontiguousarray(scores, np.float32), float(power), int(k),
+        tuple(t.position for t in trees), tuple(s[0] for s in served),  # the paths
+        tuple(t.w_ptr for t in trees), tuple(t.w_feature for t in trees),
+        tuple(t.w_val for t in trees), tuple(t.bias for t in trees),
+        tuple(s[1] for s in served), tuple(s[2] for s in served),  # inner, by feature
+        tuple(s[3] for s in served), tuple(s[4] for s in served),
+        n_features, 4 * numba.get_num_threads(),
+    )  # fmt: skip
 
 
 def leaf_depth(n_labels: int) -> int:
