@@ -64,3 +64,46 @@ def test_a_dask_array_is_answered_with_the_whole_model(client, saved):
     dX = da.from_array(rows, chunks=(200, X.n_cols), asarray=False)
     got = topk_blocks(dX, PredictSpec(url, k=5)).compute()
     np.testing.assert_array_equal(got, SlideClassifier.load(url).predict_topk(X, 5))
+
+
+def test_a_worker_serves_the_fused_parts_through_their_indexes_as_the_estimator(
+    tmp_path, monkeypatch
+):
+    """``dslide predict --index``'s task (one worker's model, loaded once) answers as the
+    estimator after ``build_index``: the network through its output index, the input's
+    votes from the serving postings, the hidden votes through the points' search."""
+    from dslide_dask.inference import model_cache, tasks
+    from dslide_dask.model import fused
+
+    monkeypatch.setattr(fused, "MIN_POINTS", 1000)  # the tiny preset's 4,500 points
+    train, test = make_synthetic("tiny", seed=0)
+    clf = SlideClassifier(epochs=1, neighbour_weight=(0.3, 0.3), client=False, **PARAMS)
+    clf.fit(train.X, train.Y).build_index(lists=16, probes=8)
+    url = clf.save(str(tmp_path / "model"))
+    X = test.X.slice_rows(0, 300)
+    want = SlideClassifier.load(url).predict_topk(X, 5, return_scores=True)
+    spec = PredictSpec(url, k=5, exact=False, output_index=True)
+    loads = model_cache.loads
+    got = tasks.fused_topk_scores(spec, X)
+    parts = model_cache.fused(spec)
+    assert parts.index.serving is not None and parts.index.search is not None
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
+    tasks.fused_topk_scores(spec, X.slice_rows(0, 10))
+    assert model_cache.loads == loads + 1  # loaded once, served twice
+
+
+def test_a_worker_does_not_read_a_network_the_fused_parts_never_ask(tmp_path):
+    from dslide_dask.inference import model_cache, tasks
+
+    train, test = make_synthetic("tiny", seed=0)
+    clf = SlideClassifier(epochs=1, neighbour_weight=(1.0, 0.0), client=False, **PARAMS)
+    url = clf.fit(train.X, train.Y).save(str(tmp_path / "model"))
+    X = test.X.slice_rows(0, 200)
+    want = SlideClassifier.load(url).predict_topk(X, 5, return_scores=True)
+    spec = PredictSpec(url, k=5)
+    got = tasks.fused_topk_scores(spec, X)
+    assert model_cache.served(spec)[0] is None  # the output layer was never read
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
+    assert model_cache.model(spec).n_labels == train.n_labels  # read when asked

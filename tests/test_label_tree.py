@@ -13,6 +13,7 @@ from dslide_dask.checkpoint import CheckpointError
 from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import label_tree as kernels
 from dslide_dask.kernels.neighbours import normalised, transpose
+from dslide_dask.kernels.tree_query import UNSEEN
 from dslide_dask.model import label_tree
 from dslide_dask.model.fusion import tree_rescored
 from dslide_dask.model.label_centroids import SCORED, LabelCentroids
@@ -219,7 +220,7 @@ def _reference_losses(tree: LabelTree, Q: CSR, ids: np.ndarray, n_features: int)
             if lab < 0:
                 continue
             if int(lab) not in position:
-                out[i, j] = kernels.UNSEEN
+                out[i, j] = UNSEEN
                 continue
             p, loss = position[int(lab)], 0.0
             for v, starts in enumerate(levels):
@@ -254,7 +255,7 @@ def test_path_losses_are_those_of_the_classifiers_on_each_labels_path(monkeypatc
     want = _reference_losses(tree, Q, ids, 60)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert (got[ids < 0] == 0).all()
-    assert (got[ids >= 40] == kernels.UNSEEN).all() and (ids >= 40).any()
+    assert (got[ids >= 40] == UNSEEN).all() and (ids >= 40).any()
     assert (got[(ids >= 0) & (ids < 40)] < 100).all()
     ptr, idx, val = _unit_rows(Q)  # features out of order within each row: the same
     flipped = np.concatenate(

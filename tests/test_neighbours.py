@@ -198,6 +198,30 @@ def test_a_source_of_weight_0_is_not_asked_and_changes_no_answer(small, weight, 
     np.testing.assert_array_equal(got[1], want[1])
 
 
+def test_a_network_the_votes_leave_no_weight_is_not_asked(small, monkeypatch):
+    train, test = small
+    weight = (0.6, 0.4, 0.0, 0.5)
+    clf = SlideClassifier(
+        epochs=1, neighbour_weight=weight[:2], label_tree=0, client=False, **PARAMS
+    ).fit(train.X, train.Y)
+    clf.neighbour_weight_ = weight
+    X, index = test.X.slice_rows(0, 200), clf.neighbours_
+    k, m = clf._neighbour_k(), clf._candidates()
+    none = (np.full((X.n_rows, 0), -1, np.int64), np.zeros((X.n_rows, 0), np.float32))
+    asked = [
+        index.votes(X, k, m),
+        index.embedding_votes(clf.trainer_.embed(X), k, m, X, clf.neighbour_mix),
+    ]
+    best, _ = fused_topk(*none, asked, weight[:3], SCORED)
+    asked += [none, index.centroid_votes(X, best)]
+    want = fused_topk(*none, asked, weight, 5)
+    assert (want[0] >= 0).all()  # the votes alone fill every row's top 5
+    monkeypatch.setattr(type(clf), "_network_topk", _refuse)
+    got = clf.predict_topk(X, 5, return_scores=True)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
 def test_a_damaged_neighbour_index_is_named_on_load(small, tmp_path):
     train, _ = small
     url = (

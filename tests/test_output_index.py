@@ -15,8 +15,9 @@ from dslide_dask.checkpoint.arrays import CheckpointError
 from dslide_dask.data.xc_text import write_xc
 from dslide_dask.inference.recall import recall_at_k
 from dslide_dask.kernels.rescore import rescore_topk
+from dslide_dask.model.lsh_index import LSHQuery
 from dslide_dask.model.network import SlideNetwork
-from dslide_dask.model.output_index import IndexSettings, OutputIndex, faiss_module
+from dslide_dask.model.output_index import IndexSettings, OutputIndex, faiss_module, head_rows
 from dslide_workflows.cli import main
 from tests.hostile import failed_once
 
@@ -65,6 +66,44 @@ def test_scores_are_the_exact_logits_of_the_labels_returned(tiny, n_shards):
     assert (ids >= 0).all() and all(len(set(row)) == 5 for row in ids)
     np.testing.assert_allclose(scores, np.take_along_axis(logits, ids, 1), rtol=1e-5, atol=1e-5)
     assert (np.diff(scores, axis=1) <= 0).all()
+
+
+def test_the_head_takes_the_largest_rows_and_the_most_frequent_labels_in_turns():
+    sq = np.array([5.0, 1.0, 4.0, 1.0, 3.0, 1.0, 1.0, 1.0])
+    counts = np.array([9, 0, 0, 50, 9, 40, 0, 30])
+    assert head_rows(sq, None, 3).tolist() == [0, 2, 4]  # by norm alone
+    assert head_rows(sq, counts, 4).tolist() == [0, 2, 3, 5]  # 0, 3, 2, 5 in turns
+    assert head_rows(sq, counts, 6).tolist() == [0, 2, 3, 4, 5, 7]  # 4 once
+    assert head_rows(sq, np.zeros(8, np.int64), 3).tolist() == [0, 2, 4]  # nothing counted
+
+
+def test_a_layer_of_one_norm_finds_its_frequent_labels_through_the_head():
+    """Rows of one norm, the best labels of nearly every query 20 frequent ones (their
+    rows lean toward what every query shares, spread over the cells): the norm names
+    none of them, the counts do."""
+    rng = np.random.default_rng(5)
+    n, dim = 4000, 64
+    W = rng.standard_normal((n, dim)).astype(np.float32)
+    W /= np.linalg.norm(W, axis=1, keepdims=True)
+    common = np.abs(rng.standard_normal(dim)).astype(np.float32)
+    common /= np.linalg.norm(common)
+    frequent = rng.choice(n, 20, replace=False)
+    W[frequent] += 0.6 * common
+    W[frequent] /= np.linalg.norm(W[frequent], axis=1, keepdims=True)
+    net = SlideNetwork(SlideConfig(hidden=(dim,), seed=0), 10, n, n_shards=1)
+    net.shards[0].W[:], net.shards[0].bias[:] = W, 0.0
+    counts = np.zeros(n, np.int64)
+    counts[frequent] = 100
+    h = (0.3 * rng.standard_normal((200, dim))).astype(np.float32) + 3 * common
+    exact = np.argsort(-(h @ W.T), axis=1)[:, :5]
+    assert np.isin(exact, frequent).mean() > 0.95
+    settings = IndexSettings(lists=64, probes=2, candidates=10, head=32)
+    recall = {}
+    for name, given in (("norm", None), ("counts", counts)):
+        part = OutputIndex.build(net.shards, settings, given).for_shard(net.shards[0].layout, 0)
+        ids, _, _ = part.search(h, net.shards[0].W, net.shards[0].bias, LSHQuery(5))
+        recall[name] = recall_at_k(ids, exact)
+    assert recall["counts"] >= 0.95 and recall["norm"] <= 0.9, recall
 
 
 def test_rescoring_keeps_the_best_k_of_the_candidates_once_each():

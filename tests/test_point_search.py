@@ -8,8 +8,8 @@ import pytest
 
 from dslide_dask import SlideClassifier
 from dslide_dask.data.csr import CSR
-from dslide_dask.estimator import _serving
 from dslide_dask.kernels import hidden_votes
+from dslide_dask.model import fused
 from dslide_dask.model.neighbours import NeighbourIndex
 from dslide_dask.model.output_index import IndexSettings
 
@@ -123,7 +123,7 @@ def test_a_served_model_searches_its_points_and_again_after_load(tiny, tmp_path,
     X = test.X.slice_rows(0, 300)
     clf.build_index(lists=16, probes=16)
     assert clf.neighbours_.search is None  # 4,500 points: every one scored
-    monkeypatch.setattr(_serving, "MIN_POINTS", 1000)
+    monkeypatch.setattr(fused, "MIN_POINTS", 1000)
     clf.build_index(lists=16, probes=16)
     search = clf.neighbours_.search
     assert search is not None and search.settings.lists == 64 and search.settings.probes == 16

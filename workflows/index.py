@@ -41,6 +41,7 @@ def add_index_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    from dslide_dask.checkpoint.label_counts import load_label_counts
     from dslide_dask.checkpoint.model import load_network
     from dslide_dask.checkpoint.output_index import save_output_index
     from dslide_dask.inference.model_cache import resolve
@@ -50,8 +51,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     settings = IndexSettings.of(dict(args.setting))  # bad settings fail before the load
     ckpt = resolve(args.model, so)
     net = load_network(ckpt)
+    labels = load_label_counts(ckpt, so)  # half the head rows: the most frequent labels
     t0 = time.perf_counter()
-    index = OutputIndex.build(net.shards, settings)
+    index = OutputIndex.build(net.shards, settings, None if labels is None else labels.counts)
     seconds = time.perf_counter() - t0
     where = save_output_index(ckpt, index)
     layer = sum(s.W.nbytes + s.bias.nbytes for s in net.shards)

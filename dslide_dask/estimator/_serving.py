@@ -32,18 +32,8 @@ from dslide_dask.data.dataset import XCDataset
 from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.metrics import xc_metrics
+from dslide_dask.model.fused import served_neighbours
 from dslide_dask.model.output_index import IndexSettings, OutputIndex
-
-#: Fewest training points worth an approximate search: below, scoring every point's
-#: hidden vector takes under half a millisecond a row (128 wide), and small sets of
-#: points are too few to fall into tight cells (5,000 points of the tiny preset: fused
-#: recall@5 0.93 at the default cells).
-MIN_POINTS = 20_000
-#: Features held by more than this share of the training points are left out of the
-#: postings a served row's input votes read (the points they propose are then scored
-#: exactly): chosen before that re-score, when the votes went 0.85 -> 0.45 ms a row for
-#: P@1 -0.0002 (Debian-26K) and -0.0006 (debian-files) (docs/serving.md).
-COMMON_SHARE = 0.1
 
 
 class ServingMixin(EstimatorState):
@@ -64,7 +54,7 @@ class ServingMixin(EstimatorState):
         ----------
         **settings
             :class:`~dslide_dask.model.output_index.IndexSettings`: ``lists``,
-            ``probes``, ``candidates`` (100), ``head`` (256), ``codes`` (``"fp16"``,
+            ``probes``, ``candidates`` (100), ``head`` (1024), ``codes`` (``"fp16"``,
             ``"sq8"`` or ``"flat"``), ``train_per_list``, ``iterations``, ``seed``,
             ``threads`` (0: every core; ``lists`` and ``probes`` 0: chosen for the
             layer's size).
@@ -82,7 +72,9 @@ class ServingMixin(EstimatorState):
                 "it and run `dslide index MODEL`, then `dslide predict --index`, or load "
                 "it in this process (SlideClassifier.load(url)) to build one"
             )
-        self.output_index_ = OutputIndex.build(self.trainer_.network.shards, parsed)
+        trainer = self.trainer_
+        counts = trainer.labels.counts if trainer.labels.rows else None
+        self.output_index_ = OutputIndex.build(trainer.network.shards, parsed, counts)
         self._index_step = self._step
         self._search_points(parsed)
         return self
@@ -105,17 +97,11 @@ class ServingMixin(EstimatorState):
         return self
 
     def _search_points(self, settings: IndexSettings) -> None:
-        """The neighbours served faster too, where the model keeps enough points to gain:
-        the hidden vectors behind an approximate search (a row's votes score a few
-        thousand points, not all), and the input's votes without the postings of the
-        features most points hold."""
+        """The neighbours served faster too, where the model keeps enough points to gain
+        (:func:`~dslide_dask.model.fused.served_neighbours`)."""
         index = getattr(self, "neighbours_", None)
-        if index is None or index.n_points < MIN_POINTS:
-            return
-        index = index.with_serving_postings(COMMON_SHARE)
-        if index.embedding is not None:
-            index = index.with_search(IndexSettings(seed=settings.seed, threads=settings.threads))
-        self.neighbours_ = index
+        if index is not None:
+            self.neighbours_ = served_neighbours(index, settings)
 
     def _serving_index(self) -> OutputIndex | None:
         """The output index, if built for the weights the model has now (dropped, with

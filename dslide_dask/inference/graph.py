@@ -94,8 +94,9 @@ def predict_to_storage(
 
 
 def _block_topk(block, spec: PredictSpec) -> np.ndarray:
-    net = model_cache.model(spec)
-    X = as_csr(block, net.n_features, name="X")
+    fused = model_cache.fused(spec)  # its network is read only if it asks it
+    n_features = fused.index.n_features if fused else model_cache.model(spec).n_features
+    X = as_csr(block, n_features, name="X")
     return tasks.fused_topk_scores(spec, X)[0]
 
 

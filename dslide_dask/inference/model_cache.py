@@ -22,7 +22,7 @@ from dslide_dask.model.fused import FusedModel
 from dslide_dask.model.network import SlideNetwork
 
 KEEP = 2  # models kept per process
-_models: OrderedDict[tuple, tuple[SlideNetwork, FusedModel | None]] = OrderedDict()
+_models: OrderedDict[tuple, tuple[SlideNetwork | None, FusedModel | None]] = OrderedDict()
 _lock = threading.Lock()
 loads = 0  # how many models this process read from storage (tests look)
 
@@ -39,7 +39,11 @@ def resolve(url: str, storage_options: dict | None = None) -> Checkpoint:
 def model(spec: PredictSpec) -> SlideNetwork:
     """The network of checkpoint ``spec.model_url`` with the serving tables ``spec``
     asks for, loaded and hashed at most once per process."""
-    return served(spec)[0]
+    net = served(spec)[0]
+    if net is None:  # fused parts that never ask it: loaded only now
+        net = served(spec, network=True)[0]
+    assert net is not None
+    return net
 
 
 def fused(spec: PredictSpec) -> FusedModel | None:
@@ -47,20 +51,31 @@ def fused(spec: PredictSpec) -> FusedModel | None:
     return served(spec)[1]
 
 
-def served(spec: PredictSpec) -> tuple[SlideNetwork, FusedModel | None]:
+def served(
+    spec: PredictSpec, network: bool = False
+) -> tuple[SlideNetwork | None, FusedModel | None]:
     """The network and fused parts of checkpoint ``spec.model_url``, loaded at most once
-    per process (``spec.fused`` False: the network alone)."""
+    per process (``spec.fused`` False: the network alone); with ``spec.output_index``,
+    the fused parts answer through their serving indexes too, as the estimator's after
+    ``build_index`` (:meth:`~dslide_dask.model.fused.FusedModel.served`). The network
+    (its output layer: hundreds of MB) and its output index are not read where the
+    fused parts never ask it (None), unless ``network``."""
     global loads
     key = (spec.model_url, spec.mips, spec.index, spec.output_index, spec.fused)
     with _lock:  # threads of one worker wait for the first load instead of repeating it
         entry = _models.get(key)
-        if entry is None:
+        if entry is None or (network and entry[0] is None):
             ckpt = open_checkpoint(spec.model_url, spec.storage_options)
-            net = load_network(ckpt)
-            reindex(net, spec.mips, **dict(spec.index))
-            if spec.output_index:  # checked, and split for the model's shards
-                load_output_index(ckpt).attach(net.shards)
             parts = load_fused(ckpt, spec.storage_options) if spec.fused else None
+            net, index = None, None
+            if network or parts is None or parts.asks_network():
+                net = load_network(ckpt)
+                reindex(net, spec.mips, **dict(spec.index))
+                if spec.output_index:  # checked, and split for the model's shards
+                    index = load_output_index(ckpt)
+                    index.attach(net.shards)
+            if parts is not None and spec.output_index:
+                parts = parts.served(None if index is None else index.settings)
             loads += 1
             entry = _models[key] = (net, parts)
             while len(_models) > KEEP:

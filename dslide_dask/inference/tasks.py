@@ -53,11 +53,16 @@ def merge_write(spec: PredictSpec, parts: list, out_url: str, index: int) -> dic
 
 
 class ServedNetwork:
-    """A loaded network as fusion asks it (:class:`~dslide_dask.model.fused.Network`):
-    its candidates found as ``spec`` says (exactly, by LSH tables or the output index)."""
+    """The worker's network as fusion asks it (:class:`~dslide_dask.model.fused.Network`):
+    its candidates found as ``spec`` says (exactly, by LSH tables or the output index);
+    loaded when first asked (fused parts that never ask it leave it unread)."""
 
-    def __init__(self, net: SlideNetwork, spec: PredictSpec) -> None:
-        self.net, self.spec = net, spec
+    def __init__(self, spec: PredictSpec) -> None:
+        self.spec = spec
+
+    @property
+    def net(self) -> SlideNetwork:
+        return model_cache.model(self.spec)
 
     def topk_scores(self, X: CSR, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
         return predict_topk_scores(self.net, X, replace(self.spec, k=k))
@@ -74,10 +79,10 @@ def fused_topk_scores(spec: PredictSpec, X: CSR) -> tuple[np.ndarray, np.ndarray
     """The whole model's top-k ``(ids, scores)`` of rows ``X``: the network's candidates
     fused with the neighbours' votes, centroids and label trees (the network alone for a
     model without fused parts)."""
-    net, fused = model_cache.served(spec)
+    fused = model_cache.fused(spec)
     if fused is None:
-        return predict_topk_scores(net, X, spec)
-    return fused.topk(ServedNetwork(net, spec), X, spec.k, spec.exact)
+        return predict_topk_scores(model_cache.model(spec), X, spec)
+    return fused.topk(ServedNetwork(spec), X, spec.k, spec.exact)
 
 
 def fused_write(spec: PredictSpec, X: CSR, out_url: str, index: int) -> dict:

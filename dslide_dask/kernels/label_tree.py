@@ -7,8 +7,9 @@ a balanced spherical 2-means over their centroids, the second the other (as Para
 PECOS cluster). :func:`train_node` trains a node's children's classifiers on the node's
 rows (those with a label under it: each child's positives, the others' negatives) with
 the label classifiers' solver, :func:`~dslide_dask.kernels.label_svm.dcd_pass`.
-:func:`path_losses` sums, for each candidate label of a row, the squared hinge losses of
-the classifiers on its path: ``exp(-loss)`` is the tree's likelihood of the label.
+:func:`~dslide_dask.kernels.tree_query.path_losses` sums, for each candidate label of a
+row, the squared hinge losses of the classifiers on its path: ``exp(-loss)`` is the
+tree's likelihood of the label.
 """
 
 import numba
@@ -16,14 +17,6 @@ import numpy as np
 
 from dslide_dask.kernels.label_centroids import _label_sum
 from dslide_dask.kernels.label_svm import dcd_block, dcd_pass
-
-#: A classifier with at most this many weights a feature of the query row is scored by a
-#: gather over them, one with more by a binary search per query feature (16, 64, 256: a
-#: served Debian-26K row's tree 0.64, 0.47, 0.84 ms; amazon-670k's 1.10, 0.90, 1.08 ms).
-GATHER_RATIO = 64
-#: The path loss of a label not in the tree (no training row): its likelihood
-#: ``exp(-power * UNSEEN)`` is 0, so it ranks below every label the tree holds.
-UNSEEN = np.float32(1e4)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -283,104 +276,3 @@ def train_node(
     for f in features:
         feature_local[f] = -1
     return w_ptr, w_feature, w_val, bias
-
-
-@numba.njit(cache=True, nogil=True)
-def _node_of(bounds: np.ndarray, p: int) -> int:
-    """The node of a level (``bounds``: its nodes' first positions, then the end) that
-    holds position ``p``."""
-    return int(np.searchsorted(bounds, p, side="right")) - 1
-
-
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _margin(dense, q_idx, q_val, lo, hi, w_feature, w_val, e0, e1) -> np.float32:
-    """The dot product of a query row (``q_idx/q_val[lo:hi]``, also spread over
-    ``dense``) with one classifier's weights (``w_feature/w_val[e0:e1]``, ascending): a
-    gather of ``dense`` at the weights' features, or, where the weights are many more
-    than the row's features, a binary search of each of those (a merge of the two lists
-    branched on every entry)."""
-    total = np.float32(0.0)
-    if e1 - e0 <= GATHER_RATIO * (hi - lo):
-        for e in range(e0, e1):
-            total += dense[w_feature[e]] * w_val[e]
-        return total
-    for q in range(lo, hi):
-        at = e0 + np.searchsorted(w_feature[e0:e1], q_idx[q])
-        if at < e1 and w_feature[at] == q_idx[q]:
-            total += q_val[q] * w_val[at]
-    return total
-
-
-@numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
-def path_losses(
-    q_ptr: np.ndarray,
-    q_idx: np.ndarray,
-    q_val: np.ndarray,
-    cand: np.ndarray,
-    position: np.ndarray,
-    bounds: np.ndarray,
-    level_ptr: np.ndarray,
-    child_ptr: np.ndarray,
-    w_ptr: np.ndarray,
-    w_feature: np.ndarray,
-    w_val: np.ndarray,
-    bias: np.ndarray,
-    n_features: int,
-    n_chunks: int,
-) -> np.ndarray:
-    """Per row of ``q`` (unit values, features ascending, below ``n_features``) and candidate label
-    ``cand[i, j]`` (-1: none, 0 out): the sum of ``max(0, 1 - margin)^2`` over the
-    classifiers on the label's path. Level ``v``'s nodes start at
-    ``bounds[level_ptr[v]:level_ptr[v+1]]`` (its last entry the end); node ``n``
-    (numbered level by level) has children ``child_ptr[n]:child_ptr[n+1]``, child ``c``
-    the weights ``w_feature/w_val[w_ptr[c]:w_ptr[c+1]]`` and bias ``bias[c]``. Only the
-    classifiers on a candidate's path are computed; those above the leaves once a row."""
-    n, m = cand.shape
-    n_levels = level_ptr.shape[0] - 1
-    n_leaf_nodes = level_ptr[n_levels] - level_ptr[n_levels - 1] - 1
-    n_inner = child_ptr[child_ptr.shape[0] - 1 - n_leaf_nodes]  # children above the leaves
-    out = np.zeros((n, m), np.float32)
-    n_chunks = max(1, min(n, n_chunks))
-    for chunk in numba.prange(n_chunks):
-        seen = np.full(n_inner, -1, np.int64)
-        loss_of = np.empty(n_inner, np.float32)
-        dense = np.zeros(n_features, np.float32)
-        for i in range(chunk * n // n_chunks, (chunk + 1) * n // n_chunks):
-            lo, hi = q_ptr[i], q_ptr[i + 1]
-            for q in range(lo, hi):
-                dense[q_idx[q]] = q_val[q]
-            for j in range(m):
-                lab = cand[i, j]
-                if lab < 0:
-                    continue
-                if lab >= position.shape[0] or position[lab] < 0:
-                    out[i, j] = UNSEEN
-                    continue
-                p = position[lab]
-                loss = np.float32(0.0)
-                node_base = 0
-                for v in range(n_levels):
-                    lb = bounds[level_ptr[v] : level_ptr[v + 1]]
-                    local = _node_of(lb, p)
-                    node = node_base + local
-                    node_base += lb.shape[0] - 1
-                    if v + 1 < n_levels:
-                        nb = bounds[level_ptr[v + 1] : level_ptr[v + 2]]
-                        c = child_ptr[node] + _node_of(nb, p) - _node_of(nb, lb[local])
-                        if seen[c] == i:
-                            loss += loss_of[c]
-                            continue
-                    else:
-                        c = child_ptr[node] + p - lb[local]
-                    z = bias[c] + _margin(
-                        dense, q_idx, q_val, lo, hi, w_feature, w_val, w_ptr[c], w_ptr[c + 1]
-                    )
-                    h = max(np.float32(0.0), np.float32(1.0) - z)
-                    if v + 1 < n_levels:
-                        seen[c] = i
-                        loss_of[c] = h * h
-                    loss += h * h
-                out[i, j] = loss
-            for q in range(lo, hi):
-                dense[q_idx[q]] = 0.0
-    return out

@@ -11,6 +11,7 @@ by any of them is served the same everywhere.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,11 +29,22 @@ from dslide_dask.model.fusion import (
 )
 from dslide_dask.model.label_centroids import SCORED
 from dslide_dask.model.neighbours import CANDIDATES, NeighbourIndex
+from dslide_dask.model.output_index import IndexSettings
 
 #: A list of votes: per row, label ids (-1: none) and their scores.
 Votes = tuple[np.ndarray, np.ndarray]
 #: The largest power of a label tree's path likelihood (past 2 it all but decides alone).
 MAX_TREE_POWER = 2.0
+#: Fewest training points worth the serving indexes: below, scoring every point's
+#: hidden vector takes under half a millisecond a row (128 wide), and small sets of
+#: points are too few to fall into tight cells (5,000 points of the tiny preset: fused
+#: recall@5 0.93 at the default cells).
+MIN_POINTS = 20_000
+#: Features held by more than this share of the training points are left out of the
+#: postings a served row's input votes read (the points they propose are then scored
+#: exactly): chosen before that re-score, when the votes went 0.85 -> 0.45 ms a row for
+#: P@1 -0.0002 (Debian-26K) and -0.0006 (debian-files) (docs/serving.md).
+COMMON_SHARE = 0.1
 
 
 class Network(Protocol):
@@ -100,6 +112,22 @@ class FusedModel:
             raise RuntimeError("the fusion weights are not chosen yet")  # a fit sets them
         return self.fusion.weight
 
+    def asks_network(self) -> bool:
+        """Whether an answer asks the network anything: its candidates (unless the votes'
+        weights leave it none) or the rows' hidden vectors (for hidden votes)."""
+        weight = self.fusion.weight
+        if weight is None:
+            return True
+        return sum(weight[:2]) < 1.0 or (weight[1] > 0 and self.index.embedding is not None)
+
+    def served(self, settings: IndexSettings | None = None) -> FusedModel:
+        """This model answering through the neighbours' serving indexes, where it keeps
+        enough points to gain (:func:`served_neighbours`; the points' search only if the
+        hidden votes weigh): what ``build_index`` gives the estimator and ``dslide
+        predict --index`` a worker."""
+        hidden = self.fusion.weight is None or self.fusion.weight[1] > 0
+        return dataclasses.replace(self, index=served_neighbours(self.index, settings, hidden))
+
     def candidates(self) -> int:
         """How many of the network's best labels the sources are fused over."""
         return min(CANDIDATES, self.index.n_labels)
@@ -150,17 +178,21 @@ class FusedModel:
         return [*votes, index.centroid_votes(X, candidates)]
 
     def topk(self, net: Network, X: CSR, k: int, exact: bool = True) -> Votes:
-        """Each row's ``k`` best labels by the fused score, and those scores."""
+        """Each row's ``k`` best labels by the fused score, and those scores (the network
+        not asked where the votes' weights leave it none)."""
         weight, tail, index = self.weight, self.fusion.tail, self.index
         m = max(k, self.candidates())
-        ids, logits = net.topk_scores(X, m, exact)
+        # the network's weight is what the votes leave: none left, it is not asked (its
+        # candidates would only fill the lists with labels that score 0 from it)
+        ids, logits = net.topk_scores(X, m, exact) if sum(weight[:2]) < 1.0 else _none(X)
         votes = self.with_centroid_votes(X, (ids, logits), self.votes(net, X, weight), weight, tail)
         power = self.fusion.tree_power if index.trees else 0.0
         width = max(k, SCORED) if power else k
         top, scores = fused_topk(ids, logits, votes, weight, width, tail, index.inverse_propensity)
         if not power:
             return top, scores
-        return tree_rescored(top, scores, index.tree_losses(X, top), power, k)
+        losses = index.tree_topk_losses(X, top, scores, power, k)  # inf: out of the k best
+        return tree_rescored(top, scores, losses, power, k)
 
     def metrics(self, net: Network, X: CSR, Y: CSR, ks: tuple[int, ...], exact: bool) -> dict:
         """P@k, nDCG@k and PSP@k of the fused top-k of rows ``X`` with true labels ``Y``
@@ -168,6 +200,24 @@ class FusedModel:
         top, _ = self.topk(net, X, max(ks), exact)
         index = self.index
         return xc_metrics(top, Y, ks, label_counts=index.label_counts, n_train=index.n_points)
+
+
+def served_neighbours(
+    index: NeighbourIndex, settings: IndexSettings | None = None, hidden: bool = True
+) -> NeighbourIndex:
+    """``index`` answering faster where it keeps :data:`MIN_POINTS` points or more: the
+    input's votes without the postings of the features most points hold
+    (:data:`COMMON_SHARE`), and with ``hidden``, the hidden vectors behind an approximate
+    search (a row's votes score the points it proposes, not all; ``settings``' seed and
+    threads build it)."""
+    if index.n_points < MIN_POINTS:
+        return index
+    if index.serving is None:
+        index = index.with_serving_postings(COMMON_SHARE)
+    if hidden and index.embedding is not None and index.search is None:
+        settings = settings or IndexSettings()
+        index = index.with_search(IndexSettings(seed=settings.seed, threads=settings.threads))
+    return index
 
 
 def _none(X: CSR) -> Votes:

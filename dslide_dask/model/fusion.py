@@ -46,7 +46,7 @@ MARGIN = 0.5
 def softmax_of_top(logits: np.ndarray) -> np.ndarray:
     """The network's probabilities, the softmax over each row's top logits (-inf: none)."""
     top = np.where(np.isfinite(logits), logits, -np.inf).astype(np.float64)
-    top -= np.max(np.where(np.isfinite(top), top, -1e300), axis=1, keepdims=True)
+    top -= np.max(np.where(np.isfinite(top), top, -1e300), axis=1, keepdims=True, initial=-1e300)
     p = np.exp(top)
     return (p / np.maximum(p.sum(axis=1, keepdims=True), 1e-300)).astype(np.float32)
 

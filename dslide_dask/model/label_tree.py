@@ -29,6 +29,7 @@ import numba
 import numpy as np
 
 from dslide_dask.kernels import label_tree as kernels
+from dslide_dask.kernels import tree_query
 from dslide_dask.kernels.neighbours import transpose
 from dslide_dask.malloc import trim_heap
 from dslide_dask.model.label_centroids import LabelCentroids
@@ -83,7 +84,7 @@ class LabelTree:
         """The tree over unit-norm ``rows`` (CSR: ptr, features, values) whose labels are
         ``y_idx[y_ptr[i]:y_ptr[i+1]]``, of the labels of ``centroids.n_labels`` that
         have a row: a label without one has no classifier to train
-        (:data:`~dslide_dask.kernels.label_tree.UNSEEN`). The splits are made here; the
+        (:data:`~dslide_dask.kernels.tree_query.UNSEEN`). The splits are made here; the
         nodes' classifiers are trained by ``nodes`` (None: :func:`train_levels`, here),
         which may train them anywhere: a node's classifiers depend on nothing else."""
         n_labels, n_features = centroids.n_labels, centroids.n_features
@@ -151,24 +152,36 @@ class LabelTree:
     ) -> np.ndarray:
         """For unit-norm ``query`` rows (CSR) and their candidates ``ids`` (-1: none):
         the sum of the squared hinge losses on each candidate's path (0 for none,
-        :data:`~dslide_dask.kernels.label_tree.UNSEEN` for a label not in the tree)."""
+        :data:`~dslide_dask.kernels.tree_query.UNSEEN` for a label not in the tree)."""
         ptr, idx, val = _sorted_rows(*query)
-        return kernels.path_losses(
+        return tree_query.path_losses(
             ptr,
             idx,
             val,
             ids,
             self.position,
-            self.bounds,
-            self.level_ptr,
-            self.child_ptr,
+            self.served[0],
             self.w_ptr,
             self.w_feature,
             self.w_val,
             self.bias,
+            *self.served[1:],
             max(self.n_features, int(idx.max(initial=-1)) + 1),
             4 * numba.get_num_threads(),
         )
+
+    @functools.cached_property
+    def served(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """What :meth:`losses` reads beside the tree (derived, never stored): the child of
+        each classifier level on each position's path, and the weights of the classifiers
+        above the leaves by feature (as many bytes again as theirs), so a row scores
+        those all at once (:mod:`~dslide_dask.kernels.tree_query`)."""
+        n_inner = tree_query.inner_children(self.level_ptr, self.child_ptr)
+        by_feature = tree_query.inner_by_feature(
+            self.w_ptr, self.w_feature, self.w_val, n_inner, self.n_features
+        )
+        paths = tree_query.child_paths(self.bounds, self.level_ptr, self.child_ptr)
+        return paths, *by_feature, n_inner
 
     def state(self) -> dict[str, np.ndarray]:
         """The arrays that define the tree (:data:`ARRAYS`)."""
@@ -233,6 +246,34 @@ def _pointer(ptr: np.ndarray, end: int, name: str) -> None:
     """ValueError unless ``ptr`` starts at 0, never falls and ends at ``end``."""
     if len(ptr) < 1 or ptr[0] != 0 or ptr[-1] != end or (np.diff(ptr) < 0).any():
         raise ValueError(f"{name} must run from 0 to {end} and never fall")
+
+
+def forest_topk_losses(
+    trees: Sequence[LabelTree],
+    query: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ids: np.ndarray,
+    scores: np.ndarray,
+    power: float,
+    k: int,
+) -> np.ndarray:
+    """The mean of the ``trees``' :meth:`LabelTree.losses` of the candidates ``ids``
+    that can be among each row's ``k`` best by ``scores * exp(-power * loss)`` (the
+    others ``inf``: they are not), as a served row needs them: each candidate's leaf
+    classifiers are scored only while its loss above the leaves leaves it a chance
+    (:func:`~dslide_dask.kernels.tree_query.bounded_losses`)."""
+    ptr, idx, val = _sorted_rows(*query)
+    served = [tree.served for tree in trees]
+    n_features = max(max(t.n_features for t in trees), int(idx.max(initial=-1)) + 1)
+    return tree_query.bounded_losses(
+        ptr, idx, val, np.ascontiguousarray(ids, np.int64),
+        np.ascontiguousarray(scores, np.float32), float(power), int(k),
+        tuple(t.position for t in trees), tuple(s[0] for s in served),  # the paths
+        tuple(t.w_ptr for t in trees), tuple(t.w_feature for t in trees),
+        tuple(t.w_val for t in trees), tuple(t.bias for t in trees),
+        tuple(s[1] for s in served), tuple(s[2] for s in served),  # inner, by feature
+        tuple(s[3] for s in served), tuple(s[4] for s in served),
+        n_features, 4 * numba.get_num_threads(),
+    )  # fmt: skip
 
 
 def leaf_depth(n_labels: int) -> int:

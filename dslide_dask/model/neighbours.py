@@ -198,6 +198,16 @@ class NeighbourIndex:
             total += tree.losses(query, ids)
         return total / np.float32(len(self.trees))
 
+    def tree_topk_losses(
+        self, X: CSR, ids: np.ndarray, scores: np.ndarray, power: float, k: int
+    ) -> np.ndarray:
+        """:meth:`tree_losses` of the candidates that can be among each row's ``k`` best
+        by ``scores * exp(-power * loss)``, ``inf`` for the others
+        (:func:`~dslide_dask.model.label_tree.forest_topk_losses`)."""
+        if not self.trees:
+            raise ValueError("the neighbour index has no label tree")
+        return label_tree.forest_topk_losses(self.trees, self._query(X), ids, scores, power, k)
+
     def centroid_votes(self, X: CSR, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each row's candidates ``ids`` (-1: none) and their centroids' cosine with it."""
         if self.centroids is None:

@@ -239,6 +239,7 @@ def run(args: argparse.Namespace) -> int:
 def output_indexes(args: argparse.Namespace, ckpt, net):
     """``(figures, probes)`` for each probe count asked, with the output index attached
     to the network's shards: the stored one, or one built here (timed)."""
+    from dslide_dask.checkpoint.label_counts import load_label_counts
     from dslide_dask.checkpoint.output_index import has_output_index, load_output_index
     from dslide_dask.model.output_index import IndexSettings, OutputIndex, faiss_module
 
@@ -251,7 +252,9 @@ def output_indexes(args: argparse.Namespace, ckpt, net):
     if has_output_index(ckpt) and not args.index_setting:
         index, how = load_output_index(ckpt), "stored"
     else:
-        index = OutputIndex.build(net.shards, IndexSettings.of(dict(args.index_setting)))
+        labels = load_label_counts(ckpt, storage_options(args.storage_option))
+        counts = None if labels is None else labels.counts
+        index = OutputIndex.build(net.shards, IndexSettings.of(dict(args.index_setting)), counts)
         how = "built"
     seconds = time.perf_counter() - t0
     layer = sum(s.W.nbytes + s.bias.nbytes for s in net.shards)
