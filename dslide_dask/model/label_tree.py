@@ -31,9 +31,8 @@ import numpy as np
 from dslide_dask.kernels import label_tree as kernels
 from dslide_dask.kernels import tree_query
 from dslide_dask.kernels.neighbours import transpose
-from dslide_dask.malloc import trim_heap
 from dslide_dask.model.label_centroids import LabelCentroids
-from dslide_dask.model.tree_nodes import NodeProblem, NodeTrainer, train_levels
+from dslide_dask.model.tree_nodes import NodeProblem, NodeTrainer, joined, train_levels
 
 #: A leaf holds at most this many labels (Parabel's and omikuji's 100).
 LEAF = 100
@@ -48,8 +47,6 @@ RARE_ROWS, RARE_SHARE = 3, 1 / 3
 #: The arrays that define a tree (:meth:`LabelTree.state`).
 ARRAYS = ("perm", "bounds", "level_ptr", "child_ptr", "w_ptr", "w_feature", "w_val", "bias")
 
-#: Weights copied between two returns of freed heap pages while a tree is joined (256 MB).
-TRIM_ENTRIES = 32 << 20
 #: The arrays not of int64.
 DTYPES: dict[str, type] = {"w_feature": np.int32, "w_val": np.float32, "bias": np.float32}
 
@@ -128,7 +125,7 @@ class LabelTree:
                 ]
             )
         parts = [part for level in (nodes or train_levels)(problem, jobs, seed) for part in level]
-        return cls(perm, *_levels(levels), *_joined(parts))
+        return cls(perm, *_levels(levels), *joined(parts))
 
     @property
     def n_labels(self) -> int:
@@ -366,34 +363,6 @@ def _levels(levels: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     level_ptr = np.zeros(len(levels) + 1, np.int64)
     np.cumsum([len(b) for b in levels], out=level_ptr[1:])
     return np.concatenate(levels), level_ptr
-
-
-def _joined(parts: list) -> tuple[np.ndarray, ...]:
-    """The nodes' trained classifiers as one set of arrays (:class:`LabelTree`'s last
-    five). Each node's part is copied into place and let go (``parts[n] = None``), its
-    heap pages returned every :data:`TRIM_ENTRIES`: the tree is never held twice (3.9 GB
-    of weights at ``amazon-3m``'s 300K rows)."""
-    child_ptr = np.zeros(len(parts) + 1, np.int64)
-    np.cumsum([len(p[3]) for p in parts], out=child_ptr[1:])
-    entries = np.zeros(len(parts) + 1, np.int64)
-    np.cumsum([p[0][-1] for p in parts], out=entries[1:])
-    w_ptr = np.zeros(child_ptr[-1] + 1, np.int64)
-    w_feature = np.empty(entries[-1], np.int32)
-    w_val = np.empty(entries[-1], np.float32)
-    bias = np.empty(child_ptr[-1], np.float32)
-    copied = 0
-    for n, (ptr, feature, val, b) in enumerate(parts):
-        a, z = child_ptr[n], child_ptr[n + 1]
-        w_ptr[a + 1 : z + 1] = ptr[1:] + entries[n]
-        w_feature[entries[n] : entries[n + 1]] = feature
-        w_val[entries[n] : entries[n + 1]] = val
-        bias[a:z] = b
-        parts[n] = None
-        copied += len(feature)
-        if copied > TRIM_ENTRIES:  # the parts' freed heap pages back to the OS as we go
-            trim_heap()
-            copied = 0
-    return child_ptr, w_ptr, w_feature, w_val, bias
 
 
 def _sorted_rows(

@@ -18,7 +18,10 @@ import numba
 import numpy as np
 
 from dslide_dask.kernels import label_tree as kernels
+from dslide_dask.malloc import trim_heap
 
+#: Weights copied between two returns of freed heap pages while a tree is joined (256 MB).
+TRIM_ENTRIES = 32 << 20
 #: The classifiers' C, passes and pruning: the label classifiers' (docs/accuracy.md).
 C, PASSES, PRUNE = 1.0, 6, 0.1
 
@@ -98,3 +101,32 @@ def _trained(jobs: list[tuple[np.ndarray, int]], train, threads: int) -> list[tu
     for worker, share in enumerate(shares):
         out[worker::threads] = share
     return out
+
+
+def joined(parts: list) -> tuple[np.ndarray, ...]:
+    """The nodes' trained classifiers as one set of arrays (a
+    :class:`~dslide_dask.model.label_tree.LabelTree`'s last five). Each node's part is
+    copied into place and let go (``parts[n] = None``), its heap pages returned every
+    :data:`TRIM_ENTRIES`: the tree is never held twice (3.9 GB of weights at
+    ``amazon-3m``'s 300K rows)."""
+    child_ptr = np.zeros(len(parts) + 1, np.int64)
+    np.cumsum([len(p[3]) for p in parts], out=child_ptr[1:])
+    entries = np.zeros(len(parts) + 1, np.int64)
+    np.cumsum([p[0][-1] for p in parts], out=entries[1:])
+    w_ptr = np.zeros(child_ptr[-1] + 1, np.int64)
+    w_feature = np.empty(entries[-1], np.int32)
+    w_val = np.empty(entries[-1], np.float32)
+    bias = np.empty(child_ptr[-1], np.float32)
+    copied = 0
+    for n, (ptr, feature, val, b) in enumerate(parts):
+        a, z = child_ptr[n], child_ptr[n + 1]
+        w_ptr[a + 1 : z + 1] = ptr[1:] + entries[n]
+        w_feature[entries[n] : entries[n + 1]] = feature
+        w_val[entries[n] : entries[n + 1]] = val
+        bias[a:z] = b
+        parts[n] = None
+        copied += len(feature)
+        if copied > TRIM_ENTRIES:  # the parts' freed heap pages back to the OS as we go
+            trim_heap()
+            copied = 0
+    return child_ptr, w_ptr, w_feature, w_val, bias
