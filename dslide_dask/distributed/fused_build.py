@@ -360,7 +360,7 @@ def row_stats(
         counts, sums, n_points, nnz = block_counts(source)
     else:
         if isinstance(source, ClusterData):
-            futures = client.map(block_counts, source.parts, pure=False)
+            futures = client.map(block_counts, source.parts, n_labels=source.n_labels, pure=False)
         else:
             futures = client.map(_part_counted, source.partitions, skip=skip_bad_lines, pure=False)
         counts, sums, n_points, nnz = client.submit(summed, futures, pure=False).result()

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from dslide_dask.local_trainer import LocalTrainer
     from dslide_dask.model.config import SlideConfig
     from dslide_dask.model.fused import FusedModel
+    from dslide_dask.model.fused_build import FusedRecipe
     from dslide_dask.model.neighbours import NeighbourIndex
     from dslide_dask.model.output_index import OutputIndex
 
@@ -152,6 +153,8 @@ class EstimatorState:
         def _indexes(self, data: Any) -> bool: ...
 
         def _neighbour_k(self) -> int: ...
+
+        def _recipe(self) -> FusedRecipe: ...
 
         def _neighbour_split(self, data: Any, seed: int) -> tuple[Any, XCDataset | None]: ...
 

@@ -106,14 +106,16 @@ def fused_bytes(
     return parts
 
 
-def block_counts(data) -> tuple[np.ndarray, np.ndarray, int, int]:
+def block_counts(data, n_labels: int | None = None) -> tuple[np.ndarray, np.ndarray, int, int]:
     """A block of rows' (an ``XCDataset``'s) label counts, each label's sum of its rows'
-    non-zeros, its rows and its non-zeros: what :func:`summed` adds up over blocks."""
+    non-zeros, its rows and its non-zeros: what :func:`summed` adds up over blocks
+    (``n_labels``: the whole set's, where a block knows only the labels it has)."""
     Y = data.Y
+    n = data.n_labels if n_labels is None else n_labels
     per_label = np.repeat(np.diff(data.X.indptr).astype(np.float64), np.diff(Y.indptr))
     return (
-        np.bincount(Y.indices, minlength=data.n_labels).astype(np.int64),
-        np.bincount(Y.indices, weights=per_label, minlength=data.n_labels),
+        np.bincount(Y.indices, minlength=n).astype(np.int64),
+        np.bincount(Y.indices, weights=per_label, minlength=n),
         int(data.n_points),
         int(data.X.indptr[-1]),
     )
