@@ -3,8 +3,8 @@
 The classifiers above the leaves are few (2,080 at 670K labels) but wide: the root's
 children weigh most features (100K of 136K each), so scoring one of them for a row by a
 binary search per query feature cost about 1,300 dependent cache misses, and a row met
-20 to 40 of them (1.3 ms a row a tree). :func:`inner_by_feature` lays those classifiers'
-weights out by feature instead (derived from the tree, never stored), and a row adds each
+20 to 40 of them (1.3 ms a row a tree). Their weights are laid out by feature instead
+(their CSR transposed, derived from the tree, never stored), and a row adds each
 of its features' entries into every inner classifier's margin at once: a sequential read
 (27K entries a row at 670K labels, 0.05 ms). The leaf classifiers (one a candidate; a
 served candidate's has about 480 weights, as candidates are frequent labels) are scored
@@ -30,30 +30,6 @@ def inner_children(level_ptr: np.ndarray, child_ptr: np.ndarray) -> int:
     n_levels = level_ptr.shape[0] - 1
     n_leaf_nodes = level_ptr[n_levels] - level_ptr[n_levels - 1] - 1
     return int(child_ptr[child_ptr.shape[0] - 1 - n_leaf_nodes])
-
-
-@numba.njit(cache=True, nogil=True)
-def inner_by_feature(w_ptr: np.ndarray, w_feature: np.ndarray, w_val: np.ndarray,
-                     n_inner: int, n_features: int):  # fmt: skip
-    """The weights of children ``0..n_inner-1`` by feature (a counting sort): ``f_ptr``
-    (``n_features + 1``), then each entry's child (ascending within a feature) and
-    value."""
-    end = w_ptr[n_inner]
-    f_ptr = np.zeros(n_features + 1, np.int64)
-    for e in range(end):
-        f_ptr[w_feature[e] + 1] += 1
-    for f in range(n_features):
-        f_ptr[f + 1] += f_ptr[f]
-    fill = f_ptr[:-1].copy()
-    child = np.empty(end, np.int32)
-    value = np.empty(end, np.float32)
-    for c in range(n_inner):
-        for e in range(w_ptr[c], w_ptr[c + 1]):
-            at = fill[w_feature[e]]
-            child[at] = c
-            value[at] = w_val[e]
-            fill[w_feature[e]] = at + 1
-    return f_ptr, child, value
 
 
 @numba.njit(cache=True, nogil=True)
@@ -129,7 +105,7 @@ def path_losses(
     (:func:`child_paths`; ``position`` -1: not in the tree), child ``c`` of weights
     ``w_feature/w_val[w_ptr[c]:w_ptr[c+1]]`` and bias ``bias[c]``. The ``n_inner``
     children above the leaves are also given by feature (``f_ptr``, ``f_child``,
-    ``f_val``: :func:`inner_by_feature`): a row computes their margins all at once."""
+    ``f_val``: their CSR transposed): a row computes their margins all at once."""
     n, m = cand.shape
     n_levels = paths.shape[1]
     out = np.zeros((n, m), np.float32)

@@ -174,8 +174,9 @@ class LabelTree:
         above the leaves by feature (as many bytes again as theirs), so a row scores
         those all at once (:mod:`~dslide_dask.kernels.tree_query`)."""
         n_inner = tree_query.inner_children(self.level_ptr, self.child_ptr)
-        by_feature = tree_query.inner_by_feature(
-            self.w_ptr, self.w_feature, self.w_val, n_inner, self.n_features
+        end = self.w_ptr[n_inner]  # the inner children's weights, by feature
+        by_feature = transpose(
+            self.w_ptr[: n_inner + 1], self.w_feature[:end], self.w_val[:end], self.n_features
         )
         paths = tree_query.child_paths(self.bounds, self.level_ptr, self.child_ptr)
         return paths, *by_feature, n_inner
