@@ -94,13 +94,6 @@ def row_stats(client: Any, source: Any, skip_bad_lines: bool = False) -> RowStat
     return on_cluster(client, source, skip_bad_lines)[1]
 
 
-def mostly_rare(client: Any, source: Any, skip_bad_lines: bool = False) -> bool:
-    """Whether most training labels of ``source`` are of labels seen a few times (the
-    network then trains on fewer random negatives beside the trees), counted where the
-    rows are (:func:`row_stats`)."""
-    return row_stats(client, source, skip_bad_lines).mostly_rare
-
-
 def build_fused_parts(
     trainer: Any,
     source: XCDataset | DataSource,

@@ -367,10 +367,5 @@ def row_stats(
     return counts, RowStats.of_counts(source.n_features, counts, sums, int(n_points), int(nnz))
 
 
-def label_counts(client: Any, source: XCDataset | DataSource, skip_bad_lines: bool = False):
-    """How many training rows carry each label (:func:`row_stats`'s first)."""
-    return row_stats(client, source, skip_bad_lines)[0]
-
-
 def _part_counted(part: Partition, skip: bool) -> tuple:
     return block_counts(read_partition(part, skip)[0])
