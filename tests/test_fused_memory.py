@@ -13,7 +13,7 @@ from dslide_dask.distributed.placement import place_shards
 from dslide_dask.errors import MemoryPlanError
 from dslide_dask.fused_parts import row_stats
 from dslide_dask.model.fused_build import recipe_from
-from dslide_dask.model.fused_size import RowStats, fused_bytes
+from dslide_dask.model.fused_size import FusedBytes, RowStats, fused_bytes
 from dslide_dask.model.label_tree import trees_for
 from dslide_dask.model.neighbours import NeighbourIndex
 from dslide_workflows.cli import main
@@ -57,24 +57,36 @@ def test_a_run_whose_fused_parts_would_not_fit_is_refused_naming_them():
     workers = {f"tcp://10.0.0.{i}:1": {"nthreads": 1, "memory_limit": 2 << 30} for i in range(2)}
     stats = RowStats(2_000_000, 500_000, 3_000_000, 80_000_000, 60_000_000, 2_000_000_000)
     need = recipe_from({}).nbytes(stats, 128)
-    assert need > 20 << 30
+    assert need.last > 20 << 30 and need.trees > 0
     assert place_shards(workers, cfg, 30_000, n_features=1000).plan.fits
     with pytest.raises(MemoryPlanError) as refused:
         place_shards(workers, cfg, 30_000, n_features=1000, fused_bytes=need)
     message = str(refused.value)
     assert "over 80% of its limit" in message
-    assert f"neighbours=0 (the network alone, without the {need / 2**30:.2f} GiB" in message
+    most = need.on(1, 2)  # the building worker's: the rest, and its piece of the trees
+    assert f"neighbours=0 (the network alone, without the {most / 2**30:.2f} GiB" in message
 
 
 def test_the_building_worker_takes_fewer_neurons_where_equal_shares_would_not_fit():
     cfg = SlideConfig(L=10, range_pow=10, bucket_capacity=16)
     workers = {f"tcp://10.0.0.{i}:1": {"nthreads": 1, "memory_limit": 2 << 30} for i in range(2)}
     placement = place_shards(
-        workers, cfg, 300_000, n_features=1000, coordinator_load=0, fused_bytes=900 << 20
-    )
+        workers, cfg, 300_000, n_features=1000, coordinator_load=0,
+        fused_bytes=FusedBytes(900 << 20),
+    )  # fmt: skip
     sizes = [placement.layout.size(s) for s in range(2)]
     assert placement.plan.fits and sizes[1] < sizes[0]
     assert placement.plan.workers[1].fused == 900 << 20 and placement.plan.workers[0].fused == 0
+
+
+def test_the_label_trees_are_planned_in_pieces_on_every_worker():
+    cfg = SlideConfig(L=10, range_pow=10, bucket_capacity=16)
+    workers = {f"tcp://10.0.0.{i}:1": {"nthreads": 1, "memory_limit": 4 << 30} for i in range(3)}
+    fused = FusedBytes(last=600 << 20, trees=900 << 20, problem=100 << 20)
+    plan = place_shards(workers, cfg, 30_000, n_features=1000, fused_bytes=fused).plan
+    assert [w.fused for w in plan.workers] == [400 << 20, 400 << 20, 1000 << 20]
+    one = place_shards(dict(list(workers.items())[:1]), cfg, 30_000, fused_bytes=fused).plan
+    assert one.workers[0].fused == 1500 << 20  # one worker builds the trees whole
 
 
 def test_plan_estimates_a_file_from_its_first_rows(small, tmp_path, capsys):

@@ -197,26 +197,36 @@ def test_a_fit_from_a_url_in_process_builds_the_same_recipe_here(files):
     assert clf.evaluate(test.X, test.Y)["P@1"] > clf.trainer_.evaluate(test)["P@1"] + 0.1
 
 
-def _tree_state(rows, y_ptr, y_idx, centroids, workers):
-    from dslide_dask.distributed.fused_build import ClusterNodes
+def test_a_tree_kept_in_pieces_on_the_workers_scores_and_saves_as_one(files, client, tmp_path):
+    from dslide_dask.checkpoint.tree_pieces import joined_trees
+    from dslide_dask.distributed.tree_shards import ShardNodes, ShardTrees, start_shards
     from dslide_dask.model.label_tree import LabelTree
-
-    nodes = ClusterNodes(tuple(workers)) if workers else None
-    return LabelTree.build(rows, y_ptr, y_idx, centroids, 7, nodes).state()
-
-
-def test_a_tree_trained_over_the_workers_is_the_tree_trained_in_one(files, client):
     from dslide_dask.model.neighbours import NeighbourIndex
+    from dslide_dask.model.tree_shards import forest_losses
 
-    _, train, _ = files
+    _, train, test = files
     index = NeighbourIndex.build(train.X, train.Y).with_centroids()
-    args = (index._rows(), index.y_ptr, index.y_idx, index.centroids)
-    workers = sorted(client.scheduler_info()["workers"])
-    spread = client.submit(_tree_state, *args, workers, pure=False).result()
-    here = _tree_state(*args, [])
-    assert spread.keys() == here.keys()
-    for name, array in here.items():
-        np.testing.assert_array_equal(spread[name], array, err_msg=name)
+    args = (index._rows(), index.y_ptr, index.y_idx, index.centroids, 7)
+    here = LabelTree.build(*args)
+    shards = start_shards(client, sorted(client.scheduler_info()["workers"]))
+    actors = [shard.result() for shard in shards]
+    shape = LabelTree.build(*args, ShardNodes(actors))
+    held = [actor.assemble((shape,)).result() for actor in actors]
+    assert min(held) > 0  # each worker keeps a share of the weights
+    assert sum(held) == here.w_feature.nbytes + here.w_val.nbytes
+    ids = np.random.default_rng(0).integers(-1, train.n_labels, (test.n_points, 20))
+    np.testing.assert_allclose(
+        ShardTrees(actors).losses(test.X, ids), forest_losses((here,), test.X, ids), rtol=1e-5
+    )
+    entries: dict = {}
+    for p, actor in enumerate(actors):
+        entries.update(actor.save(str(tmp_path), p, None).result())
+    folder = tmp_path / "neighbours"
+    whole = joined_trees({name: np.load(folder / f"{name}.npy") for name in entries})
+    for name, array in here.state().items():
+        np.testing.assert_array_equal(whole[f"tree_{name}"], array, err_msg=name)
+    for shard in shards:
+        shard.release()
 
 
 def test_plan_counts_the_fused_parts_on_the_worker_that_builds_them(capsys):

@@ -13,6 +13,8 @@ import argparse
 import os
 from dataclasses import replace
 
+from dslide_dask.model.fused_size import NO_FUSED
+
 
 def add_plan_parser(sub: argparse._SubParsersAction) -> None:
     from dslide_workflows.run_flags import add_run_arguments
@@ -54,13 +56,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     workers, where = _workers(run, args.memory_limit)
     print(f"cluster: {where}")
-    fused_bytes = 0
+    fused_bytes = NO_FUSED
     if recipe is not None:
         stats, how = _row_stats(run)
         fused_bytes = recipe.nbytes(stats, cfg.hidden[-1])
+        trees = fused_bytes.trees / 2**30
         print(
-            f"fused parts: {fused_bytes / 2**30:.2f} GiB at their build's peak, on the last "
-            f"worker ({how}; --opt neighbours=0: the network alone)"
+            f"fused parts: {fused_bytes.last / 2**30:.2f} GiB at their build's peak, on the "
+            f"last worker, and {trees:.2f} GiB of label trees in pieces over the workers "
+            f"({how}; --opt neighbours=0: the network alone)"
         )
     try:
         placement = place_shards(

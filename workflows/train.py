@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from dslide_dask.model.fused_size import NO_FUSED, FusedBytes
 from dslide_workflows.run_flags import add_run_arguments
 from dslide_workflows.run_schema import RunSettings
 
@@ -104,7 +105,7 @@ def _train(args: argparse.Namespace, run: RunSettings, model, folder) -> int:
     warm_kernels(run.in_process or not run.scheduler_address)
     with _cluster(run) as client:
         t0 = time.perf_counter()
-        fused_bytes = 0
+        fused_bytes = NO_FUSED
         if recipe is not None:  # which negatives, and the fused parts' bytes: by the counts
             from dslide_dask.fused_parts import row_stats
 
@@ -353,7 +354,13 @@ def _cluster(run: RunSettings):
 
 
 def _trainer(
-    run: RunSettings, cfg, shape: tuple[int, int], client, folder, restore, fused_bytes: int = 0
+    run: RunSettings,
+    cfg,
+    shape: tuple[int, int],
+    client,
+    folder,
+    restore,
+    fused_bytes: FusedBytes = NO_FUSED,
 ):
     from dslide_dask.checkpoint import CheckpointPolicy
     from dslide_dask.distributed import DistributedTrainer

@@ -18,12 +18,18 @@ from dslide_dask.model.fusion import CENTROID_WEIGHTS, TAILS
 BLOCK = "fusion"
 
 
-def save_fused(folder_url: str, fused: FusedModel, storage_options: dict | None = None) -> dict:
-    """Write ``fused``'s index into the (uncommitted) checkpoint folder ``folder_url``;
-    the metadata block to commit it with."""
+def save_fused(
+    folder_url: str,
+    fused: FusedModel,
+    storage_options: dict | None = None,
+    pieces: dict[str, dict] | None = None,
+) -> dict:
+    """Write ``fused``'s index into the (uncommitted) checkpoint folder ``folder_url``
+    (``pieces``: the entries its label trees' pieces wrote there); the metadata block to
+    commit it with."""
     if fused.fusion.weight is None:
         raise ValueError("a fused model is saved once its weights are chosen")
-    save_neighbours(folder_url, fused.index, storage_options)
+    save_neighbours(folder_url, fused.index, storage_options, pieces)
     return {BLOCK: fused.fusion.params()}
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from dslide_dask.checkpoint.arrays import CheckpointError, read_array, write_array
 from dslide_dask.checkpoint.schema import check_entry
+from dslide_dask.checkpoint.tree_pieces import is_piece, joined_trees
 from dslide_dask.model.neighbours import (
     ARRAYS,
     CLASSIFIER_ARRAYS,
@@ -31,8 +32,14 @@ FORMAT = "dslide-dask neighbour index"
 MANIFEST_MAX_BYTES = 1 << 20
 
 
-def save_neighbours(url: str, index: NeighbourIndex, storage_options: dict | None = None) -> None:
-    """Write ``index`` into the checkpoint folder ``url``."""
+def save_neighbours(
+    url: str,
+    index: NeighbourIndex,
+    storage_options: dict | None = None,
+    pieces: dict[str, dict] | None = None,
+) -> None:
+    """Write ``index`` into the checkpoint folder ``url``, listing beside its arrays those
+    its label trees' ``pieces`` wrote there (their entries: :mod:`.tree_pieces`)."""
     fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
     folder = posixpath.join(root, FOLDER)
     guard_write(fs, root, folder)
@@ -41,6 +48,7 @@ def save_neighbours(url: str, index: NeighbourIndex, storage_options: dict | Non
     for name, array in index.state().items():
         path = guard_write(fs, root, posixpath.join(folder, name + ".npy"))
         arrays[name] = write_array(fs, path, array)
+    arrays.update(pieces or {})
     manifest = {"format": FORMAT, "n_labels": index.n_labels, "arrays": arrays}
     with fs.open(guard_write(fs, root, posixpath.join(folder, MANIFEST)), "w") as f:
         json.dump(manifest, f)
@@ -102,7 +110,9 @@ def load_neighbours(
     if n_labels is not None and found != n_labels:
         raise CheckpointError(f"{where}: an index of {found} labels, the model has {n_labels}")
     optional = {EMBEDDING, *CLASSIFIER_ARRAYS, *(key for tree in TREE_ARRAYS for key in tree)}
-    if not isinstance(entries, dict) or set(entries) - optional != set(ARRAYS):
+    if not isinstance(entries, dict) or {
+        name for name in set(entries) - optional if not is_piece(name)
+    } != set(ARRAYS):
         raise CheckpointError(
             f"{where}: arrays must be {sorted(ARRAYS)} (and {EMBEDDING}, the classifiers', "
             "the label trees')"
@@ -117,7 +127,7 @@ def load_neighbours(
         if name in UNIT_VALUES:
             _check_unit(arrays[name], fs.unstrip_protocol(path), UNIT_VALUES[name])
     try:
-        return NeighbourIndex.from_state(arrays, found)
+        return NeighbourIndex.from_state(joined_trees(arrays), found)
     except ValueError as err:
         raise CheckpointError(f"{where}: {err}") from None
 

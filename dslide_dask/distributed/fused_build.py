@@ -14,6 +14,7 @@ random negatives and the bytes the fused parts will take.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import uuid
 from dataclasses import dataclass
@@ -32,12 +33,13 @@ from dslide_dask.data.partitions import DataSource, Partition
 from dslide_dask.data.source import read_partition
 from dslide_dask.distributed.cluster_data import ClusterData
 from dslide_dask.distributed.liveness import still_listed
+from dslide_dask.distributed.tree_shards import ShardNodes, ShardTrees, start_shards
 from dslide_dask.errors import ShardLostError
 from dslide_dask.model.fused import FusedModel
 from dslide_dask.model.fused_build import FusedBuild, Report, Stages
 from dslide_dask.model.fused_size import RowStats, block_counts, summed
 from dslide_dask.model.network_answers import metrics_with_network
-from dslide_dask.model.tree_nodes import NodeProblem, train_levels
+from dslide_dask.model.tree_shards import TreeLosses
 
 
 class CoordinatorNetwork:
@@ -60,55 +62,6 @@ class CoordinatorNetwork:
             for a, b in row_ranges(X.n_rows, SCORE_ROWS, at_least_one=True)
         ]
         return np.concatenate(parts).astype(np.float32, copy=False)
-
-
-class ClusterNodes:
-    """Trains a label tree's node classifiers on ``workers`` (from a task on one of them,
-    through its ``worker_client``): the nodes, the root's included, are dealt out by
-    their cost (:meth:`~dslide_dask.model.tree_nodes.NodeProblem.cost`), longest first,
-    each to the least loaded worker, the rows and labels sent once to each worker. A
-    node's classifiers are the same wherever they are trained, so is the tree."""
-
-    def __init__(self, workers: tuple[str, ...]) -> None:
-        self.workers = workers
-
-    def __call__(
-        self, problem: NodeProblem, levels: list[list[tuple[np.ndarray, int]]], seed: int
-    ) -> list[list[tuple]]:
-        from distributed import worker_client
-
-        jobs = [(v, j) for v, level in enumerate(levels) for j in range(len(level))]
-        cost = {job: problem.cost(levels[job[0]][job[1]][0]) for job in jobs}
-        shares: list[list[tuple[int, int]]] = [[] for _ in self.workers]
-        load = [0.0] * len(self.workers)
-        for job in sorted(jobs, key=lambda job: -cost[job]):
-            least = int(np.argmin(load))
-            shares[least].append(job)
-            load[least] += cost[job]
-        with worker_client() as client:
-            futures = []
-            for w, share in zip(self.workers, shares, strict=True):
-                if not share:
-                    continue
-                # a scatter a worker: a broadcast's replicate logs an event holding
-                # WorkerStates, which then breaks every client's get_events("all")
-                [sent] = client.scatter([problem], workers=[w], hash=False)
-                jobs_of = [levels[v][j] for v, j in share]
-                futures.append(
-                    client.submit(_train_share, sent, jobs_of, seed, workers=[w], pure=False)
-                )
-            results = client.gather(futures)
-        out: list[list] = [[None] * len(level) for level in levels]
-        done = [share for share in shares if share]
-        for share, trained in zip(done, results, strict=True):
-            for (v, j), part in zip(share, trained, strict=True):
-                out[v][j] = part
-        return out
-
-
-def _train_share(problem: NodeProblem, jobs: list[tuple[np.ndarray, int]], seed: int) -> list:
-    worker_threads()
-    return train_levels(problem, [jobs], seed)[0]
 
 
 def worker_threads() -> None:
@@ -159,12 +112,13 @@ def build_fused(
     coordinator: Any,
     *source: XCDataset | DataSource,
     shape: tuple[int, int] | None = None,
-    tree_workers: tuple[str, ...] = (),
+    tree_shards: tuple[Any, ...] = (),
     topic: str | None = None,
 ) -> FusedModel:
     """Task: the fused model of the rows of ``source`` (a planned source, read here; or
     the blocks of a data set, stacked in order), the held ones split off as the stream
-    did; the label trees' classifiers trained on ``tree_workers`` (fewer than two: here);
+    did; the label trees' classifiers trained and kept by the :class:`~dslide_dask.
+    distributed.tree_shards.TreeShard` actors ``tree_shards`` (none: here, in the model);
     each stage done logged as an event of ``topic`` (None: not), which a client follows."""
     from distributed import get_worker
 
@@ -177,8 +131,16 @@ def build_fused(
     rows = source[0] if shape is None else stack_datasets(source, *shape)  # type: ignore[arg-type]
     train, held = read_split(rows, build.held, build.skip_bad_lines)
     stage(f"read {train.n_points + (0 if held is None else held.n_points):,} rows")
-    nodes = ClusterNodes(tree_workers) if len(tree_workers) > 1 else None
-    return build.recipe.build(train, held, CoordinatorNetwork(coordinator), nodes, report)
+    nodes = ShardNodes(list(tree_shards)) if tree_shards else None
+    fused = build.recipe.build(train, held, CoordinatorNetwork(coordinator), nodes, report)
+    if nodes is None or not fused.index.trees:
+        return fused
+    # the pieces take the trees' shapes; here the trees are weightless, so they go
+    stage = Stages(report)
+    calls = [shard.assemble(fused.index.trees) for shard in tree_shards]
+    held = ", ".join(f"{call.result() / 2**30:.2f}" for call in calls)
+    stage(f"label trees kept in {len(tree_shards)} pieces ({held} GiB of weights)")
+    return dataclasses.replace(fused, index=fused.index.with_trees(()))
 
 
 @dataclass
@@ -190,6 +152,10 @@ class RemoteFused:
     future: Any
     coordinator: Any
     worker: str  #: where the model is (its tasks are pinned there: it never moves)
+    #: The label trees' pieces (:class:`~dslide_dask.distributed.tree_shards.TreeShard`
+    #: actors' futures; none: the trees are in the model, or there are none).
+    shards: tuple[Any, ...] = ()
+    shard_workers: tuple[str, ...] = ()  #: where they are
 
     @classmethod
     def build(
@@ -214,13 +180,15 @@ class RemoteFused:
         if report is not None:
             topic = f"dslide-fused-build-{uuid.uuid4().hex[:8]}"
             client.subscribe_topic(topic, lambda event: report(str(event[1])))
+        spread = len(workers) > 1 and build.recipe.label_tree > 0
+        shards = start_shards(client, workers) if spread else []
         future = client.submit(
             build_fused,
             build,
             trainer.coordinator,
             *args,
             shape=shape,
-            tree_workers=tuple(workers),
+            tree_shards=tuple(shard.result() for shard in shards),
             topic=topic,
             pure=False,
             workers=[where],
@@ -229,10 +197,14 @@ class RemoteFused:
         try:
             what = "building the neighbours, centroids and trees"
             watched(client, future, tuple(workers), what, fetch=False)
+        except BaseException:
+            for shard in shards:
+                shard.release()
+            raise
         finally:
             if topic is not None:
                 client.unsubscribe_topic(topic)
-        return cls(client, future, trainer.coordinator, where)
+        return cls(client, future, trainer.coordinator, where, tuple(shards), tuple(workers))
 
     @classmethod
     def load(
@@ -250,12 +222,18 @@ class RemoteFused:
 
     def _run(self, fn, *args, **kwargs) -> Any:
         future = self.client.submit(
-            fn, self.future, self.coordinator, *args, **kwargs, pure=False, workers=[self.worker]
-        )
+            fn, self.future, self.coordinator, *args, **kwargs, trees=self._trees(),
+            pure=False, workers=[self.worker],
+        )  # fmt: skip
         return self._watched(future)
 
+    def _trees(self) -> tuple[Any, ...]:
+        """The trees' pieces' actors, which a task on the model's worker asks."""
+        return tuple(shard.result() for shard in self.shards)
+
     def _watched(self, future: Any) -> Any:
-        return watched(self.client, future, (self.worker,), "the neighbours, centroids and trees")
+        workers = tuple(dict.fromkeys((self.worker, *self.shard_workers)))
+        return watched(self.client, future, workers, "the neighbours, centroids and trees")
 
     def topk(self, X: CSR, k: int, exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Each row's ``k`` best labels by the whole model, and their scores."""
@@ -280,6 +258,7 @@ class RemoteFused:
                 k=k,
                 exact=exact,
                 n_cols=int(rows.shape[1]),
+                trees=self._trees(),
                 dtype=np.int64,
                 chunks=(rows.chunks[0], (k,)),
                 name=f"fused-topk-{uuid.uuid4().hex}",
@@ -292,7 +271,7 @@ class RemoteFused:
         shape = (data.n_features, data.n_labels)
         return self._watched(self.client.submit(
             _blocks_metrics, self.future, self.coordinator, *data.parts, shape=shape, ks=ks,
-            exact=exact, pure=False, workers=[self.worker],
+            exact=exact, trees=self._trees(), pure=False, workers=[self.worker],
         ))  # fmt: skip
 
     def parts(self, storage_options: dict | None = None):
@@ -300,8 +279,11 @@ class RemoteFused:
         into the checkpoint folder before it is committed."""
 
         def write(folder_url: str, meta: dict) -> dict:
+            writes = [t.save(folder_url, p, storage_options) for p, t in enumerate(self._trees())]
+            pieces = {name: entry for w in writes for name, entry in w.result().items()}
             return self._watched(self.client.submit(
-                _save, self.future, folder_url, storage_options, pure=False, workers=[self.worker]
+                _save, self.future, folder_url, storage_options, pieces, pure=False,
+                workers=[self.worker],
             ))  # fmt: skip
 
         return write
@@ -315,15 +297,23 @@ class RemoteFused:
 
     def close(self) -> None:
         self.future.release()
+        for shard in self.shards:
+            shard.release()
 
 
-def _block_topk(block, fused: FusedModel, coordinator, *, k: int, exact: bool, n_cols: int):
-    return fused.topk(CoordinatorNetwork(coordinator), block_csr(block, n_cols), k, exact)[0]
+def _losses(trees: tuple[Any, ...]) -> TreeLosses | None:
+    return ShardTrees(list(trees)) if trees else None
 
 
-def _blocks_metrics(fused: FusedModel, coordinator, *blocks, shape, ks, exact: bool) -> dict:
+def _block_topk(block, fused: FusedModel, coordinator, *, k, exact: bool, n_cols: int, trees):
+    X = block_csr(block, n_cols)
+    return fused.topk(CoordinatorNetwork(coordinator), X, k, exact, _losses(trees))[0]
+
+
+def _blocks_metrics(fused: FusedModel, coordinator, *blocks, shape, ks, exact, trees) -> dict:
     data = stack_datasets(blocks, *shape)
-    return fused.metrics(CoordinatorNetwork(coordinator), data.X, data.Y, tuple(ks), exact)
+    net = CoordinatorNetwork(coordinator)
+    return fused.metrics(net, data.X, data.Y, tuple(ks), exact, _losses(trees))
 
 
 def _load(url: str, storage_options: dict | None) -> FusedModel:
@@ -333,21 +323,21 @@ def _load(url: str, storage_options: dict | None) -> FusedModel:
     return fused
 
 
-def _chosen(fused: FusedModel, coordinator) -> tuple[tuple[float, ...], float]:
+def _chosen(fused: FusedModel, coordinator, trees) -> tuple[tuple[float, ...], float]:
     return fused.weight, fused.fusion.tail
 
 
-def _topk(fused: FusedModel, coordinator, X: CSR, *, k: int, exact: bool):
-    return fused.topk(CoordinatorNetwork(coordinator), X, k, exact)
+def _topk(fused: FusedModel, coordinator, X: CSR, *, k: int, exact: bool, trees):
+    return fused.topk(CoordinatorNetwork(coordinator), X, k, exact, _losses(trees))
 
 
-def _metrics(fused: FusedModel, coordinator, data: XCDataset, *, ks, exact: bool) -> dict:
+def _metrics(fused: FusedModel, coordinator, data: XCDataset, *, ks, exact: bool, trees) -> dict:
     net = CoordinatorNetwork(coordinator)
-    return metrics_with_network(fused, net, data.X, data.Y, tuple(ks), exact)
+    return metrics_with_network(fused, net, data.X, data.Y, tuple(ks), exact, _losses(trees))
 
 
-def _save(fused: FusedModel, folder_url: str, storage_options: dict | None) -> dict:
-    return save_fused(folder_url, fused, storage_options)
+def _save(fused: FusedModel, folder_url: str, storage_options, pieces: dict) -> dict:
+    return save_fused(folder_url, fused, storage_options, pieces)
 
 
 def row_stats(

@@ -20,6 +20,7 @@ from dslide_dask.distributed.moves.handover import Handover, HandoverPieces
 from dslide_dask.distributed.placement import Placement, place_shards
 from dslide_dask.distributed.shard_actor import ShardActor
 from dslide_dask.distributed.specs import CoordinatorSpec, ShardSpec
+from dslide_dask.model.fused_size import FusedBytes
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -68,7 +69,7 @@ class LaunchesModels:
     _futures: list  #: the actors of the model in use
     _model_id: str
     _unused: frozenset[str]  #: the workers there were that it does not use
-    fused_bytes: int  #: kept free on the last worker for the fused parts
+    fused_bytes: FusedBytes  #: kept free for the fused parts
 
     if TYPE_CHECKING:
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.fused_size import NO_FUSED, FusedBytes
 
 #: A worker process's own memory (interpreter, numba kernels, Dask), measured.
 RUNTIME_BYTES = 600 * 2**20
@@ -126,12 +127,12 @@ def memory_plan(
     *,
     batch_size: int = 256,
     hidden_units: tuple[tuple[int, int], ...] = (),
-    fused: int = 0,
+    fused: FusedBytes = NO_FUSED,
 ) -> MemoryPlan:
     """The plan of shards of ``sizes`` neurons on ``placement_workers`` (address ->
     the scheduler's worker info, in shard order); shard 0's worker also holds the
     hidden layers, or, split by units, shard s's worker units ``hidden_units[s]``; the
-    last worker builds and holds the ``fused`` bytes of the fused parts."""
+    last worker builds and holds the ``fused`` parts (their trees in pieces over all)."""
     held = [hidden_memory(cfg, n_features)]
     if hidden_units:
         held = [hidden_memory(cfg, n_features, b - a) for a, b in hidden_units]
@@ -154,7 +155,7 @@ def memory_plan(
                 parts["tables"],
                 parts["buffers"] + RUNTIME_BYTES,
                 int(info.get("memory_limit") or 0),
-                fused if s == len(sizes) - 1 else 0,
+                fused.on(s, len(sizes)),
             )
         )
     return MemoryPlan(tuple(out))
@@ -191,7 +192,7 @@ def what_would_fit(cfg: SlideConfig, plan: MemoryPlan, n_workers_total: int) -> 
     if fused:
         ideas.append(
             f"neighbours=0 (the network alone, without the {_gib(fused)} GiB of neighbours, "
-            "label centroids and trees on its last worker)"
+            "label centroids and trees a worker would hold)"
         )
     if over and plan.workers[0] in over and len(plan.workers) > 1:
         if len(cfg.hidden) == 1 and plan.workers[0].role.startswith("hidden layers"):

@@ -15,6 +15,7 @@ from dslide_dask.distributed.memory_plan import (
 )
 from dslide_dask.errors import MemoryPlanError
 from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.fused_size import NO_FUSED, FusedBytes
 from dslide_dask.model.hidden import unit_ranges
 from dslide_dask.model.layout import ShardLayout
 
@@ -49,7 +50,7 @@ def place_shards(
     batch_size: int = 256,
     previous: Placement | None = None,
     hidden_shards: int | None = None,
-    fused_bytes: int = 0,
+    fused_bytes: FusedBytes = NO_FUSED,
 ) -> Placement:
     """Choose workers for the shards of an output layer of ``n_labels`` neurons.
 
@@ -71,8 +72,9 @@ def place_shards(
     worker unless it would fill more than :data:`HIDDEN_SHARE` of that worker's budget
     or the model would not fit so; then it is split over every shard's worker.
 
-    ``fused_bytes``: what the fused parts (built on the last worker after training) will
-    take there at the build's peak; that worker's share is smaller by as much.
+    ``fused_bytes``: what the fused parts (built on the last worker after training, their
+    label trees in pieces over every worker) will take at the build's peak; a worker's
+    share is smaller by its part of them.
     """
     if not 0 <= coordinator_load < 1:
         raise ValueError(f"coordinator_load must be in [0, 1), got {coordinator_load}")
@@ -151,7 +153,7 @@ def _candidates(
     *,
     coordinator_load: float,
     n_labels: int,
-    fused: int = 0,
+    fused: FusedBytes = NO_FUSED,
 ) -> list[list[int]]:
     """Shares to try: by threads, then (with memory limits) by free memory, each worker's
     part of the hidden stack and its process taken off."""

@@ -33,6 +33,7 @@ from dslide_dask.distributed.moves.rebalance import FollowsTheCluster
 from dslide_dask.distributed.recovery import Recovery, SurvivesLostWorkers
 from dslide_dask.errors import ShardLostError
 from dslide_dask.model.config import SlideConfig
+from dslide_dask.model.fused_size import NO_FUSED, FusedBytes
 from dslide_dask.trainer import StepCallback
 
 
@@ -81,7 +82,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels)
         lost_after: float = LOST_AFTER_SECONDS,
         name: str | None = None,
         elastic: ElasticPolicy | None = ElasticPolicy(),  # noqa: B008 (frozen, shared safely)
-        fused_bytes: int = 0,
+        fused_bytes: FusedBytes = NO_FUSED,
     ) -> None:
         super().__init__()  # the state of the parts: moves (FollowsTheCluster)
         self.client = client

@@ -30,6 +30,7 @@ from dslide_dask.model.fusion import (
 from dslide_dask.model.label_centroids import SCORED
 from dslide_dask.model.neighbours import CANDIDATES, NeighbourIndex
 from dslide_dask.model.output_index import IndexSettings
+from dslide_dask.model.tree_shards import TreeLosses
 
 #: A list of votes: per row, label ids (-1: none) and their scores.
 Votes = tuple[np.ndarray, np.ndarray]
@@ -177,27 +178,40 @@ class FusedModel:
         votes = votes + [_none(X)] * (3 - len(votes))
         return [*votes, index.centroid_votes(X, candidates)]
 
-    def topk(self, net: Network, X: CSR, k: int, exact: bool = True) -> Votes:
+    def topk(
+        self, net: Network, X: CSR, k: int, exact: bool = True, trees: TreeLosses | None = None
+    ) -> Votes:
         """Each row's ``k`` best labels by the fused score, and those scores (the network
-        not asked where the votes' weights leave it none)."""
+        not asked where the votes' weights leave it none; ``trees``: the label trees
+        where they are not in the index, a cluster's pieces)."""
         weight, tail, index = self.weight, self.fusion.tail, self.index
         m = max(k, self.candidates())
         # the network's weight is what the votes leave: none left, it is not asked (its
         # candidates would only fill the lists with labels that score 0 from it)
         ids, logits = net.topk_scores(X, m, exact) if sum(weight[:2]) < 1.0 else _none(X)
         votes = self.with_centroid_votes(X, (ids, logits), self.votes(net, X, weight), weight, tail)
-        power = self.fusion.tree_power if index.trees else 0.0
+        power = self.fusion.tree_power if index.trees or trees is not None else 0.0
         width = max(k, SCORED) if power else k
         top, scores = fused_topk(ids, logits, votes, weight, width, tail, index.inverse_propensity)
         if not power:
             return top, scores
+        if trees is not None:
+            return tree_rescored(top, scores, trees.losses(X, top), power, k)
         losses = index.tree_topk_losses(X, top, scores, power, k)  # inf: out of the k best
         return tree_rescored(top, scores, losses, power, k)
 
-    def metrics(self, net: Network, X: CSR, Y: CSR, ks: tuple[int, ...], exact: bool) -> dict:
+    def metrics(
+        self,
+        net: Network,
+        X: CSR,
+        Y: CSR,
+        ks: tuple[int, ...],
+        exact: bool,
+        trees: TreeLosses | None = None,
+    ) -> dict:
         """P@k, nDCG@k and PSP@k of the fused top-k of rows ``X`` with true labels ``Y``
         (propensities from the indexed rows)."""
-        top, _ = self.topk(net, X, max(ks), exact)
+        top, _ = self.topk(net, X, max(ks), exact, trees)
         index = self.index
         return xc_metrics(top, Y, ks, label_counts=index.label_counts, n_train=index.n_points)
 

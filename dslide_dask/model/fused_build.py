@@ -24,7 +24,7 @@ from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.held import HeldRows
 from dslide_dask.model.config import check_float, check_int
 from dslide_dask.model.fused import MAX_TREE_POWER, FusedModel, Fusion, Network, check_weights
-from dslide_dask.model.fused_size import RowStats, fused_bytes
+from dslide_dask.model.fused_size import FusedBytes, RowStats, fused_bytes
 from dslide_dask.model.fusion import CENTROID_WEIGHTS, TAILS, choose_weights
 from dslide_dask.model.label_classifiers import LabelClassifiers
 from dslide_dask.model.label_tree import trees_for
@@ -147,12 +147,13 @@ class FusedRecipe:
             return 0
         return min(HELD_MAX, round(n_points * HELD_SHARE))
 
-    def nbytes(self, stats: RowStats, width: int) -> int:
+    def nbytes(self, stats: RowStats, width: int) -> FusedBytes:
         """The fused parts' bytes at their build's peak, of rows ``stats`` and a network
         whose last hidden layer is ``width`` wide (:mod:`.fused_size`)."""
         trees = self.n_trees or (2 if stats.mostly_rare else 1) if self.label_tree else 0
         classified = MAX_CLASSIFIED if self.label_classifiers else 0
-        return sum(fused_bytes(stats, width, self.centroids != 0.0, trees, classified).values())
+        parts = fused_bytes(stats, width, self.centroids != 0.0, trees, classified)
+        return FusedBytes.of_parts(parts)
 
     def classifiers(self, data: XCDataset) -> LabelClassifiers | None:
         """The frequent labels' classifiers, trained on ``data`` (None: none asked)."""

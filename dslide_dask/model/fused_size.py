@@ -86,9 +86,9 @@ def fused_bytes(
 ) -> dict[str, int]:
     """The parts' bytes of a fused model of rows ``stats`` (``width``: the hidden vector's;
     ``trees``: label trees, 0 for none; ``centroids``: whether they are kept; the trees
-    need them while they are built), and ``build``: what building them holds besides (a
-    second copy of the rows, and the network's rows' index and centroids until every
-    row's are built)."""
+    need them while they are built), and ``build``: what building them holds besides, a
+    second copy of the rows while every row's index is built (the network's rows' index
+    and centroids are let go first: :meth:`~.fused_build.FusedRecipe.build`)."""
     n, f, y = stats.n_points, stats.feature_nnz, stats.label_nnz
     rows = ENTRY * f + 4 * y + 16 * (n + 1)
     index = ENTRY * f + ENTRY * (stats.n_features + 1) + 4 * y + 8 * (n + 1)
@@ -102,8 +102,39 @@ def fused_bytes(
         "trees": round(trees * TREE_KEPT * ENTRY * stats.centroid_bound),
         "classifiers": 4 * classified * stats.n_features,
     }
-    parts["build"] = rows + (cent if centroids or trees else 0)
+    parts["build"] = rows
     return parts
+
+
+@dataclass(frozen=True)
+class FusedBytes:
+    """Where the fused parts' bytes fall at their build's peak: ``last`` on the worker
+    that builds them, and the label trees' weights (``trees``) in pieces over every
+    worker, each holding the rows its nodes train on (``problem``) while they train
+    (``dslide_dask.distributed.tree_shards``); on one worker, all of it there."""
+
+    last: int = 0
+    trees: int = 0
+    problem: int = 0
+
+    @classmethod
+    def of_parts(cls, parts: dict[str, int]) -> FusedBytes:
+        """From :func:`fused_bytes`' parts."""
+        return cls(sum(parts.values()) - parts["trees"], parts["trees"], parts["rows"])
+
+    def on(self, worker: int, n_workers: int) -> int:
+        """The bytes worker ``worker`` of ``n_workers`` (the last builds) holds."""
+        if n_workers < 2 or not self.trees:
+            return self.last + self.trees if worker == n_workers - 1 else 0
+        piece = -(-self.trees // n_workers) + self.problem
+        return piece + (self.last if worker == n_workers - 1 else 0)
+
+    def __bool__(self) -> bool:
+        return bool(self.last or self.trees)
+
+
+#: No fused parts.
+NO_FUSED = FusedBytes()
 
 
 def block_counts(data, n_labels: int | None = None) -> tuple[np.ndarray, np.ndarray, int, int]:

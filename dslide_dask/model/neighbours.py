@@ -68,8 +68,11 @@ TREE_ARRAYS = [
     {f"tree{t + 1 if t else ''}_{name}": name for name in label_tree.ARRAYS}
     for t in range(MAX_TREES)
 ]
-#: Query rows scored against every point's hidden vector at once (a BLAS product).
+#: Query rows scored against every point's hidden vector at once (a BLAS product), at
+#: most: fewer where their similarities would pass EMBED_BYTES (the held rows of
+#: ``amazon-3m``'s 300K points took 2.4 GB at 1,024 rows a block, the build's peak).
 EMBED_BLOCK = 1024
+EMBED_BYTES = 1 << 28
 #: No common features: the votes through every posting need none.
 _NO_COMMON = (np.zeros(0, np.int32), np.zeros((0, 0), np.float32))
 #: Points a served row's postings propose, scored exactly
@@ -343,8 +346,9 @@ class NeighbourIndex:
                 _chunks(),
             )
         parts = [np.full((0, m), -1, np.int64)], [np.zeros((0, m), np.float32)]
-        for start in range(0, query.shape[0], EMBED_BLOCK):
-            stop = min(start + EMBED_BLOCK, query.shape[0])
+        block = max(1, min(EMBED_BLOCK, EMBED_BYTES // (4 * max(1, self.n_points))))
+        for start in range(0, query.shape[0], block):
+            stop = min(start + block, query.shape[0])
             sims = query[start:stop] @ self.embedding.T
             if mixed is not None:
                 q_ptr, q_idx, q_val = mixed
@@ -358,6 +362,7 @@ class NeighbourIndex:
             )
             parts[0].append(ids)
             parts[1].append(shares)
+            del sims  # before the next block's are made
         return np.concatenate(parts[0]), np.concatenate(parts[1])
 
     def _query(self, X: CSR) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -13,6 +13,7 @@ import numpy as np
 from dslide_dask.data.csr import CSR
 from dslide_dask.metrics import xc_metrics
 from dslide_dask.model.fused import FusedModel, Network
+from dslide_dask.model.tree_shards import TreeLosses
 
 
 class Recorded:
@@ -41,12 +42,18 @@ class Recorded:
 
 
 def metrics_with_network(
-    fused: FusedModel, net: Network, X: CSR, Y: CSR, ks: tuple[int, ...], exact: bool
+    fused: FusedModel,
+    net: Network,
+    X: CSR,
+    Y: CSR,
+    ks: tuple[int, ...],
+    exact: bool,
+    trees: TreeLosses | None = None,
 ) -> dict[str, float]:
     """The whole model's P@k, nDCG@k and PSP@k on rows ``X`` with labels ``Y``, and,
     with exact answers, the network's own P@k as ``network P@k`` from the same pass."""
     recorded = Recorded(net)
-    scores = fused.metrics(recorded, X, Y, ks, exact)
+    scores = fused.metrics(recorded, X, Y, ks, exact, trees)
     top = recorded.top(X.n_rows, max(ks)) if exact else None
     if top is not None:
         alone = xc_metrics(top, Y, ks)

@@ -4,7 +4,7 @@ A :class:`~dslide_dask.model.label_tree.LabelTree` is split in one place (the 2-
 its labels' centroids), then every node's classifiers are trained, each node on its own
 rows only: :class:`NodeProblem` is what they read, :func:`train_levels` trains them on
 this process's threads, and a cluster's :data:`NodeTrainer` deals them out over its
-workers (:class:`~dslide_dask.distributed.fused_build.ClusterNodes`). A node's
+workers, which keep them (:mod:`dslide_dask.distributed.tree_shards`). A node's
 classifiers are the same wherever and on however many threads they are trained.
 """
 

@@ -1,0 +1,100 @@
+"""Label trees saved in pieces, each by the worker that holds it.
+
+A cluster's trees are kept in pieces (:mod:`dslide_dask.model.tree_shards`); each piece
+writes its nodes' classifiers into the index's folder as ``tree_p{piece}_{array}.npy``
+(``tree2_p...`` for the second tree), piece 0 the trees' shapes as a whole tree's are
+named (``tree_perm.npy``...). The entries go into the index's manifest with the rest, so
+a model saved in pieces is checked like any other, and loaded whole it is one tree
+again (:func:`joined_trees`): the same arrays as a tree trained in one process.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+import fsspec
+import numpy as np
+
+from dslide_dask.checkpoint.arrays import write_array
+from dslide_dask.model.label_tree import LabelTree
+from dslide_dask.model.tree_shards import SEGMENT, SHAPE, merged, segment
+from dslide_dask.paths import guard_write
+
+#: A piece's array: tree prefix (``tree`` or ``tree2``...), piece number, array name.
+PIECE = re.compile(r"^(tree\d*)_p(\d{1,5})_(" + "|".join(SEGMENT) + r")$")
+#: The folder of the index (``checkpoint.neighbours.FOLDER``).
+FOLDER = "neighbours"
+
+
+def tree_prefix(t: int) -> str:
+    return f"tree{t + 1 if t else ''}"
+
+
+def save_tree_piece(
+    folder_url: str,
+    trees: tuple[LabelTree, ...],
+    nodes: tuple[np.ndarray, ...],
+    piece: int,
+    storage_options: dict | None = None,
+) -> dict[str, dict]:
+    """Write piece ``piece`` of ``trees`` (partial trees weighing ``nodes``) into the
+    checkpoint folder ``folder_url``; the manifest entries of the arrays written."""
+    fs, root = fsspec.core.url_to_fs(folder_url, **(storage_options or {}))
+    folder = posixpath.join(root, FOLDER)
+    guard_write(fs, root, folder)
+    fs.makedirs(folder, exist_ok=True)
+    entries = {}
+    for t, (tree, held) in enumerate(zip(trees, nodes, strict=True)):
+        prefix = tree_prefix(t)
+        arrays = {f"{prefix}_p{piece}_{k}": v for k, v in segment(tree, held).items()}
+        if piece == 0:
+            arrays.update({f"{prefix}_{name}": getattr(tree, name) for name in SHAPE})
+        for name, array in arrays.items():
+            path = guard_write(fs, root, posixpath.join(folder, name + ".npy"))
+            entries[name] = write_array(fs, path, array)
+    return entries
+
+
+def is_piece(name: str) -> bool:
+    return PIECE.match(name) is not None
+
+
+def joined_trees(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``arrays`` (an index's, by checkpoint name) with each tree saved in pieces joined
+    into a whole tree's arrays; ValueError naming the tree whose pieces do not fit."""
+    pieces: dict[str, dict[int, dict[str, np.ndarray]]] = {}
+    for name in [n for n in arrays if is_piece(n)]:
+        prefix, piece, array = PIECE.match(name).groups()  # type: ignore[union-attr]
+        pieces.setdefault(prefix, {}).setdefault(int(piece), {})[array] = arrays.pop(name)
+    for prefix, by_piece in pieces.items():
+        shape = {name: arrays.get(f"{prefix}_{name}") for name in SHAPE}
+        if any(a is None for a in shape.values()):
+            raise ValueError(f"label tree {prefix}: saved in pieces without its shape")
+        for name, a in shape.items():
+            if a.dtype != np.int64 or a.ndim != 1:  # type: ignore[union-attr]
+                raise ValueError(f"label tree {prefix}: {name} must be 1-D int64")
+        ptr = shape["child_ptr"]
+        if len(ptr) < 2 or ptr[0] != 0 or (np.diff(ptr) < 0).any():  # type: ignore[arg-type]
+            raise ValueError(f"label tree {prefix}: child_ptr must run from 0 and never fall")
+        if sorted(by_piece) != list(range(len(by_piece))):
+            raise ValueError(f"label tree {prefix}: pieces {sorted(by_piece)}, not 0 to n-1")
+        segments = [by_piece[p] for p in range(len(by_piece))]
+        for p, seg in enumerate(segments):
+            if set(seg) != set(SEGMENT):
+                raise ValueError(f"label tree {prefix} piece {p}: arrays {sorted(SEGMENT)}")
+            for name, want in _DTYPES.items():
+                if seg[name].dtype != want or seg[name].ndim != 1:
+                    raise ValueError(f"label tree {prefix} piece {p}: {name} must be 1-D {want}")
+        try:
+            whole = merged(shape, segments)  # type: ignore[arg-type]
+        except ValueError as err:
+            raise ValueError(f"{prefix} {err}") from None
+        del segments, by_piece
+        arrays.update({f"{prefix}_{name}": a for name, a in whole.items()})
+    return arrays
+
+
+_DTYPES = {"nodes": np.dtype(np.int64), "child_ptr": np.dtype(np.int64),
+           "w_ptr": np.dtype(np.int64), "w_feature": np.dtype(np.int32),
+           "w_val": np.dtype(np.float32), "bias": np.dtype(np.float32)}  # fmt: skip
