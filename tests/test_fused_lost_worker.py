@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from dslide_dask.distributed.fused_build import watched
+from dslide_dask.distributed.fused_worker import watched
 from dslide_dask.errors import ShardLostError
 
 

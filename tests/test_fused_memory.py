@@ -57,7 +57,7 @@ def test_a_run_whose_fused_parts_would_not_fit_is_refused_naming_them():
     workers = {f"tcp://10.0.0.{i}:1": {"nthreads": 1, "memory_limit": 2 << 30} for i in range(2)}
     stats = RowStats(2_000_000, 500_000, 3_000_000, 80_000_000, 60_000_000, 2_000_000_000)
     need = recipe_from({}).nbytes(stats, 128)
-    assert need.last > 20 << 30 and need.trees > 0
+    assert need.last > 10 << 30 and need.trees > 0
     assert place_shards(workers, cfg, 30_000, n_features=1000).plan.fits
     with pytest.raises(MemoryPlanError) as refused:
         place_shards(workers, cfg, 30_000, n_features=1000, fused_bytes=need)

@@ -93,6 +93,12 @@ def test_train_from_files_builds_saves_and_serves_the_whole_model(files, client,
                  "--scheduler-address", client.scheduler.address, "--no-progress"])  # fmt: skip
     assert code == 0, capsys.readouterr().err
     np.testing.assert_array_equal(read_predictions(str(root / "out"))[0], api_top)
+    # saved in pieces by the workers that hold the trees, loaded in pieces on a cluster
+    assert next((root / "run" / "model").rglob("tree_p1_nodes.npy"), None) is not None
+    remote = SlideClassifier.load(model, client=client)
+    assert remote._fused_parts.shards  # the trees' pieces dealt over the workers
+    assert (remote.predict_topk(test.X, 5) == api_top).mean() > 0.99  # sums' order aside
+    remote._fused_parts.close()
     # beside the same rows fitted in memory by the Python API, on the same cluster
     clf = SlideClassifier(epochs=2, client=client, random_state=0).fit(train.X, train.Y)
     api = clf.evaluate(test.X, test.Y)["P@1"]
@@ -232,8 +238,20 @@ def test_a_tree_kept_in_pieces_on_the_workers_scores_and_saves_as_one(files, cli
 def test_plan_counts_the_fused_parts_on_the_worker_that_builds_them(capsys):
     assert main(["plan", "--preset", "tiny", "--workers", "2", "--opt", "neighbours=10"]) == 0
     out = capsys.readouterr().out
-    assert "fused parts: " in out and "on the last worker (from the preset's averages" in out
+    assert "fused parts: " in out and "on the last worker, and " in out
+    assert "of label trees in pieces over the workers (from the preset's averages" in out
     last = [line for line in out.splitlines() if line.startswith("local-worker-1")][0]
     assert float(last.split()[-3]) > 0  # the fused column of the building worker
     assert main(["plan", "--preset", "tiny", "--workers", "2", "--opt", "neighbours=0"]) == 0
     assert "fused parts" not in capsys.readouterr().out
+
+
+def test_the_builder_takes_the_threads_of_the_model_workers_on_its_host(client):
+    from dslide_dask.distributed.fused_worker import idle_threads
+    from dslide_dask.distributed.liveness import workers_now
+
+    info = workers_now(client)
+    workers = sorted(info)
+    every = sum(int(info[w]["nthreads"]) for w in workers)  # one host: a LocalCluster
+    assert idle_threads(client, workers, workers[-1]) == every
+    assert idle_threads(client, workers[-1:], workers[-1]) == info[workers[-1]]["nthreads"]

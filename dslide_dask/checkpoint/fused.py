@@ -39,14 +39,18 @@ def has_fused(ckpt: Checkpoint) -> bool:
     return BLOCK in ckpt.meta or (isinstance(old, dict) and "neighbour_weight_" in old)
 
 
-def load_fused(ckpt: Checkpoint, storage_options: dict | None = None) -> FusedModel | None:
+def load_fused(
+    ckpt: Checkpoint, storage_options: dict | None = None, trees: bool = True
+) -> FusedModel | None:
     """The fused parts of a checkpoint's model, checked (None: its network answers
-    alone); :class:`CheckpointError` naming the file and the setting that is wrong."""
+    alone); :class:`CheckpointError` naming the file and the setting that is wrong.
+    ``trees=False``: without the label trees, which are loaded in pieces elsewhere
+    (``checkpoint.neighbours.load_tree_pieces``)."""
     if not has_fused(ckpt):
         return None
     fusion = _fusion(ckpt)
     expects = model_expects(ckpt.meta, fusion.weight, fusion.tree_power)
-    index = load_neighbours(ckpt.url, storage_options, **expects)
+    index = load_neighbours(ckpt.url, storage_options, **expects, trees=trees)
     if index.n_labels != int(ckpt.meta["n_labels"]):
         raise CheckpointError(f"{ckpt.url}: the neighbour index has other labels")
     if fusion.weight is not None and len(fusion.weight) == 4 and fusion.weight[3] > 0:

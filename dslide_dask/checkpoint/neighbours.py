@@ -16,7 +16,8 @@ import numpy as np
 
 from dslide_dask.checkpoint.arrays import CheckpointError, read_array, write_array
 from dslide_dask.checkpoint.schema import check_entry
-from dslide_dask.checkpoint.tree_pieces import is_piece, joined_trees
+from dslide_dask.checkpoint.tree_pieces import is_piece, joined_trees, partial_tree, piece_of
+from dslide_dask.model.label_tree import LabelTree
 from dslide_dask.model.neighbours import (
     ARRAYS,
     CLASSIFIER_ARRAYS,
@@ -24,6 +25,7 @@ from dslide_dask.model.neighbours import (
     TREE_ARRAYS,
     NeighbourIndex,
 )
+from dslide_dask.model.tree_shards import SHAPE
 from dslide_dask.paths import guard_read, guard_write, read_small
 
 FOLDER = "neighbours"
@@ -80,6 +82,7 @@ def load_neighbours(
     n_labels: int | None = None,
     width: int | None = None,
     needs: Collection[str] | None = None,
+    trees: bool = True,
 ) -> NeighbourIndex:
     """The index saved in the checkpoint folder ``url``; :class:`CheckpointError` naming
     the file when it is missing, damaged or inconsistent.
@@ -89,7 +92,59 @@ def load_neighbours(
     model are refused), and ``needs`` names the parts the model's settings rank with
     (``embedding``, ``label classifiers``, ``label trees``: :func:`model_expects`), so
     a manifest that lost one is refused rather than answering without it. The training
-    rows' values and hidden vectors (unit rows) must lie in [-1, 1]."""
+    rows' values and hidden vectors (unit rows) must lie in [-1, 1]. ``trees=False``: the
+    label trees are left where they are saved (loaded in pieces: :func:`load_tree_pieces`)."""
+    fs, root, where, found, entries = _manifest(url, storage_options, n_labels)
+    _check_model(entries, where, n_features, width, set(needs or ()))
+    if not trees:
+        entries = {name: e for name, e in entries.items() if not name.startswith("tree")}
+    arrays = _read(fs, root, entries)
+    try:
+        return NeighbourIndex.from_state(joined_trees(arrays), found)
+    except ValueError as err:
+        raise CheckpointError(f"{where}: {err}") from None
+
+
+def tree_pieces(url: str, storage_options: dict | None = None) -> int:
+    """How many pieces the label trees of the index at ``url`` were saved in (0: whole,
+    or none)."""
+    entries = _manifest(url, storage_options, None)[4]
+    return len({piece_of(name) for name in entries if is_piece(name)})
+
+
+def load_tree_pieces(
+    url: str,
+    pieces: list[int],
+    storage_options: dict | None = None,
+    *,
+    n_labels: int | None = None,
+) -> tuple[tuple[LabelTree, ...], tuple[np.ndarray, ...]]:
+    """The label trees of the index at ``url`` weighing only the nodes of saved
+    ``pieces`` (the rest weightless), and those nodes, tree by tree: a worker's share of
+    a model saved in pieces, loaded where it is asked (:class:`CheckpointError` as
+    :func:`load_neighbours`)."""
+    fs, root, where, found, entries = _manifest(url, storage_options, n_labels)
+    n_features = entries["post_ptr"]["shape"][0] - 1 if entries["post_ptr"]["shape"] else 0
+    out, nodes = [], []
+    for names in TREE_ARRAYS:
+        prefix = next(iter(names)).split("_")[0]
+        shape = {f"{prefix}_{name}" for name in SHAPE}
+        if not shape <= set(entries):
+            break
+        mine = {n for n in entries if is_piece(n) and n.startswith(f"{prefix}_p")
+                and piece_of(n) in pieces}  # fmt: skip
+        arrays = _read(fs, root, {n: entries[n] for n in shape | mine})
+        try:
+            state, held = partial_tree(arrays, prefix)
+            out.append(LabelTree.from_state(state, found, n_features))
+        except ValueError as err:
+            raise CheckpointError(f"{where}: {err}") from None
+        nodes.append(held)
+    return tuple(out), tuple(nodes)
+
+
+def _manifest(url: str, storage_options: dict | None, n_labels: int | None):
+    """The index folder's manifest, checked: (fs, root, where, n_labels, its entries)."""
     fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
     folder = posixpath.join(root, FOLDER)
     where = fs.unstrip_protocol(posixpath.join(folder, MANIFEST))
@@ -119,17 +174,19 @@ def load_neighbours(
         )
     for name, entry in entries.items():
         check_entry(name, entry, where, None)
-    _check_model(entries, where, n_features, width, set(needs or ()))
+    return fs, root, where, found, entries
+
+
+def _read(fs, root: str, entries: dict) -> dict[str, np.ndarray]:
+    """The arrays of ``entries`` in the index folder, each checked against its entry."""
+    folder = posixpath.join(root, FOLDER)
     arrays = {}
     for name, entry in entries.items():
         path = guard_read(fs, root, posixpath.join(folder, name + ".npy"))
         arrays[name] = read_array(fs, path, entry)
         if name in UNIT_VALUES:
             _check_unit(arrays[name], fs.unstrip_protocol(path), UNIT_VALUES[name])
-    try:
-        return NeighbourIndex.from_state(joined_trees(arrays), found)
-    except ValueError as err:
-        raise CheckpointError(f"{where}: {err}") from None
+    return arrays
 
 
 #: Arrays of values in [-1, 1] (entries of unit rows), and what they are.

@@ -60,39 +60,58 @@ def is_piece(name: str) -> bool:
     return PIECE.match(name) is not None
 
 
+def piece_of(name: str) -> int:
+    """The piece number of a piece's array name."""
+    return int(PIECE.match(name).group(2))  # type: ignore[union-attr]
+
+
 def joined_trees(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """``arrays`` (an index's, by checkpoint name) with each tree saved in pieces joined
     into a whole tree's arrays; ValueError naming the tree whose pieces do not fit."""
-    pieces: dict[str, dict[int, dict[str, np.ndarray]]] = {}
-    for name in [n for n in arrays if is_piece(n)]:
-        prefix, piece, array = PIECE.match(name).groups()  # type: ignore[union-attr]
-        pieces.setdefault(prefix, {}).setdefault(int(piece), {})[array] = arrays.pop(name)
-    for prefix, by_piece in pieces.items():
-        shape = {name: arrays.get(f"{prefix}_{name}") for name in SHAPE}
-        if any(a is None for a in shape.values()):
-            raise ValueError(f"label tree {prefix}: saved in pieces without its shape")
-        for name, a in shape.items():
-            if a.dtype != np.int64 or a.ndim != 1:  # type: ignore[union-attr]
-                raise ValueError(f"label tree {prefix}: {name} must be 1-D int64")
-        ptr = shape["child_ptr"]
-        if len(ptr) < 2 or ptr[0] != 0 or (np.diff(ptr) < 0).any():  # type: ignore[arg-type]
-            raise ValueError(f"label tree {prefix}: child_ptr must run from 0 and never fall")
-        if sorted(by_piece) != list(range(len(by_piece))):
-            raise ValueError(f"label tree {prefix}: pieces {sorted(by_piece)}, not 0 to n-1")
-        segments = [by_piece[p] for p in range(len(by_piece))]
-        for p, seg in enumerate(segments):
-            if set(seg) != set(SEGMENT):
-                raise ValueError(f"label tree {prefix} piece {p}: arrays {sorted(SEGMENT)}")
-            for name, want in _DTYPES.items():
-                if seg[name].dtype != want or seg[name].ndim != 1:
-                    raise ValueError(f"label tree {prefix} piece {p}: {name} must be 1-D {want}")
-        try:
-            whole = merged(shape, segments)  # type: ignore[arg-type]
-        except ValueError as err:
-            raise ValueError(f"{prefix} {err}") from None
-        del segments, by_piece
-        arrays.update({f"{prefix}_{name}": a for name, a in whole.items()})
+    prefixes = {PIECE.match(n).group(1) for n in arrays if is_piece(n)}  # type: ignore[union-attr]
+    for prefix in sorted(prefixes):
+        state, _ = _pieces_of(arrays, prefix, whole=True)
+        arrays.update({f"{prefix}_{name}": a for name, a in state.items()})
     return arrays
+
+
+def partial_tree(arrays: dict[str, np.ndarray], prefix: str) -> tuple[dict, np.ndarray]:
+    """The state of tree ``prefix`` weighing only the nodes of the pieces in ``arrays``
+    (the rest weightless), and those nodes."""
+    return _pieces_of(arrays, prefix, whole=False)
+
+
+def _pieces_of(arrays: dict, prefix: str, whole: bool) -> tuple[dict, np.ndarray]:
+    """Tree ``prefix``'s pieces taken out of ``arrays`` and merged with its shape."""
+    tree = f"label tree {prefix[4:] or 1}"
+    by_piece: dict[int, dict[str, np.ndarray]] = {}
+    for name in [n for n in arrays if is_piece(n) and n.startswith(f"{prefix}_p")]:
+        _, piece, array = PIECE.match(name).groups()  # type: ignore[union-attr]
+        by_piece.setdefault(int(piece), {})[array] = arrays.pop(name)
+    shape = {name: arrays.get(f"{prefix}_{name}") for name in SHAPE}
+    if any(a is None for a in shape.values()):
+        raise ValueError(f"{tree}: saved in pieces without its shape")
+    for name, a in shape.items():
+        if a.dtype != np.int64 or a.ndim != 1:  # type: ignore[union-attr]
+            raise ValueError(f"{tree}: {name} must be 1-D int64")
+    ptr = shape["child_ptr"]
+    if len(ptr) < 2 or ptr[0] != 0 or (np.diff(ptr) < 0).any():  # type: ignore[arg-type]
+        raise ValueError(f"{tree}: child_ptr must run from 0 and never fall")
+    if whole and sorted(by_piece) != list(range(len(by_piece))):
+        raise ValueError(f"{tree}: pieces {sorted(by_piece)}, not 0 to n-1")
+    segments = [by_piece[p] for p in sorted(by_piece)]
+    for p, seg in zip(sorted(by_piece), segments, strict=True):
+        if set(seg) != set(SEGMENT):
+            raise ValueError(f"{tree} piece {p}: arrays {sorted(SEGMENT)}")
+        for name, want in _DTYPES.items():
+            if seg[name].dtype != want or seg[name].ndim != 1:
+                raise ValueError(f"{tree} piece {p}: {name} must be 1-D {want}")
+    try:
+        state = merged(shape, segments, whole)  # type: ignore[arg-type]
+    except ValueError as err:
+        raise ValueError(f"{tree}: {err}") from None
+    held = np.concatenate([seg["nodes"] for seg in segments] or [np.zeros(0, np.int64)])
+    return state, np.sort(held)
 
 
 _DTYPES = {"nodes": np.dtype(np.int64), "child_ptr": np.dtype(np.int64),

@@ -32,9 +32,8 @@ from dslide_dask.data.held import read_split
 from dslide_dask.data.partitions import DataSource, Partition
 from dslide_dask.data.source import read_partition
 from dslide_dask.distributed.cluster_data import ClusterData
-from dslide_dask.distributed.liveness import still_listed
+from dslide_dask.distributed.fused_worker import idle_threads, watched, worker_threads
 from dslide_dask.distributed.tree_shards import ShardNodes, ShardTrees, start_shards
-from dslide_dask.errors import ShardLostError
 from dslide_dask.model.fused import FusedModel
 from dslide_dask.model.fused_build import FusedBuild, Report, Stages
 from dslide_dask.model.fused_size import RowStats, block_counts, summed
@@ -64,49 +63,6 @@ class CoordinatorNetwork:
         return np.concatenate(parts).astype(np.float32, copy=False)
 
 
-def worker_threads() -> None:
-    """numba's threads for this task: the worker's threads (its share of the machine),
-    not every core (numba's default), which workers side by side would oversubscribe."""
-    import numba
-    from distributed import get_worker
-
-    threads = get_worker().state.nthreads
-    most = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
-    numba.set_num_threads(max(1, min(threads, most)))
-
-
-#: Seconds between two looks at whether the workers a build needs are still there.
-WATCH_SECONDS = 2.0
-
-
-def watched(
-    client: Any, future: Any, workers: tuple[str, ...], what: str, *, fetch: bool = True
-) -> Any:
-    """``future``'s result (``fetch=False``: None once it is done, the result left where it
-    is: a fused model is gigabytes), or :class:`ShardLostError` as soon as one of
-    ``workers`` (where its tasks are pinned) leaves the cluster: a task pinned to a worker
-    that died (its nanny restarts it under a new address) would otherwise wait for it
-    forever. What failed there is raised here."""
-    from distributed import wait
-
-    while True:
-        try:
-            wait([future], timeout=WATCH_SECONDS)
-            break
-        except TimeoutError:
-            gone = set(workers) - still_listed(client, set(workers))
-            if gone:
-                future.cancel()
-                raise ShardLostError(
-                    f"{what}: worker {sorted(gone)[0]} left the cluster (out of memory? "
-                    "`dslide plan` shows what each worker holds; --opt neighbours=0 trains "
-                    "the network alone)"
-                ) from None
-    if future.status == "error":
-        future.result()  # raises here what failed there
-    return future.result() if fetch else None
-
-
 def build_fused(
     build: FusedBuild,
     coordinator: Any,
@@ -114,15 +70,17 @@ def build_fused(
     shape: tuple[int, int] | None = None,
     tree_shards: tuple[Any, ...] = (),
     topic: str | None = None,
+    threads: int | None = None,
 ) -> FusedModel:
     """Task: the fused model of the rows of ``source`` (a planned source, read here; or
     the blocks of a data set, stacked in order), the held ones split off as the stream
     did; the label trees' classifiers trained and kept by the :class:`~dslide_dask.
     distributed.tree_shards.TreeShard` actors ``tree_shards`` (none: here, in the model);
-    each stage done logged as an event of ``topic`` (None: not), which a client follows."""
+    each stage done logged as an event of ``topic`` (None: not), which a client follows;
+    on ``threads`` of numba (None: the worker's)."""
     from distributed import get_worker
 
-    worker_threads()
+    worker_threads(threads)
     report = None
     if topic is not None:
         worker = get_worker()
@@ -156,6 +114,7 @@ class RemoteFused:
     #: actors' futures; none: the trees are in the model, or there are none).
     shards: tuple[Any, ...] = ()
     shard_workers: tuple[str, ...] = ()  #: where they are
+    threads: int | None = None  #: numba's threads for its tasks (None: its worker's)
 
     @classmethod
     def build(
@@ -180,6 +139,7 @@ class RemoteFused:
         if report is not None:
             topic = f"dslide-fused-build-{uuid.uuid4().hex[:8]}"
             client.subscribe_topic(topic, lambda event: report(str(event[1])))
+        threads = idle_threads(client, workers, where)
         spread = len(workers) > 1 and build.recipe.label_tree > 0
         shards = start_shards(client, workers) if spread else []
         future = client.submit(
@@ -190,6 +150,7 @@ class RemoteFused:
             shape=shape,
             tree_shards=tuple(shard.result() for shard in shards),
             topic=topic,
+            threads=threads,
             pure=False,
             workers=[where],
             key=f"build-fused-{uuid.uuid4().hex}",
@@ -204,26 +165,47 @@ class RemoteFused:
         finally:
             if topic is not None:
                 client.unsubscribe_topic(topic)
-        return cls(client, future, trainer.coordinator, where, tuple(shards), tuple(workers))
+        shards_at = tuple(workers) if shards else ()
+        return cls(client, future, trainer.coordinator, where, tuple(shards), shards_at, threads)
 
     @classmethod
     def load(
         cls, client: Any, trainer: Any, url: str, storage_options: dict | None = None
     ) -> RemoteFused:
         """The fused parts of the checkpoint at ``url``, read by a worker of ``trainer``'s
-        model (as :meth:`build` places them) and kept there."""
-        where = list(trainer.placement.workers)[-1]
+        model (as :meth:`build` places them) and kept there; label trees saved in pieces
+        are loaded in pieces, dealt over the model's workers."""
+        from dslide_dask.checkpoint.neighbours import tree_pieces
+
+        workers = list(trainer.placement.workers)
+        where = workers[-1]
+        n_pieces = tree_pieces(url, storage_options) if len(workers) > 1 else 0
+        shards = start_shards(client, workers) if n_pieces else []
         future = client.submit(
-            _load, url, storage_options, pure=False, workers=[where],
+            _load, url, storage_options, not shards, pure=False, workers=[where],
             key=f"load-fused-{uuid.uuid4().hex}",
         )  # fmt: skip
-        watched(client, future, (where,), f"loading the fused parts of {url}", fetch=False)
-        return cls(client, future, trainer.coordinator, where)
+        try:
+            actors = [shard.result() for shard in shards]
+            calls = [
+                actor.load(url, list(range(s, n_pieces, len(actors))), storage_options)
+                for s, actor in enumerate(actors)
+            ]
+            for call in calls:
+                call.result()
+            watched(client, future, (where,), f"loading the fused parts of {url}", fetch=False)
+        except BaseException:
+            for shard in shards:
+                shard.release()
+            raise
+        threads = idle_threads(client, workers, where)
+        shards_at = tuple(workers) if shards else ()
+        return cls(client, future, trainer.coordinator, where, tuple(shards), shards_at, threads)
 
     def _run(self, fn, *args, **kwargs) -> Any:
         future = self.client.submit(
             fn, self.future, self.coordinator, *args, **kwargs, trees=self._trees(),
-            pure=False, workers=[self.worker],
+            threads=self.threads, pure=False, workers=[self.worker],
         )  # fmt: skip
         return self._watched(future)
 
@@ -259,6 +241,7 @@ class RemoteFused:
                 exact=exact,
                 n_cols=int(rows.shape[1]),
                 trees=self._trees(),
+                threads=self.threads,
                 dtype=np.int64,
                 chunks=(rows.chunks[0], (k,)),
                 name=f"fused-topk-{uuid.uuid4().hex}",
@@ -271,7 +254,8 @@ class RemoteFused:
         shape = (data.n_features, data.n_labels)
         return self._watched(self.client.submit(
             _blocks_metrics, self.future, self.coordinator, *data.parts, shape=shape, ks=ks,
-            exact=exact, trees=self._trees(), pure=False, workers=[self.worker],
+            exact=exact, trees=self._trees(), threads=self.threads, pure=False,
+            workers=[self.worker],
         ))  # fmt: skip
 
     def parts(self, storage_options: dict | None = None):
@@ -305,33 +289,37 @@ def _losses(trees: tuple[Any, ...]) -> TreeLosses | None:
     return ShardTrees(list(trees)) if trees else None
 
 
-def _block_topk(block, fused: FusedModel, coordinator, *, k, exact: bool, n_cols: int, trees):
+def _block_topk(block, fused: FusedModel, coordinator, *, k, exact, n_cols, trees, threads):
+    worker_threads(threads)
     X = block_csr(block, n_cols)
     return fused.topk(CoordinatorNetwork(coordinator), X, k, exact, _losses(trees))[0]
 
 
-def _blocks_metrics(fused: FusedModel, coordinator, *blocks, shape, ks, exact, trees) -> dict:
+def _blocks_metrics(fused: FusedModel, coordinator, *blocks, shape, ks, exact, trees, threads):
+    worker_threads(threads)
     data = stack_datasets(blocks, *shape)
     net = CoordinatorNetwork(coordinator)
     return fused.metrics(net, data.X, data.Y, tuple(ks), exact, _losses(trees))
 
 
-def _load(url: str, storage_options: dict | None) -> FusedModel:
-    fused = load_fused(open_checkpoint(url, storage_options), storage_options)
+def _load(url: str, storage_options: dict | None, trees: bool) -> FusedModel:
+    fused = load_fused(open_checkpoint(url, storage_options), storage_options, trees)
     if fused is None:
         raise CheckpointError(f"{url}: the model has no fused parts")
     return fused
 
 
-def _chosen(fused: FusedModel, coordinator, trees) -> tuple[tuple[float, ...], float]:
+def _chosen(fused: FusedModel, coordinator, trees, threads) -> tuple[tuple[float, ...], float]:
     return fused.weight, fused.fusion.tail
 
 
-def _topk(fused: FusedModel, coordinator, X: CSR, *, k: int, exact: bool, trees):
+def _topk(fused: FusedModel, coordinator, X: CSR, *, k: int, exact: bool, trees, threads):
+    worker_threads(threads)
     return fused.topk(CoordinatorNetwork(coordinator), X, k, exact, _losses(trees))
 
 
-def _metrics(fused: FusedModel, coordinator, data: XCDataset, *, ks, exact: bool, trees) -> dict:
+def _metrics(fused: FusedModel, coordinator, data: XCDataset, *, ks, exact, trees, threads):
+    worker_threads(threads)
     net = CoordinatorNetwork(coordinator)
     return metrics_with_network(fused, net, data.X, data.Y, tuple(ks), exact, _losses(trees))
 

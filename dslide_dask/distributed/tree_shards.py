@@ -40,7 +40,7 @@ class TreeShard:
         self, problem: NodeProblem, jobs: list[tuple[np.ndarray, int]], seed: int, tree: int
     ) -> None:
         """Train the nodes ``jobs`` (children, node) of tree ``tree`` and keep them."""
-        from dslide_dask.distributed.fused_build import worker_threads
+        from dslide_dask.distributed.fused_worker import worker_threads
 
         worker_threads()
         parts = train_levels(problem, [jobs], seed)[0]
@@ -56,10 +56,18 @@ class TreeShard:
 
     def losses(self, X: CSR, ids: np.ndarray) -> np.ndarray:
         """This piece's share of the mean path losses of candidates ``ids`` of rows ``X``."""
-        from dslide_dask.distributed.fused_build import worker_threads
+        from dslide_dask.distributed.fused_worker import worker_threads
 
         worker_threads()
         return forest_losses(self.trees, X, ids)
+
+    def load(self, url: str, pieces: list[int], storage_options: dict | None) -> int:
+        """Keep the ``pieces`` of the trees saved at ``url`` (a checkpoint folder); the
+        bytes of weights held here."""
+        from dslide_dask.checkpoint.neighbours import load_tree_pieces
+
+        self.trees, self.nodes = load_tree_pieces(url, pieces, storage_options)
+        return sum(t.w_feature.nbytes + t.w_val.nbytes for t in self.trees)
 
     def save(self, folder_url: str, piece: int, storage_options: dict | None) -> dict:
         """Write this piece (piece 0: the trees' shapes too) into the checkpoint folder;

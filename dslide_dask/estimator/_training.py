@@ -21,12 +21,11 @@ from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.fused_parts import row_stats
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.model.config import check_int
-from dslide_dask.model.fused_size import NO_FUSED, FusedBytes, RowStats
+from dslide_dask.model.fused_size import NO_FUSED
 
 if TYPE_CHECKING:
     from dslide_dask.data.held import HeldRows
     from dslide_dask.estimator._state import TrainingData
-    from dslide_dask.model.fused_build import FusedRecipe
 
 #: Called after every step with its statistics (step, samples, loss, active, seconds...).
 StepCallback = Callable[[dict], None]
@@ -242,6 +241,7 @@ class TrainingMixin(EstimatorState):
         else:
             from dslide_dask.distributed import DistributedTrainer  # distributed: on demand
 
+            width = cfg.hidden[-1]
             self.trainer_ = DistributedTrainer(
                 client,
                 cfg,
@@ -253,7 +253,7 @@ class TrainingMixin(EstimatorState):
                 checkpoint=policy,
                 step_mode=self.step_mode,
                 name=self.run_name,
-                fused_bytes=_fused_bytes(self._recipe(), stats, cfg.hidden[-1]),
+                fused_bytes=NO_FUSED if stats is None else self._recipe().nbytes(stats, width),
             )
         self.seed_ = seed
         self.epochs_done_ = 0
@@ -323,10 +323,3 @@ class TrainingMixin(EstimatorState):
         else:
             scores = self.trainer_.evaluate(held_out)  # on a cluster: also on the dashboard
         self.evals_.append({"step": self._step, "epoch": self.epochs_done_, **scores})
-
-
-def _fused_bytes(recipe: FusedRecipe | None, stats: RowStats | None, width: int) -> FusedBytes:
-    """What the fused parts of ``recipe`` (None: none) will take, of rows ``stats``."""
-    if recipe is None or stats is None:
-        return NO_FUSED
-    return recipe.nbytes(stats, width)

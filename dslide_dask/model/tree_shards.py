@@ -119,36 +119,42 @@ def segment(tree: LabelTree, nodes: np.ndarray) -> dict[str, np.ndarray]:
     return {"nodes": np.asarray(nodes, np.int64), **out}
 
 
-def merged(shape: dict[str, np.ndarray], segments: list[dict[str, np.ndarray]]) -> dict:
-    """A whole tree's arrays (``LabelTree.state``) from its ``shape`` (:data:`SHAPE`) and
-    the saved pieces that hold its nodes, each node in one of them (ValueError saying
-    what does not fit: a piece of another tree, a node missing or twice)."""
+def merged(
+    shape: dict[str, np.ndarray], segments: list[dict[str, np.ndarray]], whole: bool = True
+) -> dict:
+    """A tree's arrays (``LabelTree.state``) from its ``shape`` (:data:`SHAPE`) and saved
+    pieces of it, no node in two: ``whole``, every node in one of them; else the nodes
+    of none weightless (a partial tree). ValueError says what does not fit: a piece of
+    another tree, a node missing or twice."""
     child_ptr = shape["child_ptr"]
     n_nodes = len(child_ptr) - 1
     owner = np.full(n_nodes, -1, np.int64)
     for s, seg in enumerate(segments):
         nodes, local = seg["nodes"], seg["child_ptr"]
         if nodes.ndim != 1 or len(local) != len(nodes) + 1 or (np.diff(nodes) <= 0).any():
-            raise ValueError(f"label tree piece {s}: nodes must rise, one child_ptr entry each")
+            raise ValueError(f"piece {s}: nodes must rise, one child_ptr entry each")
         if len(nodes) and not 0 <= nodes[0] <= nodes[-1] < n_nodes:
-            raise ValueError(f"label tree piece {s}: nodes must lie in [0, {n_nodes})")
+            raise ValueError(f"piece {s}: nodes must lie in [0, {n_nodes})")
         if (owner[nodes] >= 0).any():
-            raise ValueError(f"label tree piece {s}: a node is in two pieces")
+            raise ValueError(f"piece {s}: a node is in two pieces")
         widths = child_ptr[nodes + 1] - child_ptr[nodes]
         if local[0] != 0 or not np.array_equal(np.diff(local), widths):
-            raise ValueError(f"label tree piece {s}: its nodes' children are not the tree's")
+            raise ValueError(f"piece {s}: its nodes' children are not the tree's")
         if len(seg["w_ptr"]) != local[-1] + 1 or len(seg["bias"]) != local[-1]:
-            raise ValueError(f"label tree piece {s}: w_ptr and bias must cover its children")
+            raise ValueError(f"piece {s}: w_ptr and bias must cover its children")
         if seg["w_ptr"][0] != 0 or seg["w_ptr"][-1] != len(seg["w_feature"]):
-            raise ValueError(f"label tree piece {s}: w_ptr must run over its weights")
+            raise ValueError(f"piece {s}: w_ptr must run over its weights")
         if (np.diff(seg["w_ptr"]) < 0).any() or len(seg["w_val"]) != len(seg["w_feature"]):
-            raise ValueError(f"label tree piece {s}: w_ptr must never fall")
+            raise ValueError(f"piece {s}: w_ptr must never fall")
         owner[nodes] = s
-    if (owner < 0).any():
-        raise ValueError(f"label tree: node {int(np.argmax(owner < 0))} is in no piece")
+    if whole and (owner < 0).any():
+        raise ValueError(f"node {int(np.argmax(owner < 0))} is in no piece")
     parts = []
     place = [0] * len(segments)
     for n in range(n_nodes):
+        if owner[n] < 0:
+            parts.append(weightless(int(child_ptr[n + 1] - child_ptr[n])))
+            continue
         seg, j = segments[owner[n]], place[owner[n]]
         place[owner[n]] += 1
         a, z = seg["child_ptr"][j], seg["child_ptr"][j + 1]
