@@ -26,9 +26,11 @@ from dslide_dask.kernels.neighbours import row_cosines, transpose
 #: of 11.9M at the same P@k (0.03: 3.2M, but rare labels lose; docs/accuracy.md).
 PRUNE = 0.01
 #: Candidates a row's centroids score once the fusion's weights are known: the best by the
-#: other sources (all of them, 170-260 a row: 0.001 more PSP@5 on Debian-26K, twice the
-#: time; docs/serving.md).
-SCORED = 100
+#: other sources, as many as the network's and both votes' lists hold (3 x 100), so every
+#: candidate, as when held rows choose the weights. At 100, weights that mix the network
+#: and both votes lost the centroids on the candidates past the cut, which the held rows
+#: never saw: debian-files-rare's default fell below its share-0 model (issue 51).
+SCORED = 300
 #: Blocks of labels a build splits into per thread (a frequent label costs thousands of
 #: rare ones: more blocks than threads keep the threads busy).
 BLOCKS_PER_THREAD = 64
