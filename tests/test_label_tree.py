@@ -15,8 +15,9 @@ from dslide_dask.kernels import label_tree as kernels
 from dslide_dask.kernels.neighbours import normalised, transpose
 from dslide_dask.kernels.tree_query import UNSEEN
 from dslide_dask.model import label_tree
+from dslide_dask.model.fused import RERANKED
 from dslide_dask.model.fusion import tree_rescored
-from dslide_dask.model.label_centroids import SCORED, LabelCentroids
+from dslide_dask.model.label_centroids import LabelCentroids
 from dslide_dask.model.label_tree import (
     LabelTree,
     build_forest,
@@ -344,7 +345,7 @@ def test_a_fit_ranks_by_its_trees_saves_them_and_names_a_damaged_one(small, tmp_
     )
     from dslide_dask.model.fusion import fused_topk
 
-    fused = fused_topk(ids, logits, votes, weight, SCORED, tail, index.inverse_propensity)
+    fused = fused_topk(ids, logits, votes, weight, RERANKED, tail, index.inverse_propensity)
     query = (X.indptr, X.indices, normalised(X.indptr, X.values()))
     mean = (trees[0].losses(query, fused[0]) + trees[1].losses(query, fused[0])) / 2
     np.testing.assert_allclose(index.tree_losses(X, fused[0]), mean, rtol=1e-6)
