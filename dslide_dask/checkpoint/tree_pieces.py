@@ -88,14 +88,14 @@ def _pieces_of(arrays: dict, prefix: str, whole: bool) -> tuple[dict, np.ndarray
     for name in [n for n in arrays if is_piece(n) and n.startswith(f"{prefix}_p")]:
         _, piece, array = PIECE.match(name).groups()  # type: ignore[union-attr]
         by_piece.setdefault(int(piece), {})[array] = arrays.pop(name)
-    shape = {name: arrays.get(f"{prefix}_{name}") for name in SHAPE}
-    if any(a is None for a in shape.values()):
+    if any(f"{prefix}_{name}" not in arrays for name in SHAPE):
         raise ValueError(f"{tree}: saved in pieces without its shape")
+    shape: dict[str, np.ndarray] = {name: arrays[f"{prefix}_{name}"] for name in SHAPE}
     for name, a in shape.items():
-        if a.dtype != np.int64 or a.ndim != 1:  # type: ignore[union-attr]
+        if a.dtype != np.int64 or a.ndim != 1:
             raise ValueError(f"{tree}: {name} must be 1-D int64")
     ptr = shape["child_ptr"]
-    if len(ptr) < 2 or ptr[0] != 0 or (np.diff(ptr) < 0).any():  # type: ignore[arg-type]
+    if len(ptr) < 2 or ptr[0] != 0 or (np.diff(ptr) < 0).any():
         raise ValueError(f"{tree}: child_ptr must run from 0 and never fall")
     if whole and sorted(by_piece) != list(range(len(by_piece))):
         raise ValueError(f"{tree}: pieces {sorted(by_piece)}, not 0 to n-1")
@@ -107,7 +107,7 @@ def _pieces_of(arrays: dict, prefix: str, whole: bool) -> tuple[dict, np.ndarray
             if seg[name].dtype != want or seg[name].ndim != 1:
                 raise ValueError(f"{tree} piece {p}: {name} must be 1-D {want}")
     try:
-        state = merged(shape, segments, whole)  # type: ignore[arg-type]
+        state = merged(shape, segments, whole)
     except ValueError as err:
         raise ValueError(f"{tree}: {err}") from None
     held = np.concatenate([seg["nodes"] for seg in segments] or [np.zeros(0, np.int64)])

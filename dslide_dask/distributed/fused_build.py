@@ -96,8 +96,8 @@ def build_fused(
     # the pieces take the trees' shapes; here the trees are weightless, so they go
     stage = Stages(report)
     calls = [shard.assemble(fused.index.trees) for shard in tree_shards]
-    held = ", ".join(f"{call.result() / 2**30:.2f}" for call in calls)
-    stage(f"label trees kept in {len(tree_shards)} pieces ({held} GiB of weights)")
+    kept = ", ".join(f"{call.result() / 2**30:.2f}" for call in calls)
+    stage(f"label trees kept in {len(tree_shards)} pieces ({kept} GiB of weights)")
     return dataclasses.replace(fused, index=fused.index.with_trees(()))
 
 
