@@ -270,7 +270,7 @@ def forest_topk_losses(
         tuple(t.w_val for t in trees), tuple(t.bias for t in trees),
         tuple(s[1] for s in served), tuple(s[2] for s in served),  # inner, by feature
         tuple(s[3] for s in served), tuple(s[4] for s in served),
-        n_features, 4 * numba.get_num_threads(),
+        n_features, 4 * numba.get_num_threads(), tree_query.SHARED_ROWS,
     )  # fmt: skip
 
 
