@@ -183,18 +183,15 @@ def bounded_losses(
     at once, its weights read once (:mod:`~dslide_dask.kernels.shared_dots`)."""
     n, m = cand.shape
     n_trees = len(position)
-    inner, bound = _bounds(q_ptr, q_idx, q_val, cand, scores, power, position, paths,
-                           bias, f_ptr, f_child, f_val, n_inner, n_chunks)  # fmt: skip
+    inner, bound, leaf = _bounds(q_ptr, q_idx, q_val, cand, scores, power, position, paths,
+                                 bias, f_ptr, f_child, f_val, n_inner, n_chunks)  # fmt: skip
     shared = np.full((n_trees, n, m), np.nan, np.float32)  # NaN: not scored yet
-    flat, named = cand.reshape(n * m), bound.reshape(n * m) > -np.inf
+    named = bound.reshape(n * m) > -np.inf
     for t in range(n_trees if n >= min_rows else 0):  # the leaves named by rows enough
-        pairs = np.flatnonzero(named & (inner[t].reshape(n * m) != UNSEEN))
-        leaf = np.empty(pairs.shape[0], np.int64)
-        last = paths[t].shape[1] - 1
-        for p in range(pairs.shape[0]):
-            leaf[p] = paths[t][position[t][flat[pairs[p]]], last]
-        got = shared_dots(q_ptr, q_idx, q_val, pairs // m, leaf, w_ptr[t], w_feature[t],
-                          w_val[t], n_features, min_rows, n_chunks)  # fmt: skip
+        pairs = np.flatnonzero(named & (leaf[t].reshape(n * m) >= 0))
+        got = shared_dots(q_ptr, q_idx, q_val, pairs // m, leaf[t].reshape(n * m)[pairs],
+                          w_ptr[t], w_feature[t], w_val[t], n_features, min_rows,
+                          n_chunks)  # fmt: skip
         shared[t].reshape(n * m)[pairs] = got
     out = np.full((n, m), np.inf, np.float32)
     n_chunks = max(1, min(n, n_chunks))
@@ -214,12 +211,11 @@ def bounded_losses(
                     break
                 if n_seen >= k and bound[i, j] < best[k - 1] * (1.0 - 1e-5):
                     break
-                lab = cand[i, j]
                 total = np.float32(0.0)
                 for t in range(n_trees):
                     loss = inner[t, i, j]
-                    if loss != UNSEEN:
-                        c = paths[t][position[t][lab]][paths[t].shape[1] - 1]
+                    c = leaf[t, i, j]
+                    if c >= 0:
                         z = shared[t, i, j]
                         if np.isnan(z):
                             wp = w_ptr[t]
@@ -245,9 +241,9 @@ def bounded_losses(
 @numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
 def _bounds(q_ptr, q_idx, q_val, cand, scores, power, position, paths, bias, f_ptr, f_child,
             f_val, n_inner, n_chunks):  # fmt: skip
-    """``(inner, bound)``: each candidate's loss above the leaves in each tree
-    (:data:`UNSEEN` where not in it) and the bound on its score that gives (-inf: no
-    candidate)."""
+    """``(inner, bound, leaf)``: each candidate's loss above the leaves in each tree
+    (:data:`UNSEEN` where not in it), the bound on its score that gives (-inf: no
+    candidate), and its leaf classifier in each tree (-1: none)."""
     n, m = cand.shape
     n_trees = len(position)
     offset = np.zeros(n_trees + 1, np.int64)
@@ -255,6 +251,7 @@ def _bounds(q_ptr, q_idx, q_val, cand, scores, power, position, paths, bias, f_p
         offset[t + 1] = offset[t] + n_inner[t]
     inner = np.empty((n_trees, n, m), np.float32)
     bound = np.empty((n, m), np.float32)
+    leaf = np.full((n_trees, n, m), -1, np.int64)
     n_chunks = max(1, min(n, n_chunks))
     for chunk in numba.prange(n_chunks):
         loss_of = np.empty(offset[n_trees], np.float32)
@@ -280,11 +277,12 @@ def _bounds(q_ptr, q_idx, q_val, cand, scores, power, position, paths, bias, f_p
                         for v in range(path.shape[0] - 1):
                             s += loss_of[offset[t] + path[v]]
                         inner[t, i, j] = s
+                        leaf[t, i, j] = path[path.shape[0] - 1]
                     mean += inner[t, i, j]
                 s = scores[i, j]
                 # leaf losses >= 0: s * exp(-power * loss) <= this (<= 0 where s < 0)
                 bound[i, j] = s * np.exp(-power * mean / n_trees) if s >= 0 else 0.0
-    return inner, bound
+    return inner, bound, leaf
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
