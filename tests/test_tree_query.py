@@ -18,12 +18,14 @@ from tests.test_neighbours import _dense, _random_csr
 @pytest.mark.parametrize("n_trees", [1, 2])
 @pytest.mark.parametrize("k", [1, 5])
 @pytest.mark.parametrize("shared_rows", [3, 1 << 30])
+@pytest.mark.parametrize("block", [1024, 7])
 def test_bounded_losses_keep_the_best_k_of_every_candidate_scored(
-    monkeypatch, n_trees, k, shared_rows
+    monkeypatch, n_trees, k, shared_rows, block
 ):
     monkeypatch.setattr(label_tree, "LEAF", 4)
     monkeypatch.setattr(label_tree, "SPAN", 2)  # 40 labels: classifiers at 3 levels
     monkeypatch.setattr(tree_query, "SHARED_ROWS", shared_rows)  # 1 << 30: none shared
+    monkeypatch.setattr(label_tree, "BLOCK_ROWS", block)  # 7: the rows in 6 calls
     rng = np.random.default_rng(7)
     X, Y = _random_csr(rng, 300, 50, 8), _labels(rng, 300, 40)
     Y = CSR(Y.indptr, Y.indices, None, 44)  # labels 40-43: not in the trees

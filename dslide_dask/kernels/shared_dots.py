@@ -51,13 +51,13 @@ def shared_dots(
     min_rows: int,
     n_chunks: int,
 ) -> np.ndarray:
-    """Per pair ``p``: the dot product of query row ``rows[p]`` (``q_*``, features below
-    ``n_features``) with label ``labels[p]``'s vector ``v_idx/v_val[v_ptr[l]:v_ptr[l+1]]``
-    where the label is worth spreading (:func:`shared_groups`), else NaN (the caller's to
-    compute)."""
+    """Per pair ``p``: the dot product of query row ``r = rows[p]``
+    (``q_idx/q_val[q_ptr[r]:q_ptr[r+1]]``, features below ``n_features``) with label
+    ``l = labels[p]``'s vector ``v_idx/v_val[v_ptr[l]:v_ptr[l+1]]`` where the label is
+    worth spreading (:func:`shared_groups`), else NaN (the caller's to compute)."""
     out = np.full(rows.shape[0], np.nan, np.float32)
     n_rows = q_ptr.shape[0] - 1
-    q_nnz = q_ptr[n_rows] / max(n_rows, 1)
+    q_nnz = (q_ptr[n_rows] - q_ptr[0]) / max(n_rows, 1)
     order, starts = shared_groups(labels, v_ptr, q_nnz, min_rows)
     n_groups = starts.shape[0] // 2
     n_chunks = max(1, min(n_groups, n_chunks))

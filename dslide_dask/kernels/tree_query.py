@@ -251,7 +251,7 @@ def _bounds(q_ptr, q_idx, q_val, cand, scores, power, position, paths, bias, f_p
         offset[t + 1] = offset[t] + n_inner[t]
     inner = np.empty((n_trees, n, m), np.float32)
     bound = np.empty((n, m), np.float32)
-    leaf = np.full((n_trees, n, m), -1, np.int64)
+    leaf = np.full((n_trees, n, m), -1, np.int32)
     n_chunks = max(1, min(n, n_chunks))
     for chunk in numba.prange(n_chunks):
         loss_of = np.empty(offset[n_trees], np.float32)
