@@ -5,19 +5,27 @@ import numpy as np
 import pytest
 
 from dslide_dask.data.csr import CSR
+from dslide_dask.kernels import tree_query
+from dslide_dask.kernels.shared_dots import shared_dots
 from dslide_dask.model import label_tree
 from dslide_dask.model.fusion import tree_rescored
 from dslide_dask.model.label_tree import forest_topk_losses
 from tests.test_label_centroids import _labels
 from tests.test_label_tree import _tree, _unit_rows
-from tests.test_neighbours import _random_csr
+from tests.test_neighbours import _dense, _random_csr
 
 
 @pytest.mark.parametrize("n_trees", [1, 2])
 @pytest.mark.parametrize("k", [1, 5])
-def test_bounded_losses_keep_the_best_k_of_every_candidate_scored(monkeypatch, n_trees, k):
+@pytest.mark.parametrize("shared_rows", [3, 1 << 30])
+@pytest.mark.parametrize("block", [1024, 7])
+def test_bounded_losses_keep_the_best_k_of_every_candidate_scored(
+    monkeypatch, n_trees, k, shared_rows, block
+):
     monkeypatch.setattr(label_tree, "LEAF", 4)
     monkeypatch.setattr(label_tree, "SPAN", 2)  # 40 labels: classifiers at 3 levels
+    monkeypatch.setattr(tree_query, "SHARED_ROWS", shared_rows)  # 1 << 30: none shared
+    monkeypatch.setattr(label_tree, "BLOCK_ROWS", block)  # 7: the rows in 6 calls
     rng = np.random.default_rng(7)
     X, Y = _random_csr(rng, 300, 50, 8), _labels(rng, 300, 40)
     Y = CSR(Y.indptr, Y.indices, None, 44)  # labels 40-43: not in the trees
@@ -30,8 +38,31 @@ def test_bounded_losses_keep_the_best_k_of_every_candidate_scored(monkeypatch, n
     full = sum(tree.losses(query, ids) for tree in trees) / np.float32(n_trees)
     done = np.isfinite(got)
     assert (~done).any()  # some candidates had no chance: their leaves were not scored
-    np.testing.assert_array_equal(got[done], full[done])
     want = tree_rescored(ids, scores, full, 1.0, k)
     served = tree_rescored(ids, scores, got, 1.0, k)
     np.testing.assert_array_equal(served[0], want[0])
-    np.testing.assert_array_equal(served[1], want[1])
+    if shared_rows > len(ids):  # every leaf gathered, as path_losses does: the same sums
+        np.testing.assert_array_equal(got[done], full[done])
+        np.testing.assert_array_equal(served[1], want[1])
+    else:  # a shared leaf's margin is summed in the row's order: rounding apart
+        np.testing.assert_allclose(got[done], full[done], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(served[1], want[1], rtol=1e-6)
+
+
+def test_shared_dots_are_the_dot_products_of_the_labels_worth_spreading():
+    rng = np.random.default_rng(11)
+    Q = _random_csr(rng, 30, 200, 6)
+    V = _random_csr(rng, 12, 200, 150)  # 12 labels, long vectors
+    short = np.diff(V.indptr).argmin()
+    rows = rng.integers(0, 30, 400)
+    labels = rng.integers(0, 12, 400)
+    labels[labels == 5] = 4  # label 5 named by no pair
+    labels[:1] = 11
+    labels[1:][labels[1:] == 11] = 10  # label 11 by one pair: below min_rows
+    got = shared_dots(Q.indptr, Q.indices, Q.values(), rows, labels, V.indptr, V.indices,
+                      V.values(), 200, 2, 3)  # fmt: skip
+    want = (_dense(Q) @ _dense(V).T)[rows, labels]
+    assert np.isnan(got[labels == 11]).all()
+    spread = np.isfinite(got)
+    assert spread[(labels != 11) & (labels != short)].all()
+    np.testing.assert_allclose(got[spread], want[spread], rtol=1e-5, atol=1e-6)

@@ -44,6 +44,9 @@ ITERATIONS = 6
 #: hold at least RARE_SHARE of them: a fit left to it then builds two trees
 #: (:func:`trees_for`) and draws fewer negatives (``config.MIN_ACTIVE_RARE``).
 RARE_ROWS, RARE_SHARE = 3, 1 / 3
+#: Rows a served tree query scores at once: its scratch (each candidate's loss above the
+#: leaves, leaf and shared margin a tree, and bound) is 16-28 bytes a candidate.
+BLOCK_ROWS = 1024
 #: The arrays that define a tree (:meth:`LabelTree.state`).
 ARRAYS = ("perm", "bounds", "level_ptr", "child_ptr", "w_ptr", "w_feature", "w_val", "bias")
 
@@ -262,16 +265,23 @@ def forest_topk_losses(
     ptr, idx, val = _sorted_rows(*query)
     served = [tree.served for tree in trees]
     n_features = max(max(t.n_features for t in trees), int(idx.max(initial=-1)) + 1)
-    return tree_query.bounded_losses(
-        ptr, idx, val, np.ascontiguousarray(ids, np.int64),
-        np.ascontiguousarray(scores, np.float32), float(power), int(k),
+    ids = np.ascontiguousarray(ids, np.int64)
+    scores = np.ascontiguousarray(scores, np.float32)
+    tree_args = (
         tuple(t.position for t in trees), tuple(s[0] for s in served),  # the paths
         tuple(t.w_ptr for t in trees), tuple(t.w_feature for t in trees),
         tuple(t.w_val for t in trees), tuple(t.bias for t in trees),
         tuple(s[1] for s in served), tuple(s[2] for s in served),  # inner, by feature
         tuple(s[3] for s in served), tuple(s[4] for s in served),
-        n_features, 4 * numba.get_num_threads(),
     )  # fmt: skip
+    out = np.empty(ids.shape, np.float32)
+    for a in range(0, len(ids), BLOCK_ROWS):  # the kernel's scratch grows with the rows
+        b = min(a + BLOCK_ROWS, len(ids))
+        out[a:b] = tree_query.bounded_losses(
+            ptr[a : b + 1], idx, val, ids[a:b], scores[a:b], float(power), int(k), *tree_args,
+            n_features, 4 * numba.get_num_threads(), tree_query.SHARED_ROWS,
+        )  # fmt: skip
+    return out
 
 
 def leaf_depth(n_labels: int) -> int:
