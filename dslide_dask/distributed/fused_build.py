@@ -32,7 +32,7 @@ from dslide_dask.data.held import read_split
 from dslide_dask.data.partitions import DataSource, Partition
 from dslide_dask.data.source import read_partition
 from dslide_dask.distributed.cluster_data import ClusterData
-from dslide_dask.distributed.fused_worker import idle_threads, watched, worker_threads
+from dslide_dask.distributed.fused_worker import idle_threads, on_threads, watched
 from dslide_dask.distributed.tree_shards import ShardNodes, ShardTrees, start_shards
 from dslide_dask.model.fused import FusedModel
 from dslide_dask.model.fused_build import FusedBuild, Report, Stages
@@ -63,6 +63,7 @@ class CoordinatorNetwork:
         return np.concatenate(parts).astype(np.float32, copy=False)
 
 
+@on_threads
 def build_fused(
     build: FusedBuild,
     coordinator: Any,
@@ -70,17 +71,15 @@ def build_fused(
     shape: tuple[int, int] | None = None,
     tree_shards: tuple[Any, ...] = (),
     topic: str | None = None,
-    threads: int | None = None,
 ) -> FusedModel:
     """Task: the fused model of the rows of ``source`` (a planned source, read here; or
     the blocks of a data set, stacked in order), the held ones split off as the stream
     did; the label trees' classifiers trained and kept by the :class:`~dslide_dask.
     distributed.tree_shards.TreeShard` actors ``tree_shards`` (none: here, in the model);
     each stage done logged as an event of ``topic`` (None: not), which a client follows;
-    on ``threads`` of numba (None: the worker's)."""
+    on the ``threads`` given (:func:`~.fused_worker.on_threads`)."""
     from distributed import get_worker
 
-    worker_threads(threads)
     report = None
     if topic is not None:
         worker = get_worker()
@@ -289,14 +288,14 @@ def _losses(trees: tuple[Any, ...]) -> TreeLosses | None:
     return ShardTrees(list(trees)) if trees else None
 
 
-def _block_topk(block, fused: FusedModel, coordinator, *, k, exact, n_cols, trees, threads):
-    worker_threads(threads)
+@on_threads
+def _block_topk(block, fused: FusedModel, coordinator, *, k, exact, n_cols, trees):
     X = block_csr(block, n_cols)
     return fused.topk(CoordinatorNetwork(coordinator), X, k, exact, _losses(trees))[0]
 
 
-def _blocks_metrics(fused: FusedModel, coordinator, *blocks, shape, ks, exact, trees, threads):
-    worker_threads(threads)
+@on_threads
+def _blocks_metrics(fused: FusedModel, coordinator, *blocks, shape, ks, exact, trees) -> dict:
     data = stack_datasets(blocks, *shape)
     net = CoordinatorNetwork(coordinator)
     return fused.metrics(net, data.X, data.Y, tuple(ks), exact, _losses(trees))
@@ -309,17 +308,18 @@ def _load(url: str, storage_options: dict | None, trees: bool) -> FusedModel:
     return fused
 
 
-def _chosen(fused: FusedModel, coordinator, trees, threads) -> tuple[tuple[float, ...], float]:
+@on_threads
+def _chosen(fused: FusedModel, coordinator, trees) -> tuple[tuple[float, ...], float]:
     return fused.weight, fused.fusion.tail
 
 
-def _topk(fused: FusedModel, coordinator, X: CSR, *, k: int, exact: bool, trees, threads):
-    worker_threads(threads)
+@on_threads
+def _topk(fused: FusedModel, coordinator, X: CSR, *, k: int, exact: bool, trees):
     return fused.topk(CoordinatorNetwork(coordinator), X, k, exact, _losses(trees))
 
 
-def _metrics(fused: FusedModel, coordinator, data: XCDataset, *, ks, exact, trees, threads):
-    worker_threads(threads)
+@on_threads
+def _metrics(fused: FusedModel, coordinator, data: XCDataset, *, ks, exact, trees) -> dict:
     net = CoordinatorNetwork(coordinator)
     return metrics_with_network(fused, net, data.X, data.Y, tuple(ks), exact, _losses(trees))
 
