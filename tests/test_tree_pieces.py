@@ -9,7 +9,14 @@ from dslide_dask.checkpoint import CheckpointError
 from dslide_dask.checkpoint.neighbours import load_tree_pieces, save_neighbours, tree_pieces
 from dslide_dask.checkpoint.tree_pieces import joined_trees, partial_tree, save_tree_piece
 from dslide_dask.model.neighbours import NeighbourIndex
-from dslide_dask.model.tree_shards import KeptNodes, forest_losses, segment, summed_losses
+from dslide_dask.model.tree_shards import (
+    SEGMENT,
+    KeptNodes,
+    forest_losses,
+    node_part,
+    segment,
+    summed_losses,
+)
 from tests.test_label_centroids import small  # noqa: F401 (a fixture)
 
 
@@ -25,12 +32,8 @@ def tree_and_pieces(small):  # noqa: F811
         nodes = np.flatnonzero(owner == p)
         kept = KeptNodes.empty()
         seg = segment(tree, nodes)
-        parts = [
-            (seg["w_ptr"][a : z + 1] - seg["w_ptr"][a],
-             seg["w_feature"][seg["w_ptr"][a] : seg["w_ptr"][z]],
-             seg["w_val"][seg["w_ptr"][a] : seg["w_ptr"][z]], seg["bias"][a:z])
-            for a, z in zip(seg["child_ptr"][:-1], seg["child_ptr"][1:], strict=True)
-        ]  # fmt: skip
+        joined = tuple(seg[name] for name in SEGMENT[1:])
+        parts = [node_part(joined, j) for j in range(len(nodes))]
         kept.keep(0, list(nodes), parts)
         pieces.append((kept.partial(0, tree), nodes))
     return index, tree, pieces, test

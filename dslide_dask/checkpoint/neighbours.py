@@ -16,7 +16,13 @@ import numpy as np
 
 from dslide_dask.checkpoint.arrays import CheckpointError, read_array, write_array
 from dslide_dask.checkpoint.schema import check_entry
-from dslide_dask.checkpoint.tree_pieces import is_piece, joined_trees, partial_tree, piece_of
+from dslide_dask.checkpoint.tree_pieces import (
+    is_piece,
+    joined_trees,
+    partial_tree,
+    piece_of,
+    tree_prefix,
+)
 from dslide_dask.model.label_tree import LabelTree
 from dslide_dask.model.neighbours import (
     ARRAYS,
@@ -126,8 +132,8 @@ def load_tree_pieces(
     fs, root, where, found, entries = _manifest(url, storage_options, n_labels)
     n_features = entries["post_ptr"]["shape"][0] - 1 if entries["post_ptr"]["shape"] else 0
     out, nodes = [], []
-    for names in TREE_ARRAYS:
-        prefix = next(iter(names)).split("_")[0]
+    for t in range(len(TREE_ARRAYS)):
+        prefix = tree_prefix(t)
         shape = {f"{prefix}_{name}" for name in SHAPE}
         if not shape <= set(entries):
             break

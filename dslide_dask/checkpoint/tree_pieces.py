@@ -17,6 +17,7 @@ import fsspec
 import numpy as np
 
 from dslide_dask.checkpoint.arrays import write_array
+from dslide_dask.model import label_tree
 from dslide_dask.model.label_tree import LabelTree
 from dslide_dask.model.tree_shards import SEGMENT, SHAPE, merged, segment
 from dslide_dask.paths import guard_write
@@ -28,6 +29,7 @@ FOLDER = "neighbours"
 
 
 def tree_prefix(t: int) -> str:
+    """Tree ``t``'s name in a checkpoint (``label_tree`` arrays: ``tree_perm``, ``tree2_perm``)."""
     return f"tree{t + 1 if t else ''}"
 
 
@@ -114,6 +116,5 @@ def _pieces_of(arrays: dict, prefix: str, whole: bool) -> tuple[dict, np.ndarray
     return state, np.sort(held)
 
 
-_DTYPES = {"nodes": np.dtype(np.int64), "child_ptr": np.dtype(np.int64),
-           "w_ptr": np.dtype(np.int64), "w_feature": np.dtype(np.int32),
-           "w_val": np.dtype(np.float32), "bias": np.dtype(np.float32)}  # fmt: skip
+#: A piece's arrays' dtypes: a tree's (``label_tree.DTYPES``; the rest int64).
+_DTYPES = {name: np.dtype(label_tree.DTYPES.get(name, np.int64)) for name in SEGMENT}

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from dslide_dask.data.csr import CSR
+from dslide_dask.distributed.fused_worker import worker_threads
 from dslide_dask.model.label_tree import LabelTree
 from dslide_dask.model.tree_nodes import NodeProblem, train_levels
 from dslide_dask.model.tree_shards import (
@@ -40,8 +41,6 @@ class TreeShard:
         self, problem: NodeProblem, jobs: list[tuple[np.ndarray, int]], seed: int, tree: int
     ) -> None:
         """Train the nodes ``jobs`` (children, node) of tree ``tree`` and keep them."""
-        from dslide_dask.distributed.fused_worker import worker_threads
-
         worker_threads()
         parts = train_levels(problem, [jobs], seed)[0]
         self.kept.keep(tree, [node for _, node in jobs], parts)
@@ -52,12 +51,10 @@ class TreeShard:
         self.nodes = tuple(np.array(sorted(self.kept.parts.get(t, {})), np.int64)
                            for t in range(len(shapes)))  # fmt: skip
         self.trees = tuple(self.kept.partial(t, shape) for t, shape in enumerate(shapes))
-        return sum(t.w_feature.nbytes + t.w_val.nbytes for t in self.trees)
+        return self._weight_bytes()
 
     def losses(self, X: CSR, ids: np.ndarray) -> np.ndarray:
         """This piece's share of the mean path losses of candidates ``ids`` of rows ``X``."""
-        from dslide_dask.distributed.fused_worker import worker_threads
-
         worker_threads()
         return forest_losses(self.trees, X, ids)
 
@@ -67,6 +64,9 @@ class TreeShard:
         from dslide_dask.checkpoint.neighbours import load_tree_pieces
 
         self.trees, self.nodes = load_tree_pieces(url, pieces, storage_options)
+        return self._weight_bytes()
+
+    def _weight_bytes(self) -> int:
         return sum(t.w_feature.nbytes + t.w_val.nbytes for t in self.trees)
 
     def save(self, folder_url: str, piece: int, storage_options: dict | None) -> dict:

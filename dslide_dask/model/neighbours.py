@@ -37,7 +37,7 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import hidden_votes
 from dslide_dask.kernels import neighbours as kernels
 from dslide_dask.metrics import propensity
-from dslide_dask.model import label_classifiers, label_tree
+from dslide_dask.model import label_classifiers, label_tree, tree_shards
 from dslide_dask.model.config import check_int
 from dslide_dask.model.label_centroids import LabelCentroids
 from dslide_dask.model.label_classifiers import LabelClassifiers
@@ -195,11 +195,7 @@ class NeighbourIndex:
         label trees."""
         if not self.trees:
             raise ValueError("the neighbour index has no label tree")
-        query = self._query(X)
-        total = self.trees[0].losses(query, ids)
-        for tree in self.trees[1:]:
-            total += tree.losses(query, ids)
-        return total / np.float32(len(self.trees))
+        return tree_shards.mean_losses(self.trees, self._query(X), ids)
 
     def tree_topk_losses(
         self, X: CSR, ids: np.ndarray, scores: np.ndarray, power: float, k: int

@@ -61,7 +61,13 @@ def unit_query(X: CSR) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def forest_losses(trees: tuple[LabelTree, ...], X: CSR, ids: np.ndarray) -> np.ndarray:
     """The mean over ``trees`` of :meth:`LabelTree.losses` (partial trees: their share)."""
-    query = unit_query(X)
+    return mean_losses(trees, unit_query(X), ids)
+
+
+def mean_losses(
+    trees: tuple[LabelTree, ...], query: tuple[np.ndarray, np.ndarray, np.ndarray], ids
+) -> np.ndarray:
+    """:func:`forest_losses` of a query already in unit rows."""
     ids = np.ascontiguousarray(ids, np.int64)
     total = trees[0].losses(query, ids)
     for tree in trees[1:]:
@@ -106,15 +112,19 @@ class KeptNodes:
                          w_ptr, w_feature, w_val, bias)  # fmt: skip
 
 
+def node_part(arrays: tuple[np.ndarray, ...], n: int) -> tuple:
+    """Node ``n``'s part (as :func:`~dslide_dask.model.tree_nodes.joined` takes them) of
+    nodes joined into ``arrays`` (child_ptr, w_ptr, w_feature, w_val, bias), as views."""
+    child_ptr, w_ptr, w_feature, w_val, bias = arrays
+    a, z = child_ptr[n], child_ptr[n + 1]
+    lo, hi = w_ptr[a], w_ptr[z]
+    return w_ptr[a : z + 1] - lo, w_feature[lo:hi], w_val[lo:hi], bias[a:z]
+
+
 def segment(tree: LabelTree, nodes: np.ndarray) -> dict[str, np.ndarray]:
     """The arrays (:data:`SEGMENT`) a piece of ``tree`` that weighs ``nodes`` saves."""
-    parts = []
-    for n in nodes:
-        a, z = tree.child_ptr[n], tree.child_ptr[n + 1]
-        lo, hi = tree.w_ptr[a], tree.w_ptr[z]
-        parts.append((tree.w_ptr[a : z + 1] - lo, tree.w_feature[lo:hi], tree.w_val[lo:hi],
-                      tree.bias[a:z]))  # fmt: skip
-    child_ptr, w_ptr, w_feature, w_val, bias = joined(parts)
+    joined_arrays = (tree.child_ptr, tree.w_ptr, tree.w_feature, tree.w_val, tree.bias)
+    child_ptr, w_ptr, w_feature, w_val, bias = joined([node_part(joined_arrays, n) for n in nodes])
     out = dict(zip(SEGMENT[1:], (child_ptr, w_ptr, w_feature, w_val, bias), strict=True))
     return {"nodes": np.asarray(nodes, np.int64), **out}
 
@@ -157,10 +167,7 @@ def merged(
             continue
         seg, j = segments[owner[n]], place[owner[n]]
         place[owner[n]] += 1
-        a, z = seg["child_ptr"][j], seg["child_ptr"][j + 1]
-        lo, hi = seg["w_ptr"][a], seg["w_ptr"][z]
-        parts.append((seg["w_ptr"][a : z + 1] - lo, seg["w_feature"][lo:hi], seg["w_val"][lo:hi],
-                      seg["bias"][a:z]))  # fmt: skip
+        parts.append(node_part(tuple(seg[name] for name in SEGMENT[1:]), j))
     _, w_ptr, w_feature, w_val, bias = joined(parts)
     return {**{name: shape[name] for name in SHAPE}, "w_ptr": w_ptr, "w_feature": w_feature,
             "w_val": w_val, "bias": bias}  # fmt: skip
