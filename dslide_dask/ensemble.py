@@ -19,10 +19,10 @@ from sklearn.base import BaseEstimator, clone
 from sklearn.utils import check_random_state
 
 from dslide_dask.data.inputs import labelled_data
-from dslide_dask.errors import NotFittedError
 from dslide_dask.estimator import SlideClassifier
 from dslide_dask.metrics import label_counts, topk_indicator, xc_metrics
 from dslide_dask.model.config import check_int
+from dslide_dask.not_fitted import NotFittedError
 
 
 def borda_topk(member_topk: list[np.ndarray], k: int) -> np.ndarray:

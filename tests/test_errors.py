@@ -41,7 +41,7 @@ def test_errors_are_also_the_builtin_kinds_handlers_expect():
     assert issubclass(errors.XCFormatError, ValueError)
     assert issubclass(errors.CheckpointError, ValueError)
     assert issubclass(errors.ShardLostError, RuntimeError)
-    assert issubclass(errors.NotFittedError, SklearnNotFitted)
+    assert issubclass(dslide_dask.NotFittedError, SklearnNotFitted)
     assert dslide_dask.DslideError is errors.DslideError
 
 
@@ -55,5 +55,5 @@ def test_a_format_error_survives_pickling_with_its_fields():
 def test_unfitted_estimators_raise_the_one_not_fitted_error(estimator):
     import numpy as np
 
-    with pytest.raises(errors.NotFittedError, match="not fitted"):
+    with pytest.raises(dslide_dask.NotFittedError, match="not fitted"):
         estimator.predict_topk(np.zeros((1, 3), dtype=np.float32))

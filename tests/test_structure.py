@@ -153,6 +153,20 @@ def test_importing_the_package_is_light_and_changes_no_environment():
     assert json.loads(out.stdout) == {"heavy": [], "env": True}
 
 
+def test_the_cli_and_what_its_workers_import_again_need_no_scikit_learn():
+    """A LocalCluster's workers import the ``dslide`` script again as they start: the
+    estimator (and scikit-learn, 0.75 s) comes only where it is named."""
+    script = (
+        "import json, sys\n"
+        "import dslide_workflows.cli, dslide_dask\n"
+        "lazy = 'sklearn' not in sys.modules\n"
+        "dslide_dask.SlideClassifier, dslide_dask.NotFittedError\n"
+        "print(json.dumps([lazy, 'sklearn' in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [True, True]
+
+
 def test_actor_calls_take_at_most_four_positional_arguments():
     """Every call into an actor crosses a process boundary: more than four positional
     arguments is a spec (``dslide_dask.distributed.specs``) or keyword-only arguments."""

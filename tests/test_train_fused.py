@@ -206,9 +206,9 @@ def test_a_fit_from_a_url_in_process_builds_the_same_recipe_here(files):
 def test_a_tree_kept_in_pieces_on_the_workers_scores_and_saves_as_one(files, client, tmp_path):
     from dslide_dask.checkpoint.tree_pieces import joined_trees
     from dslide_dask.distributed.tree_shards import ShardNodes, ShardTrees, start_shards
-    from dslide_dask.model.label_tree import LabelTree
+    from dslide_dask.model.label_tree import LabelTree, forest_topk_losses
     from dslide_dask.model.neighbours import NeighbourIndex
-    from dslide_dask.model.tree_shards import forest_losses
+    from dslide_dask.model.tree_shards import unit_query
 
     _, train, test = files
     index = NeighbourIndex.build(train.X, train.Y).with_centroids()
@@ -220,10 +220,13 @@ def test_a_tree_kept_in_pieces_on_the_workers_scores_and_saves_as_one(files, cli
     held = [actor.assemble((shape,)).result() for actor in actors]
     assert min(held) > 0  # each worker keeps a share of the weights
     assert sum(held) == here.w_feature.nbytes + here.w_val.nbytes
-    ids = np.random.default_rng(0).integers(-1, train.n_labels, (test.n_points, 20))
-    np.testing.assert_allclose(
-        ShardTrees(actors).losses(test.X, ids), forest_losses((here,), test.X, ids), rtol=1e-5
-    )
+    rng = np.random.default_rng(0)
+    ids = rng.integers(-1, train.n_labels, (test.n_points, 20))
+    scores = rng.random(ids.shape).astype(np.float32)
+    pieces = ShardTrees(actors).topk_losses(test.X, ids, scores, power=0.5, k=5)
+    whole = forest_topk_losses((here,), unit_query(test.X), ids, scores, 0.5, 5)
+    scored = np.isfinite(whole)  # the pieces score these leaves and perhaps a few more
+    np.testing.assert_allclose(pieces[scored], whole[scored], rtol=1e-5)
     entries: dict = {}
     for p, actor in enumerate(actors):
         entries.update(actor.save(str(tmp_path), p, None).result())

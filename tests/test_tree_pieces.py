@@ -8,14 +8,20 @@ import pytest
 from dslide_dask.checkpoint import CheckpointError
 from dslide_dask.checkpoint.neighbours import load_tree_pieces, save_neighbours, tree_pieces
 from dslide_dask.checkpoint.tree_pieces import joined_trees, partial_tree, save_tree_piece
+from dslide_dask.model.fusion import tree_rescored
+from dslide_dask.model.label_tree import forest_topk_losses
 from dslide_dask.model.neighbours import NeighbourIndex
 from dslide_dask.model.tree_shards import (
     SEGMENT,
     KeptNodes,
     forest_losses,
+    inner_losses,
+    leaf_losses,
     node_part,
+    rounds_topk_losses,
     segment,
     summed_losses,
+    unit_query,
 )
 from tests.test_label_centroids import small  # noqa: F401 (a fixture)
 
@@ -49,6 +55,33 @@ def test_the_pieces_losses_add_up_to_the_whole_trees(tree_and_pieces):
     parts = [forest_losses((piece,), test.X, ids) for piece, _ in pieces]
     assert all((p <= whole + 1e-4).all() for p in parts)  # each holds a share of the path
     np.testing.assert_allclose(summed_losses(parts), whole, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("k", [1, 5, 50])
+def test_pieces_asked_in_rounds_rank_as_the_whole_tree(tree_and_pieces, k):
+    index, tree, pieces, test = tree_and_pieces
+    rng = np.random.default_rng(3)
+    ids = rng.integers(-1, index.n_labels, (test.n_points, 40))
+    scores = rng.random(ids.shape).astype(np.float32)
+    trees = [(piece,) for piece, _ in pieces]
+    inner = summed_losses([inner_losses(t, test.X, ids) for t in trees])
+    asked = []
+
+    def leaves(chosen):
+        asked.append(int(chosen.sum()))
+        return np.sum([leaf_losses(t, test.X, ids, chosen) for t in trees], axis=0)
+
+    got = rounds_topk_losses(inner, leaves, ids, scores, 0.5, k)
+    whole = forest_topk_losses((tree,), unit_query(test.X), ids, scores, 0.5, k)
+    exact = forest_losses((tree,), test.X, ids)
+    scored = np.isfinite(got)
+    np.testing.assert_allclose(got[scored], exact[scored], rtol=1e-5, atol=1e-6)
+    assert (scored | ~np.isfinite(whole)).all()  # at least the leaves the whole tree scored
+    if k < 40:
+        assert sum(asked) < (ids >= 0).sum()  # and not every leaf
+    here, _ = tree_rescored(ids, scores, got, 0.5, k)
+    there, _ = tree_rescored(ids, scores, whole, 0.5, k)
+    np.testing.assert_array_equal(here, there)
 
 
 def test_saved_pieces_join_into_the_whole_tree_or_load_as_a_share(tree_and_pieces, tmp_path):

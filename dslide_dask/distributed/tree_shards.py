@@ -23,7 +23,9 @@ from dslide_dask.model.label_tree import LabelTree
 from dslide_dask.model.tree_nodes import NodeProblem, train_levels
 from dslide_dask.model.tree_shards import (
     KeptNodes,
-    forest_losses,
+    inner_losses,
+    leaf_losses,
+    rounds_topk_losses,
     summed_losses,
     weightless,
 )
@@ -53,10 +55,16 @@ class TreeShard:
         self.trees = tuple(self.kept.partial(t, shape) for t, shape in enumerate(shapes))
         return self._weight_bytes()
 
-    def losses(self, X: CSR, ids: np.ndarray) -> np.ndarray:
-        """This piece's share of the mean path losses of candidates ``ids`` of rows ``X``."""
+    def inner(self, X: CSR, ids: np.ndarray) -> np.ndarray:
+        """This piece's share of the mean losses above the leaves of candidates ``ids``
+        of rows ``X``."""
         worker_threads()
-        return forest_losses(self.trees, X, ids)
+        return inner_losses(self.trees, X, ids)
+
+    def leaves(self, X: CSR, ids: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+        """This piece's share of the mean leaf losses of the candidates ``chosen``."""
+        worker_threads()
+        return leaf_losses(self.trees, X, ids, chosen)
 
     def load(self, url: str, pieces: list[int], storage_options: dict | None) -> int:
         """Keep the ``pieces`` of the trees saved at ``url`` (a checkpoint folder); the
@@ -111,14 +119,23 @@ class ShardNodes:
 
 class ShardTrees:
     """The label trees of a cluster's fused model as re-ranking asks them
-    (:class:`~dslide_dask.model.tree_shards.TreeLosses`): each piece asked at once."""
+    (:class:`~dslide_dask.model.tree_shards.TreeLosses`): each piece asked at once, for
+    the losses above the leaves and then twice for leaves
+    (:func:`~dslide_dask.model.tree_shards.rounds_topk_losses`)."""
 
     def __init__(self, shards: list[Any]) -> None:
         self.shards = shards
 
-    def losses(self, X: CSR, ids: np.ndarray) -> np.ndarray:
-        calls = [shard.losses(X, ids) for shard in self.shards]
-        return summed_losses([call.result() for call in calls])
+    def topk_losses(
+        self, X: CSR, ids: np.ndarray, scores: np.ndarray, *, power: float, k: int
+    ) -> np.ndarray:
+        inner = summed_losses([call.result() for call in [s.inner(X, ids) for s in self.shards]])
+
+        def leaves(chosen: np.ndarray) -> np.ndarray:
+            calls = [shard.leaves(X, ids, chosen) for shard in self.shards]
+            return np.asarray(np.sum([c.result() for c in calls], axis=0, dtype=np.float32))
+
+        return rounds_topk_losses(inner, leaves, ids, scores, power, k)
 
 
 def start_shards(client: Any, workers: list[str]) -> list[Any]:

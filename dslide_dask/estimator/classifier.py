@@ -25,7 +25,6 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils import check_random_state
 
-from dslide_dask.errors import NotFittedError
 from dslide_dask.estimator._fitted import FittedMixin
 from dslide_dask.estimator._inputs import InputsMixin, _plain
 from dslide_dask.estimator._neighbours import NeighboursMixin
@@ -33,6 +32,7 @@ from dslide_dask.estimator._serving import ServingMixin
 from dslide_dask.estimator._training import TrainingMixin
 from dslide_dask.local_trainer import LocalTrainer
 from dslide_dask.model.config import SlideConfig, check_float, check_int
+from dslide_dask.not_fitted import NotFittedError
 
 #: Parameters that say how to train and where, not what the network is.
 ENGINE_PARAMS = (

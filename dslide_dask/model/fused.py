@@ -199,9 +199,10 @@ class FusedModel:
         top, scores = fused_topk(ids, logits, votes, weight, width, tail, index.inverse_propensity)
         if not power:
             return top, scores
-        if trees is not None:
-            return tree_rescored(top, scores, trees.losses(X, top), power, k)
-        losses = index.tree_topk_losses(X, top, scores, power, k)  # inf: out of the k best
+        if trees is not None:  # inf: out of the k best
+            losses = trees.topk_losses(X, top, scores, power=power, k=k)
+        else:
+            losses = index.tree_topk_losses(X, top, scores, power, k)
         return tree_rescored(top, scores, losses, power, k)
 
     def metrics(

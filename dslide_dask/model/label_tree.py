@@ -153,7 +153,7 @@ class LabelTree:
         """For unit-norm ``query`` rows (CSR) and their candidates ``ids`` (-1: none):
         the sum of the squared hinge losses on each candidate's path (0 for none,
         :data:`~dslide_dask.kernels.tree_query.UNSEEN` for a label not in the tree)."""
-        ptr, idx, val = _sorted_rows(*query)
+        ptr, idx, val = sorted_rows(*query)
         return tree_query.path_losses(
             ptr,
             idx,
@@ -262,7 +262,7 @@ def forest_topk_losses(
     others ``inf``: they are not), as a served row needs them: each candidate's leaf
     classifiers are scored only while its loss above the leaves leaves it a chance
     (:func:`~dslide_dask.kernels.tree_query.bounded_losses`)."""
-    ptr, idx, val = _sorted_rows(*query)
+    ptr, idx, val = sorted_rows(*query)
     served = [tree.served for tree in trees]
     n_features = max(max(t.n_features for t in trees), int(idx.max(initial=-1)) + 1)
     ids = np.ascontiguousarray(ids, np.int64)
@@ -376,7 +376,7 @@ def _levels(levels: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(levels), level_ptr
 
 
-def _sorted_rows(
+def sorted_rows(
     ptr: np.ndarray, idx: np.ndarray, val: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CSR rows with their features ascending (the tree's dot products merge them)."""

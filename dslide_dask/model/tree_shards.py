@@ -14,15 +14,18 @@ Nothing here knows where the pieces are.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import numba
 import numpy as np
 
 from dslide_dask.data.csr import CSR
 from dslide_dask.kernels.neighbours import normalised
+from dslide_dask.kernels.tree_parts import inner_path_losses, leaf_path_losses
 from dslide_dask.kernels.tree_query import UNSEEN
-from dslide_dask.model.label_tree import LabelTree
+from dslide_dask.model.label_tree import LabelTree, sorted_rows
 from dslide_dask.model.tree_nodes import joined
 
 #: A weightless node's bias: its children score 1, a squared hinge loss of 0.
@@ -36,11 +39,15 @@ SHAPE = ("perm", "bounds", "level_ptr", "child_ptr")
 
 class TreeLosses(Protocol):
     """What re-ranking asks of label trees wherever they are: for rows ``X`` and their
-    candidates ``ids`` (-1: none), the mean over the trees of each candidate's path loss
-    (0 for none, :data:`~dslide_dask.kernels.tree_query.UNSEEN` for a label without a
-    training row)."""
+    candidates ``ids`` (-1: none) of fused ``scores``, the mean over the trees of the path
+    loss of each candidate that can be among a row's ``k`` best by ``scores *
+    exp(-power * loss)`` (0 for none, :data:`~dslide_dask.kernels.tree_query.UNSEEN` for
+    a label without a training row, ``inf`` for a candidate that cannot be: as
+    :func:`~dslide_dask.model.label_tree.forest_topk_losses` answers for whole trees)."""
 
-    def losses(self, X: CSR, ids: np.ndarray) -> np.ndarray: ...
+    def topk_losses(
+        self, X: CSR, ids: np.ndarray, scores: np.ndarray, *, power: float, k: int
+    ) -> np.ndarray: ...
 
 
 def weightless(n_children: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -73,6 +80,71 @@ def mean_losses(
     for tree in trees[1:]:
         total += tree.losses(query, ids)
     return total / np.float32(len(trees))
+
+
+def inner_losses(trees: tuple[LabelTree, ...], X: CSR, ids: np.ndarray) -> np.ndarray:
+    """The mean over ``trees`` of the losses above the leaves on the paths of candidates
+    ``ids`` of rows ``X`` (partial trees: their share)."""
+    ptr, idx, val = sorted_rows(*unit_query(X))
+    ids = np.ascontiguousarray(ids, np.int64)
+    total = np.zeros(ids.shape, np.float32)
+    for tree in trees:
+        paths, f_ptr, f_child, f_val, n_inner = tree.served
+        total += inner_path_losses(ptr, idx, val, ids, tree.position, paths, tree.bias, f_ptr,
+                                   f_child, f_val, n_inner, _chunks())  # fmt: skip
+    return total / np.float32(len(trees))
+
+
+def leaf_losses(
+    trees: tuple[LabelTree, ...], X: CSR, ids: np.ndarray, chosen: np.ndarray
+) -> np.ndarray:
+    """The mean over ``trees`` of the leaf classifiers' losses of the candidates ``ids``
+    of rows ``X`` where ``chosen`` (0 elsewhere; partial trees: those of their leaves)."""
+    ptr, idx, val = sorted_rows(*unit_query(X))
+    ids = np.ascontiguousarray(ids, np.int64)
+    chosen = np.ascontiguousarray(chosen, np.bool_)
+    total = np.zeros(ids.shape, np.float32)
+    for tree in trees:
+        n_features = max(tree.n_features, int(idx.max(initial=-1)) + 1)
+        total += leaf_path_losses(ptr, idx, val, ids, chosen, tree.position, tree.served[0],
+                                  tree.w_ptr, tree.w_feature, tree.w_val, tree.bias,
+                                  n_features, _chunks())  # fmt: skip
+    return total / np.float32(len(trees))
+
+
+def rounds_topk_losses(
+    inner: np.ndarray,
+    leaves: Callable[[np.ndarray], np.ndarray],
+    ids: np.ndarray,
+    scores: np.ndarray,
+    power: float,
+    k: int,
+) -> np.ndarray:
+    """:class:`TreeLosses`' answer from the trees' losses above the leaves (``inner``)
+    and their leaf losses of the candidates chosen (``leaves(chosen)``), asked twice:
+    first each row's ``k`` best by the bound the losses above the leaves give (a leaf's
+    loss is at least 0), then those whose bound still reaches the ``k``-th best score
+    the first found. Whole trees score leaves one at a time in the bound's order and stop
+    at the same point (:func:`~dslide_dask.kernels.tree_query.bounded_losses`), so the
+    ``k`` best come out the same; pieces score a few more leaves for two round trips."""
+    valid = ids >= 0
+    rows = np.arange(len(ids))[:, None]
+    bound = np.where(valid, np.maximum(scores, 0) * np.exp(-power * inner), -np.inf)
+    first = np.zeros(ids.shape, bool)
+    first[rows, np.argsort(-bound, axis=1, kind="stable")[:, :k]] = True
+    first &= valid
+    out = np.where(valid, np.inf, 0).astype(np.float32)
+    out[first] = inner[first] + leaves(first)[first]
+    final = np.where(first, scores * np.exp(-power * out), -np.inf)
+    kth = -np.sort(-final, axis=1)[:, k - 1 : k] if k <= ids.shape[1] else -np.inf
+    second = valid & ~first & (bound >= kth * (1.0 - 1e-5))
+    if second.any():
+        out[second] = inner[second] + leaves(second)[second]
+    return out
+
+
+def _chunks() -> int:
+    return 4 * numba.get_num_threads()
 
 
 def summed_losses(parts: list[np.ndarray]) -> np.ndarray:
