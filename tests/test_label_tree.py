@@ -239,6 +239,20 @@ def _reference_losses(tree: LabelTree, Q: CSR, ids: np.ndarray, n_features: int)
     return out
 
 
+def test_nodes_are_handed_out_costliest_first_in_batches_of_a_share_or_less():
+    from dslide_dask.model.tree_nodes import BATCHES_PER_WORKER, cost_batches
+
+    cost = list(np.random.default_rng(0).pareto(1.5, 300) + 0.01)
+    batches = cost_batches(cost, 2)
+    assert sorted(j for b in batches for j in b) == list(range(300))  # each job once
+    order = [j for b in batches for j in b]
+    assert [cost[j] for j in order] == sorted(cost, reverse=True)
+    grain = sum(cost) / (2 * BATCHES_PER_WORKER)
+    for batch in batches:  # a batch passes the grain by its last job alone, if at all
+        assert len(batch) == 1 or sum(cost[j] for j in batch[:-1]) < grain
+    assert cost_batches([], 2) == []
+
+
 def test_path_losses_are_those_of_the_classifiers_on_each_labels_path(monkeypatch):
     monkeypatch.setattr(label_tree, "LEAF", 4)
     monkeypatch.setattr(label_tree, "SPAN", 2)  # 40 labels: depth 4, nodes at 0, 2 and 4

@@ -1,8 +1,10 @@
 """A cluster's label trees, trained and kept in pieces on its workers, never gathered.
 
-The trees' node classifiers are dealt out over the model's workers by their cost
-(:meth:`~dslide_dask.model.tree_nodes.NodeProblem.cost`), longest first, each to the
-least loaded; each worker's :class:`TreeShard` actor trains its nodes and keeps them, as
+The trees' node classifiers are handed out over the model's workers in batches, costliest
+first (:func:`~dslide_dask.model.tree_nodes.cost_batches`), a batch to each worker as it
+finishes its last, so an error in the cost estimate leaves no worker waiting long
+(Debian-26K on 2 workers: 6.8-7.5 s of nodes dealt all at once, against 5.9 s half of one
+worker's time); each worker's :class:`TreeShard` actor trains its nodes and keeps them, as
 a partial tree once the builder knows the trees' shapes
 (:mod:`~dslide_dask.model.tree_shards`). A query's path losses are each piece's share,
 added up (:class:`ShardTrees`); a save writes each piece from its worker. So the trees'
@@ -12,7 +14,10 @@ what crosses the network is a query's rows and candidates and their losses.
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -20,7 +25,7 @@ import numpy as np
 from dslide_dask.data.csr import CSR
 from dslide_dask.distributed.fused_worker import worker_threads
 from dslide_dask.model.label_tree import LabelTree
-from dslide_dask.model.tree_nodes import NodeProblem, train_levels
+from dslide_dask.model.tree_nodes import NodeProblem, cost_batches, train_levels
 from dslide_dask.model.tree_shards import (
     KeptNodes,
     inner_losses,
@@ -38,14 +43,23 @@ class TreeShard:
         self.kept = KeptNodes.empty()
         self.trees: tuple[LabelTree, ...] = ()
         self.nodes: tuple[np.ndarray, ...] = ()  # each tree's nodes weighed here
+        self.problem: tuple[NodeProblem, int, int] | None = None  # the tree being trained
 
-    def train(
-        self, problem: NodeProblem, jobs: list[tuple[np.ndarray, int]], seed: int, tree: int
-    ) -> None:
-        """Train the nodes ``jobs`` (children, node) of tree ``tree`` and keep them."""
+    def begin(self, problem: NodeProblem, seed: int, tree: int) -> None:
+        """Hold what tree ``tree``'s nodes are trained on until :meth:`end`."""
+        self.problem = (problem, seed, tree)
+
+    def train(self, jobs: list[tuple[np.ndarray, int]]) -> None:
+        """Train the nodes ``jobs`` (children, node) of the tree begun and keep them."""
+        if self.problem is None:
+            raise RuntimeError("no tree begun on this shard")
+        problem, seed, tree = self.problem
         worker_threads()
         parts = train_levels(problem, [jobs], seed)[0]
         self.kept.keep(tree, [node for _, node in jobs], parts)
+
+    def end(self) -> None:
+        self.problem = None
 
     def assemble(self, shapes: tuple[LabelTree, ...]) -> int:
         """The kept nodes as partial trees of ``shapes`` (the trees as the builder has
@@ -99,20 +113,25 @@ class ShardNodes:
         self, problem: NodeProblem, levels: list[list[tuple[np.ndarray, int]]], seed: int
     ) -> list[list[tuple]]:
         jobs = [job for level in levels for job in level]
-        cost = [problem.cost(children) for children, _ in jobs]
-        shares: list[list[tuple[np.ndarray, int]]] = [[] for _ in self.shards]
-        load = [0.0] * len(self.shards)
-        for j in np.argsort(-np.asarray(cost), kind="stable"):
-            least = int(np.argmin(load))
-            shares[least].append(jobs[j])
-            load[least] += cost[j]
-        calls = [
-            shard.train(problem, share, seed, self.tree)
-            for shard, share in zip(self.shards, shares, strict=True)
-            if share
-        ]
-        for call in calls:
+        batches = deque(cost_batches([problem.cost(c) for c, _ in jobs], len(self.shards)))
+        for call in [shard.begin(problem, seed, self.tree) for shard in self.shards]:
             call.result()
+        lock = threading.Lock()
+
+        def feed(shard: Any) -> None:  # a batch at a time, as the shard asks
+            while True:
+                with lock:
+                    if not batches:
+                        return
+                    batch = batches.popleft()
+                shard.train([jobs[j] for j in batch]).result()
+
+        try:
+            with ThreadPoolExecutor(len(self.shards)) as pool:
+                list(pool.map(feed, self.shards))
+        finally:
+            for call in [shard.end() for shard in self.shards]:
+                call.result()
         self.tree += 1
         return [[weightless(len(children) - 1) for children, _ in level] for level in levels]
 

@@ -24,6 +24,9 @@ from dslide_dask.malloc import trim_heap
 TRIM_ENTRIES = 32 << 20
 #: The classifiers' C, passes and pruning: the label classifiers' (docs/accuracy.md).
 C, PASSES, PRUNE = 1.0, 6, 0.1
+#: Batches of nodes handed out per worker (:func:`cost_batches`): the last to finish
+#: waits for at most about one of them.
+BATCHES_PER_WORKER = 8
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,6 +66,25 @@ class NodeProblem:
 #: node), seed) -> levels of results``, in order (:func:`train_levels` here; a cluster's
 #: spreads them over its workers).
 NodeTrainer = Callable[[NodeProblem, list[list[tuple[np.ndarray, int]]], int], list[list[tuple]]]
+
+
+def cost_batches(cost: list[float], n_workers: int) -> list[list[int]]:
+    """The jobs of ``cost`` (their :meth:`NodeProblem.cost`) in batches to hand out to
+    ``n_workers`` as each asks for more, costliest first: a job alone once it costs
+    ``1 / BATCHES_PER_WORKER`` of a worker's share, the smaller ones gathered up to
+    that, so a handful of round trips balance the workers whatever the cost's error."""
+    order = np.argsort(-np.asarray(cost, np.float64), kind="stable")
+    grain = sum(cost) / (BATCHES_PER_WORKER * max(1, n_workers))
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    held = 0.0
+    for j in order:
+        batch.append(int(j))
+        held += cost[j]
+        if held >= grain:
+            batches.append(batch)
+            batch, held = [], 0.0
+    return batches + ([batch] if batch else [])
 
 
 def train_levels(
