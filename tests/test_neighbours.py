@@ -86,11 +86,13 @@ def test_votes_in_the_hidden_space_are_those_of_the_nearest_hidden_vectors():
     _assert_votes(ids, shares, sims, _dense(Y), k)
 
 
-@pytest.mark.parametrize("mix", [0.35, 1.0])
-def test_hidden_votes_mixed_with_the_input_cosine_are_those_of_the_mixed_similarity(mix):
+@pytest.mark.parametrize(("mix", "n_features"), [(0.35, 40), (1.0, 40), (0.35, 600)])
+def test_hidden_votes_mixed_with_the_input_cosine_are_those_of_the_mixed_similarity(
+    mix, n_features
+):  # 600 features: a query's postings reach few points, summed point by point
     rng = np.random.default_rng(3)
-    X, Y = _random_csr(rng, 300, 40, 6), _random_csr(rng, 300, 25, 3, binary=True)
-    Q = _random_csr(rng, 20, 40, 6)
+    X, Y = _random_csr(rng, 300, n_features, 6), _random_csr(rng, 300, 25, 3, binary=True)
+    Q = _random_csr(rng, 20, n_features, 6)
     hidden = np.maximum(rng.normal(size=(300, 16)), 0).astype(np.float32)
     queries = np.maximum(rng.normal(size=(20, 16)), 0).astype(np.float32)
     k, m = 7, 25
@@ -99,6 +101,9 @@ def test_hidden_votes_mixed_with_the_input_cosine_are_those_of_the_mixed_similar
     cos_hidden = _unit(queries.astype(np.float64)) @ _unit(hidden.astype(np.float64)).T
     cos_input = _unit(_dense(Q)) @ _unit(_dense(X)).T
     _assert_votes(ids, shares, (1 - mix) * cos_hidden + mix * cos_input, _dense(Y), k)
+    inputs, mixed = index.mixed_votes(queries, k, m, Q, mix)  # one pass over the postings
+    for got, want in zip((*inputs, *mixed), (*index.votes(Q, k, m), ids, shares), strict=True):
+        np.testing.assert_array_equal(got, want)
     with pytest.raises(ValueError, match="needs the input rows"):
         index.embedding_votes(queries, k, m, None, mix)
 

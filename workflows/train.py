@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -184,7 +185,8 @@ def _train(args: argparse.Namespace, run: RunSettings, model, folder) -> int:
         print(text)
         if scores is not None:
             progress.record_eval(scores)
-    _finish(folder, text, numbers, model_url)
+        curves = _drawing(folder)  # while the cluster closes
+    _finish(folder, text, numbers, model_url, curves.result())
     return 0
 
 
@@ -275,10 +277,20 @@ def _position(restore) -> tuple[int, int]:
     return int(pos["epoch"]), int(pos["batch"])
 
 
-def _finish(folder, text: str, numbers: dict, model_url: str) -> None:
+def _drawing(folder) -> Future:
+    """The run's curves (PNG bytes), drawn on a thread of their own: matplotlib takes
+    0.75 s, as long as a LocalCluster takes to close."""
     from dslide_workflows.report import plot_curves
 
-    folder.write_plot(plot_curves(folder.records, folder.url))
+    pool = ThreadPoolExecutor(1, thread_name_prefix="curves")
+    try:
+        return pool.submit(plot_curves, list(folder.records), folder.url)
+    finally:
+        pool.shutdown(wait=False)
+
+
+def _finish(folder, text: str, numbers: dict, model_url: str, curves: bytes) -> None:
+    folder.write_plot(curves)
     folder.write_summary({**numbers, "model": model_url}, text)
     print(f"model: {model_url}\ncurves: {folder.child_url('curves.png')}")
 

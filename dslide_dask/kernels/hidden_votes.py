@@ -10,7 +10,14 @@ here). Either similarity can have the input's cosine mixed in (:func:`add_cosine
 import numba
 import numpy as np
 
-from dslide_dask.kernels.neighbours import _accumulate, _scan_top, _vote, _vote_scratch
+from dslide_dask.kernels.neighbours import (
+    _accumulate,
+    _dense,
+    _scan_top,
+    _touch,
+    _vote,
+    _vote_scratch,
+)
 from dslide_dask.kernels.topk import _push
 
 
@@ -89,9 +96,53 @@ def add_cosines(
     post_val: np.ndarray,
     out: np.ndarray,
     scale: float,
-) -> None:
+    y_ptr: np.ndarray,
+    y_idx: np.ndarray,
+    n_labels: int,
+    k: int,
+    m: int,
+    n_chunks: int = 64,
+) -> tuple[np.ndarray, np.ndarray]:
     """``out[i, p] += scale * cosine(query i, point p)`` for every point sharing a
-    feature with the query (queries in CSR with normalised values, points as postings)."""
-    for i in numba.prange(q_ptr.shape[0] - 1):
-        lo, hi = q_ptr[i], q_ptr[i + 1]
-        _accumulate(q_idx[lo:hi], q_val[lo:hi], post_ptr, post_pts, post_val, out[i], scale)
+    feature with the query (queries in CSR with normalised values, points as postings);
+    with ``k`` > 0, also the input's votes of each query, as
+    :func:`~dslide_dask.kernels.neighbours.neighbour_votes` gives them through every
+    posting (the same cosines, summed once for both; ``k`` 0: ids -1)."""
+    n, n_points = q_ptr.shape[0] - 1, out.shape[1]
+    ids = np.full((n, m), -1, np.int64)
+    shares = np.zeros((n, m), np.float32)
+    weight = np.float32(scale)
+    n_chunks = max(1, min(n, n_chunks))
+    for c in numba.prange(n_chunks):
+        acc = np.zeros(n_points, np.float32)
+        seen = np.zeros(n_points, np.bool_)
+        touched = np.empty(n_points, np.int32)
+        sims = np.empty(n_points, np.float32)
+        nb_ids, nb_sims, scratch = _vote_scratch(n_labels, max(k, 1), m)
+        for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
+            lo, hi = q_ptr[i], q_ptr[i + 1]
+            row = out[i]
+            if _dense(q_idx[lo:hi], post_ptr, n_points):
+                _accumulate(q_idx[lo:hi], q_val[lo:hi], post_ptr, post_pts, post_val, acc, 1.0)
+                if k > 0:
+                    _scan_top(acc, nb_ids, nb_sims)
+                for p in range(n_points):
+                    row[p] += weight * acc[p]
+                    acc[p] = 0.0
+            else:
+                n_touched = _touch(q_idx[lo:hi], q_val[lo:hi], post_ptr, post_pts, post_val,
+                                   acc, seen, touched)  # fmt: skip
+                for t in range(n_touched):
+                    pt = touched[t]
+                    sims[t] = acc[pt]
+                    row[pt] += weight * acc[pt]
+                    acc[pt] = 0.0
+                    seen[pt] = False
+                if k > 0:
+                    _scan_top(sims[:n_touched], nb_ids, nb_sims)
+                    for j in range(nb_ids.shape[0]):
+                        if nb_ids[j] >= 0:
+                            nb_ids[j] = touched[nb_ids[j]]
+            if k > 0:
+                _vote(nb_ids, nb_sims, y_ptr, y_idx, scratch, ids[i], shares[i])
+    return ids, shares

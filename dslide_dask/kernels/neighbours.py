@@ -36,6 +36,22 @@ def _neighbours_of_row(
         _scan_top(acc, nb_ids, nb_sims)
         acc[:] = 0.0
         return
+    n_touched = _touch(q_idx, q_val, post_ptr, post_pts, post_val, acc, seen, touched)
+    for t in range(n_touched):  # the points reached, in a row the scan selects from
+        pt = touched[t]
+        sims[t] = acc[pt]
+        acc[pt] = 0.0
+        seen[pt] = False
+    _scan_top(sims[:n_touched], nb_ids, nb_sims)
+    for j in range(nb_ids.shape[0]):
+        if nb_ids[j] >= 0:
+            nb_ids[j] = touched[nb_ids[j]]
+
+
+@numba.njit(cache=True, nogil=True)
+def _touch(q_idx, q_val, post_ptr, post_pts, post_val, acc, seen, touched) -> int:
+    """Sum one query's dot products with the points its postings reach into ``acc``,
+    listing those points in ``touched`` (marked in ``seen``) as first reached; how many."""
     n_touched = 0
     for j in range(q_idx.shape[0]):
         f = q_idx[j]
@@ -47,15 +63,7 @@ def _neighbours_of_row(
                 touched[n_touched] = pt
                 n_touched += 1
             acc[pt] += v * post_val[p]
-    for t in range(n_touched):  # the points reached, in a row the scan selects from
-        pt = touched[t]
-        sims[t] = acc[pt]
-        acc[pt] = 0.0
-        seen[pt] = False
-    _scan_top(sims[:n_touched], nb_ids, nb_sims)
-    for j in range(nb_ids.shape[0]):
-        if nb_ids[j] >= 0:
-            nb_ids[j] = touched[nb_ids[j]]
+    return n_touched
 
 
 @numba.njit(cache=True, nogil=True)

@@ -147,10 +147,12 @@ class FusedModel:
         hidden = index.embedding is not None and weight[1] > 0
         near = None
         votes = [_none(X)]
-        if weight[0] > 0 or (hidden and mix > 0 and index.search is not None):
+        if weight[0] > 0 and hidden and mix > 0 and index.search is None and index.serving is None:
+            votes = list(index.mixed_votes(net.embed(X), k, m, X, mix))  # one input pass
+        elif weight[0] > 0 or (hidden and mix > 0 and index.search is not None):
             ids, shares, near = index.votes_and_points(X, k, m)
             votes = [(ids, shares) if weight[0] > 0 else _none(X)]
-        if hidden:
+        if hidden and len(votes) < 2:
             embedded = net.embed(X)
             votes.append(index.embedding_votes(embedded, k, m, X, mix, near if mix > 0 else None))
         if index.classifiers is not None and (len(weight) < 3 or weight[2] > 0):
