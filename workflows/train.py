@@ -13,13 +13,13 @@ import contextlib
 import dataclasses
 import os
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
 
 from dslide_dask.model.fused_size import NO_FUSED, FusedBytes
+from dslide_workflows.report import curves_drawing
 from dslide_workflows.run_flags import add_run_arguments
 from dslide_workflows.run_schema import RunSettings
 
@@ -185,7 +185,7 @@ def _train(args: argparse.Namespace, run: RunSettings, model, folder) -> int:
         print(text)
         if scores is not None:
             progress.record_eval(scores)
-        curves = _drawing(folder)  # while the cluster closes
+        curves = curves_drawing(list(folder.records), folder.url)  # as the cluster closes
     _finish(folder, text, numbers, model_url, curves.result())
     return 0
 
@@ -275,18 +275,6 @@ def _position(restore) -> tuple[int, int]:
         return 0, 0
     pos = restore.meta["position"]
     return int(pos["epoch"]), int(pos["batch"])
-
-
-def _drawing(folder) -> Future:
-    """The run's curves (PNG bytes), drawn on a thread of their own: matplotlib takes
-    0.75 s, as long as a LocalCluster takes to close."""
-    from dslide_workflows.report import plot_curves
-
-    pool = ThreadPoolExecutor(1, thread_name_prefix="curves")
-    try:
-        return pool.submit(plot_curves, list(folder.records), folder.url)
-    finally:
-        pool.shutdown(wait=False)
 
 
 def _finish(folder, text: str, numbers: dict, model_url: str, curves: bytes) -> None:
