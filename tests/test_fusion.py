@@ -124,7 +124,7 @@ def test_the_weights_are_scored_as_the_fused_top_5_scores():
         votes.append((ids, rng.random((n, 20)).astype(np.float32)))
     Y = _random_csr(rng, n, labels, 3)
     inverse = (1 + 5 * rng.random(labels)).astype(np.float32)
-    union, values = fusion._union(*fusion._stacked(net_ids, logits, votes))
+    union, values, _ = fusion._union(*fusion._stacked(net_ids, logits, votes))
     found = union >= 0
     hits = np.where(found, fusion._hits(union, Y), -1).astype(np.int8)
     for pair, tail in [((0.0, 0.0), 0.0), ((0.3, 0.2), 0.0), ((0.1, 0.7), 0.3), ((1.0, 0.0), 0.4)]:
@@ -173,3 +173,30 @@ def test_the_prior_weights_stay_unless_the_held_rows_clearly_beat_them(n_right, 
     assert free[0][0] > 0  # without a prior, any gain moves the weights
     got = choose_weights(net_ids, logits, [near], truth, None, None, 0.0, prior=prior)
     assert (got == prior) is kept, got
+
+
+def test_a_weighting_is_not_credited_with_candidates_only_an_unasked_source_lists():
+    """A served model does not ask a source it weighs 0 (``FusedModel.votes``), so the
+    held rows must not score a weighting on the labels only that source names: here the
+    right label 5 is named by the input's votes alone (with a tiny share) and the
+    centroids would lift it. With the input's weight 0 it is no candidate, and no
+    centroids' weight helps; with 0.1 it is, and they get weight."""
+    n = 4
+    truth = CSR(np.arange(n + 1), np.full(n, 5), None, 6)
+    net_ids = np.tile([0, 1], (n, 1))
+    logits = np.tile(np.array([5.0, 0.0], np.float32), (n, 1))
+    near = (np.tile([5, -1], (n, 1)), np.tile(np.array([0.01, 0.0], np.float32), (n, 1)))
+    empty = (np.full((n, 0), -1), np.zeros((n, 0), np.float32))
+    cent = (np.tile([0, 1, 5], (n, 1)), np.tile(np.array([0.0, 0.0, 1.0], np.float32), (n, 1)))
+    votes = [near, empty, empty, cent]
+    w, _ = choose_weights(net_ids, logits, votes, truth, None, (0.0, 0.0), 0.0)
+    assert w == (0.0, 0.0, 0.0, 0.0)  # the network alone: label 5 is never offered
+    w, _ = choose_weights(net_ids, logits, votes, truth, None, (0.1, 0.0), 0.0)
+    assert w[:2] == (0.1, 0.0) and w[3] > 0
+    top, _ = fused_topk(net_ids, logits, votes, w, 1)
+    assert list(top[:, 0]) == [5] * n
+    from dslide_dask.model.fusion import asked
+
+    assert asked((0.0, 0.0, 0.0, 1.0), 4) == (True, False, False, False, False)
+    assert asked((0.3, 0.7), 2) == (False, True, True)
+    assert asked((0.2, 0.5), 3) == (True, True, True, True)  # the classifiers: unweighed

@@ -12,6 +12,10 @@ import numpy as np
 
 from dslide_dask.kernels.topk import _push
 
+#: ``hits`` of :func:`hits_by_rank`: a candidate the weighting does not offer (only
+#: sources it leaves unasked list it), passed over.
+SKIP = 2
+
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def fuse(ids: np.ndarray, scores: np.ndarray, weights: np.ndarray, k: int):
@@ -47,8 +51,9 @@ def fuse(ids: np.ndarray, scores: np.ndarray, weights: np.ndarray, k: int):
 def hits_by_rank(values: np.ndarray, hits: np.ndarray, weights: np.ndarray, k: int):
     """Over rows, how many have a right label at each rank of their top ``k`` by
     ``sum_s weights[s] * values[s, i, j]``: ``hits[i, j]`` says whether candidate ``j``
-    of row ``i`` is right (1), wrong (0) or past the row's candidates (-1). One pass, no
-    sort: what scoring a weight on held rows costs."""
+    of row ``i`` is right (1), wrong (0), not offered under this weighting (:data:`SKIP`)
+    or past the row's candidates (-1). One pass, no sort: what scoring a weight on held
+    rows costs."""
     n_sources, n, width = values.shape
     per_row = np.zeros((n, k), np.int64)
     for i in numba.prange(n):
@@ -57,6 +62,8 @@ def hits_by_rank(values: np.ndarray, hits: np.ndarray, weights: np.ndarray, k: i
         for j in range(width):
             if hits[i, j] < 0:
                 break
+            if hits[i, j] == SKIP:
+                continue
             s = 0.0
             for src in range(n_sources):
                 s += weights[src] * values[src, i, j]

@@ -104,14 +104,26 @@ def choose_weights(
     (mean of P@1, P@3, P@5; the first tried on a tie, smaller exponents first).
     ``weights`` (the first two), ``tail`` or ``centroid`` given: only that one is tried.
     ``prior`` (weights, tail) is kept unless the best beats it by :data:`MARGIN` over the
-    square root of the rows: a few held rows choose by noise.
+    square root of the rows: a few held rows choose by noise. Each setting is scored on
+    the candidates a served model asks for under it (:func:`asked`): a source it weighs
+    0 is not asked, so the labels only that source lists are no candidates then.
 
     The centroids' weight is chosen in turn, not over the whole grid (five times the
     work): the others at its 0, then it with the tail, then the others again."""
-    labels, values = _union(*_stacked(net_ids, net_logits, votes))
+    labels, values, listed = _union(*_stacked(net_ids, net_logits, votes))
     found = labels >= 0
     hits = np.where(found, _hits(labels, Y), -1).astype(np.int8)
     boosted_by: dict[float, np.ndarray] = {}
+    offered_by: dict[tuple[bool, ...], np.ndarray] = {}
+
+    def served_hits(weight: tuple[float, ...]) -> np.ndarray:
+        """``hits`` with the candidates only unasked sources list marked SKIP."""
+        key = asked(weight, len(votes))
+        if key not in offered_by:
+            lists = [s for s, yes in enumerate(key) if yes]
+            keep = listed[lists].any(axis=0) | (hits < 0)
+            offered_by[key] = np.where(keep, hits, kernels.SKIP).astype(np.int8)
+        return offered_by[key]
 
     def score(candidate: tuple[tuple[float, ...], float]) -> float:
         weight, exponent = candidate
@@ -123,7 +135,8 @@ def choose_weights(
                 factor = inverse_propensity[np.where(found, labels, 0)] ** np.float32(exponent)
                 boosted_by[exponent] = values * factor
         w = _source_weights(weight[: len(votes)])
-        return _mean_precision(kernels.hits_by_rank(boosted_by[exponent], hits, w, 5), len(labels))
+        ranks = kernels.hits_by_rank(boosted_by[exponent], served_hits(weight), w, 5)
+        return _mean_precision(ranks, len(labels))
 
     pairs = WEIGHTS if weights is None else (weights,)
     if len(votes) < 2 or votes[1][0].shape[1] == 0:  # no hidden votes to weigh
@@ -164,6 +177,17 @@ def _first_best(candidates: list, score, best=None) -> tuple:
     return best
 
 
+def asked(weight: tuple[float, ...], n_votes: int) -> tuple[bool, ...]:
+    """Which lists of :func:`_stacked` a served model asks for under ``weight`` (the
+    network's, then the votes' as :meth:`~dslide_dask.model.fused.FusedModel.votes`
+    asks them): the network while the votes leave it a share, the input's and hidden
+    votes when weighed, the label classifiers unless weighed 0. The centroids list no
+    candidates of their own (they score the others'): never."""
+    w = (*weight, *(1.0,) * (3 - len(weight)))  # the classifiers: asked unless weighed 0
+    flags = (sum(w[:2]) < 1.0, w[0] > 0, w[1] > 0, w[2] > 0, False)
+    return flags[: n_votes + 1]
+
+
 def candidate_union(net_ids: np.ndarray, votes: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     """Each row's distinct labels over the network's and the votes' lists (-1 past a
     row's), as wide as the row with the most: the candidates a centroid scores."""
@@ -174,11 +198,12 @@ def candidate_union(net_ids: np.ndarray, votes: list[tuple[np.ndarray, np.ndarra
     return np.ascontiguousarray(out[:, : int((out >= 0).sum(axis=1).max(initial=0))])
 
 
-def _union(ids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _union(ids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each row's candidates over all sources, once: ``(n, width)`` label ids (-1 past
-    a row's) and ``(sources, n, width)`` each source's score of them (0 where it did not
-    list the label). Weighing the sources is then one product per weight tried, where
-    :func:`~dslide_dask.kernels.fusion.fuse` would gather and sort again."""
+    a row's), ``(sources, n, width)`` each source's score of them (0 where it did not
+    list the label) and whether it listed them. Weighing the sources is then one product
+    per weight tried, where :func:`~dslide_dask.kernels.fusion.fuse` would gather and
+    sort again."""
     n_sources, n, m = ids.shape
     flat = ids.transpose(1, 0, 2).reshape(n, n_sources * m)
     order = np.argsort(flat, axis=1, kind="stable")
@@ -194,12 +219,11 @@ def _union(ids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     source = order // m  # the entry's source, in the row's flattened order
     keep = sorted_ids >= 0
     flat_scores = scores.transpose(1, 0, 2).reshape(n, n_sources * m)
-    np.add.at(
-        values,
-        (source[keep], rows[keep], slot[keep]),
-        np.take_along_axis(flat_scores, order, 1)[keep],
-    )
-    return labels, values
+    where = (source[keep], rows[keep], slot[keep])
+    np.add.at(values, where, np.take_along_axis(flat_scores, order, 1)[keep])
+    listed = np.zeros(values.shape, bool)
+    listed[where] = True
+    return labels, values, listed
 
 
 def _hits(labels: np.ndarray, Y: CSR) -> np.ndarray:
