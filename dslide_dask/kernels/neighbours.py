@@ -14,13 +14,15 @@ space, :mod:`~dslide_dask.kernels.fusion` mixes such candidate lists.
 import numba
 import numpy as np
 
-from dslide_dask.kernels.prefetch import AHEAD, prefetch_row_read
+from dslide_dask.kernels.prefetch import AHEAD, prefetch_row_read, prefetch_run
 from dslide_dask.kernels.topk import _push, scan_top
 
 #: A query's postings reaching more than 1 / DENSE_REACH of the points are summed into
 #: the accumulator without tracking which points they touched, which is then scanned
 #: whole: a branch and a list append per posting cost more than a pass over every point.
 DENSE_REACH = 8
+#: Lines of a candidate's row :func:`row_cosines` asks for a few candidates ahead.
+ROW_LINES = 4
 
 
 @numba.njit(cache=True, nogil=True)
@@ -177,7 +179,8 @@ def row_cosines(
 ) -> np.ndarray:
     """The cosine of query ``i`` and each point ``candidates[i, j]`` (-1: 0), from the
     points' rows (as :func:`neighbour_votes`'): the query spread over ``n_features``, a
-    gather a candidate's entry, no pass over postings."""
+    gather a candidate's entry (its first lines asked for a few candidates ahead), no pass
+    over postings."""
     n, n_cand = candidates.shape
     out = np.zeros((n, n_cand), np.float32)
     n_chunks = max(1, min(n, n_chunks))
@@ -188,6 +191,10 @@ def row_cosines(
             _spread(q_idx[lo:hi], q_val[lo:hi], query)
             for a in range(n_cand):
                 pt = candidates[i, a]
+                if a + AHEAD < n_cand and candidates[i, a + AHEAD] >= 0:  # cold: asked for
+                    ahead = candidates[i, a + AHEAD]
+                    prefetch_run(row_idx, row_ptr[ahead], row_ptr[ahead + 1], ROW_LINES)
+                    prefetch_run(row_val, row_ptr[ahead], row_ptr[ahead + 1], ROW_LINES)
                 if pt >= 0:
                     out[i, a] = _row_dot(query, row_idx, row_val, row_ptr[pt], row_ptr[pt + 1])
             query[q_idx[lo:hi]] = 0.0
