@@ -39,6 +39,7 @@ WARM_MODULES = (
     "dslide_dask.kernels.label_svm",
     "dslide_dask.kernels.label_tree",
     "dslide_dask.kernels.shared_dots",
+    "dslide_dask.kernels.tree_inner",
     "dslide_dask.kernels.tree_query",
     "dslide_dask.kernels.fusion",
     "dslide_dask.metrics",

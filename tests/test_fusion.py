@@ -29,6 +29,32 @@ def test_fusion_of_three_lists_is_the_weighted_sum_over_their_union():
         assert set(top[r]) == set(best) or np.allclose(want[top[r]], want[best])
 
 
+@pytest.mark.parametrize("k", [1, 4, 20, 300])
+def test_fusion_keeps_the_rows_of_a_top_k_walked_from_its_end(k):
+    """The fused rows, ties and a top k wider than the candidates included, are those of
+    inserting each label's sum into a top k walked from its end (``topk._push``)."""
+    from dslide_dask.kernels.topk import _push
+
+    rng = np.random.default_rng(5)
+    ids = rng.integers(-1, 30, (3, 50, 40))
+    scores = rng.integers(0, 4, (3, 50, 40)).astype(np.float32) / 4  # ties
+    weights = np.array([0.5, 0.25, 1.0], np.float32)
+    top, got = fusion_kernels.fuse(ids, scores, weights, k)
+    for i in range(50):
+        want_ids, want = np.full(k, -1, np.int64), np.full(k, -np.inf, np.float32)
+        labels = ids[:, i].ravel()
+        values = (weights[:, None] * scores[:, i]).ravel()[labels >= 0]
+        labels = labels[labels >= 0]
+        order = np.argsort(labels)
+        for lab in np.unique(labels):
+            total = 0.0
+            for a in order[labels[order] == lab]:
+                total += values[a]
+            _push.py_func(want_ids, want, lab, total)
+        np.testing.assert_array_equal(top[i], want_ids)
+        np.testing.assert_array_equal(got[i], want)
+
+
 def test_fusion_mixes_softmax_and_votes_over_both_candidate_lists():
     net_ids = np.array([[3, 1, 4], [0, 2, -1]])
     logits = np.array([[2.0, 1.0, 0.0], [1.0, 0.5, -np.inf]], np.float32)

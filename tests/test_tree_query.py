@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from dslide_dask.data.csr import CSR
-from dslide_dask.kernels import tree_query
+from dslide_dask.kernels import tree_inner, tree_query
+from dslide_dask.kernels.neighbours import transpose
 from dslide_dask.kernels.shared_dots import shared_dots
 from dslide_dask.model import label_tree
 from dslide_dask.model.fusion import tree_rescored
@@ -66,3 +67,48 @@ def test_shared_dots_are_the_dot_products_of_the_labels_worth_spreading():
     spread = np.isfinite(got)
     assert spread[(labels != 11) & (labels != short)].all()
     np.testing.assert_allclose(got[spread], want[spread], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("share", [1 / 8, 0.9, 2.0])
+def test_dense_rows_of_frequent_features_give_the_losses_of_the_entries_to_the_bit(
+    monkeypatch, share
+):
+    monkeypatch.setattr(label_tree, "LEAF", 4)
+    monkeypatch.setattr(label_tree, "SPAN", 2)
+    monkeypatch.setattr(tree_inner, "DENSE_SHARE", share)
+    rng = np.random.default_rng(3)
+    X, Y = _random_csr(rng, 300, 50, 8), _labels(rng, 300, 40)
+    trees = [_tree(X, Y, seed) for seed in range(2)]
+    query = _unit_rows(_random_csr(rng, 40, 50, 10))
+    ids = rng.integers(-1, 40, (40, 30))
+    scores = rng.random((40, 30)).astype(np.float32)
+    for tree in trees:
+        paths, f_ptr, f_child, f_val, n_inner, slot, dense = tree.served
+        if share == 0.9:  # both kinds of feature (1 / 8: all dense here; 2: none)
+            assert 0 < dense.shape[0] < len(slot) and len(f_child) > 0
+        sparse = _by_feature(tree)
+        ptr, idx, val = query
+        none = np.full(len(slot), -1, np.int32), np.zeros((0, n_inner), np.float32)
+        args = (ptr, idx, val, ids, tree.position, paths, tree.w_ptr, tree.w_feature,
+                tree.w_val, tree.bias)  # fmt: skip
+        want = tree_query.path_losses(*args, *sparse, n_inner, *none, tree.n_features, 3)
+        np.testing.assert_array_equal(tree.losses(query, ids), want)
+    got = forest_topk_losses(trees, query, ids, scores, 1.0, 5)
+    served = [tree.served for tree in trees]
+    by_tree = [tuple(t.position for t in trees), tuple(s[0] for s in served),
+               tuple(t.w_ptr for t in trees), tuple(t.w_feature for t in trees),
+               tuple(t.w_val for t in trees), tuple(t.bias for t in trees)]  # fmt: skip
+    full = [_by_feature(tree) for tree in trees]
+    old_call = tree_query.bounded_losses(  # without the dense rows: every entry sparse
+        *query, ids, scores, 1.0, 5, *by_tree, *(tuple(f[a] for f in full) for a in range(3)),
+        tuple(s[4] for s in served), max(t.n_features for t in trees), 3,
+    )  # fmt: skip
+    np.testing.assert_array_equal(got, old_call)
+
+
+def _by_feature(tree: label_tree.LabelTree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The classifiers above the leaves by feature, every feature's entries sparse."""
+    n_inner = tree.served[4]
+    end = tree.w_ptr[n_inner]
+    return transpose(tree.w_ptr[: n_inner + 1], tree.w_feature[:end], tree.w_val[:end],
+                     tree.n_features)  # fmt: skip

@@ -10,7 +10,7 @@ sorting, which is what choosing the weights on held rows repeats many times.
 import numba
 import numpy as np
 
-from dslide_dask.kernels.topk import _push
+from dslide_dask.kernels.topk import _push, push_kept
 
 #: ``hits`` of :func:`hits_by_rank`: a candidate the weighting does not offer (only
 #: sources it leaves unasked list it), passed over.
@@ -37,13 +37,14 @@ def fuse(ids: np.ndarray, scores: np.ndarray, weights: np.ndarray, k: int):
                     n_found += 1
         order = np.argsort(labels[:n_found])
         a = 0
+        n_kept = 0
         while a < n_found:
             lab = labels[order[a]]
             total = 0.0
             while a < n_found and labels[order[a]] == lab:
                 total += values[order[a]]
                 a += 1
-            _push(out_ids[i], out_scores[i], lab, total)
+            n_kept = push_kept(out_ids[i], out_scores[i], n_kept, lab, total)
     return out_ids, out_scores
 
 

@@ -38,7 +38,7 @@ def dense_neighbour_votes(
     shares = np.zeros((n, m), np.float32)
     n_chunks = max(1, min(n, n_chunks))
     for c in numba.prange(n_chunks):
-        nb_ids, nb_sims, scratch = _vote_scratch(n_labels, k, m)
+        nb_ids, nb_sims, scratch = _vote_scratch(y_ptr, k, m)
         for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
             _scan_top(sims[i], nb_ids, nb_sims)
             _vote(nb_ids, nb_sims, y_ptr, y_idx, scratch, ids[i], shares[i])
@@ -68,7 +68,7 @@ def candidate_neighbour_votes(
     shares = np.zeros((n, m), np.float32)
     n_chunks = max(1, min(n, n_chunks))
     for c in numba.prange(n_chunks):
-        nb_ids, nb_sims, scratch = _vote_scratch(n_labels, k, m)
+        nb_ids, nb_sims, scratch = _vote_scratch(y_ptr, k, m)
         for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
             nb_ids[:] = -1
             nb_sims[:] = -np.inf
@@ -118,7 +118,7 @@ def add_cosines(
         seen = np.zeros(n_points, np.bool_)
         touched = np.empty(n_points, np.int32)
         sims = np.empty(n_points, np.float32)
-        nb_ids, nb_sims, scratch = _vote_scratch(n_labels, max(k, 1), m)
+        nb_ids, nb_sims, scratch = _vote_scratch(y_ptr, max(k, 1), m)
         for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
             lo, hi = q_ptr[i], q_ptr[i + 1]
             row = out[i]

@@ -14,13 +14,15 @@ space, :mod:`~dslide_dask.kernels.fusion` mixes such candidate lists.
 import numba
 import numpy as np
 
-from dslide_dask.kernels.prefetch import AHEAD, prefetch_row_read
-from dslide_dask.kernels.topk import _push, scan_top
+from dslide_dask.kernels.prefetch import AHEAD, prefetch_row_read, prefetch_run
+from dslide_dask.kernels.topk import _push, push_kept, scan_top
 
 #: A query's postings reaching more than 1 / DENSE_REACH of the points are summed into
 #: the accumulator without tracking which points they touched, which is then scanned
 #: whole: a branch and a list append per posting cost more than a pass over every point.
 DENSE_REACH = 8
+#: Lines of a candidate's row :func:`row_cosines` asks for a few candidates ahead.
+ROW_LINES = 4
 
 
 @numba.njit(cache=True, nogil=True)
@@ -130,7 +132,7 @@ def neighbour_votes(
         cand_sims = np.empty(max(n_cand, 1), np.float32)
         q_slots = np.empty(common.shape[1], np.int64)  # a row's left-out features
         q_vals = np.empty(common.shape[1], np.float32)
-        nb_ids, nb_sims, scratch = _vote_scratch(n_labels, k, m)
+        nb_ids, nb_sims, scratch = _vote_scratch(y_ptr, k, m)
         for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
             lo, hi = q_ptr[i], q_ptr[i + 1]
             found = (cand_ids, cand_sims) if n_cand else (nb_ids, nb_sims)
@@ -185,7 +187,8 @@ def row_cosines(
 ) -> np.ndarray:
     """The cosine of query ``i`` and each point ``candidates[i, j]`` (-1: 0), from the
     points' rows (as :func:`neighbour_votes`'): the query spread over ``n_features``, a
-    gather a candidate's entry, no pass over postings."""
+    gather a candidate's entry (its first lines asked for a few candidates ahead), no pass
+    over postings."""
     n, n_cand = candidates.shape
     out = np.zeros((n, n_cand), np.float32)
     n_chunks = max(1, min(n, n_chunks))
@@ -196,6 +199,10 @@ def row_cosines(
             _spread(q_idx[lo:hi], q_val[lo:hi], query)
             for a in range(n_cand):
                 pt = candidates[i, a]
+                if a + AHEAD < n_cand and candidates[i, a + AHEAD] >= 0:  # cold: asked for
+                    ahead = candidates[i, a + AHEAD]
+                    prefetch_run(row_idx, row_ptr[ahead], row_ptr[ahead + 1], ROW_LINES)
+                    prefetch_run(row_val, row_ptr[ahead], row_ptr[ahead + 1], ROW_LINES)
                 if pt >= 0:
                     out[i, a] = _row_dot(query, row_idx, row_val, row_ptr[pt], row_ptr[pt + 1])
             query[q_idx[lo:hi]] = 0.0
@@ -221,12 +228,17 @@ def _row_dot(query, row_idx, row_val, start, stop):
 
 
 @numba.njit(cache=True, nogil=True)
-def _vote_scratch(n_labels: int, k: int, m: int):
-    """A chunk's buffers: the neighbours (ids, similarities) and, for :func:`_vote`, the
-    votes over labels (zeroed), the labels voted for and the running top ``m``."""
+def _vote_scratch(y_ptr: np.ndarray, k: int, m: int):
+    """A chunk's buffers: the neighbours (ids, similarities) and, for :func:`_vote`, room
+    for the labels of ``k`` points of ``y_ptr`` (label, similarity) and the running top
+    ``m``: a few hundred entries, not an array over the labels (at 670K labels, zeroing
+    one took a served row's chunk 2.7 MB of writes)."""
+    most = 0
+    for pt in range(y_ptr.shape[0] - 1):
+        most = max(most, y_ptr[pt + 1] - y_ptr[pt])
     scratch = (
-        np.zeros(n_labels, np.float32),
-        np.empty(n_labels, np.int32),
+        np.empty(max(k * most, 1), np.int64),
+        np.empty(max(k * most, 1), np.float32),
         np.empty(m, np.int64),
         np.empty(m, np.float32),
     )
@@ -236,11 +248,13 @@ def _vote_scratch(n_labels: int, k: int, m: int):
 @numba.njit(cache=True, nogil=True)
 def _vote(nb_ids, nb_sims, y_ptr, y_idx, scratch, out_ids, out_shares):
     """The labels the neighbours (``nb_ids``, -1 past the last) vote for most into
-    ``out_ids``/``out_shares`` (their share of the summed similarity);
-    ``scratch`` is :func:`_vote_scratch`'s, its votes zeroed again on return."""
-    votes, voted, top_ids, top_votes = scratch
+    ``out_ids``/``out_shares`` (their share of the summed similarity); ``scratch`` is
+    :func:`_vote_scratch`'s. A label's votes are summed in the neighbours' order, and
+    labels enter the top ``m`` in the order they were first voted for (ties: the first
+    voted first)."""
+    labels, weights, top_ids, top_votes = scratch
     total = 0.0
-    n_voted = 0
+    n_votes = 0
     for j in range(nb_ids.shape[0]):
         if nb_ids[j] < 0:
             break
@@ -248,17 +262,28 @@ def _vote(nb_ids, nb_sims, y_ptr, y_idx, scratch, out_ids, out_shares):
         total += w
         pt = nb_ids[j]
         for e in range(y_ptr[pt], y_ptr[pt + 1]):
-            lab = y_idx[e]
-            if votes[lab] == 0.0:
-                voted[n_voted] = lab
-                n_voted += 1
-            votes[lab] += w
+            labels[n_votes] = y_idx[e]
+            weights[n_votes] = w
+            n_votes += 1
+    order = np.argsort(labels[:n_votes], kind="mergesort")  # stable: a label's in order
+    first = np.empty(n_votes, np.int64)  # per label: where it was first voted, its sum
+    sums = np.empty(n_votes, np.float32)
+    n_labels = 0
+    a = 0
+    while a < n_votes:
+        lab = labels[order[a]]
+        first[n_labels] = order[a]
+        s = np.float32(0.0)
+        while a < n_votes and labels[order[a]] == lab:
+            s += weights[order[a]]
+            a += 1
+        sums[n_labels] = s
+        n_labels += 1
     top_ids[:] = -1
     top_votes[:] = -np.inf
-    for t in range(n_voted):
-        lab = voted[t]
-        _push(top_ids, top_votes, lab, votes[lab])
-        votes[lab] = 0.0
+    n_kept = 0
+    for t in np.argsort(first[:n_labels]):  # in the order first voted for
+        n_kept = push_kept(top_ids, top_votes, n_kept, labels[first[t]], sums[t])
     for j in range(out_ids.shape[0]):
         if top_ids[j] < 0:
             break

@@ -73,3 +73,18 @@ def prefetch_row_read(arr, row) -> None:
     step = max(1, LINE // arr.itemsize)
     for col in range(0, arr.shape[1], step):
         _prefetch_read(arr, row, col)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def prefetch_read(arr, i) -> None:
+    """Ask the cache for the line of ``arr[i]`` (a 1-D array), to read it."""
+    _prefetch_read(arr.reshape((arr.shape[0], 1)), i, 0)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def prefetch_run(arr, start, stop, lines: int) -> None:
+    """Ask the cache for the first ``lines`` lines of ``arr[start:stop]`` (1-D), to read
+    them (the hardware follows a run once it has seen its start)."""
+    step = max(1, LINE // arr.itemsize)
+    for e in range(start, min(stop, start + lines * step), step):
+        _prefetch_read(arr.reshape((arr.shape[0], 1)), e, 0)

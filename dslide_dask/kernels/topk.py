@@ -19,6 +19,27 @@ def _push(ids: np.ndarray, scores: np.ndarray, cand: int, score: float) -> None:
     ids[j] = cand
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def push_kept(ids: np.ndarray, scores: np.ndarray, n_kept: int, cand: int, score: float) -> int:
+    """:func:`_push` into a top-k row of which only the first
+    ``n_kept`` entries are filled (the rest -1 / -inf), walking from there rather than
+    from the end: the same row (a row's 100 candidates pushed into a top 300 walked its
+    empty end each time). Returns how many are filled after (all, once a NaN came: then
+    as ``_push`` from the end)."""
+    k = ids.shape[0]
+    if n_kept < k and score > -np.inf:
+        j = n_kept
+        while j > 0 and scores[j - 1] < score:
+            scores[j] = scores[j - 1]
+            ids[j] = ids[j - 1]
+            j -= 1
+        scores[j] = score
+        ids[j] = cand
+        return n_kept + 1
+    _push(ids, scores, cand, score)
+    return k if score != score else n_kept
+
+
 #: Scores :func:`scan_top` and :func:`merge_tile` compare at once.
 SCAN_BLOCK = 32
 

@@ -11,7 +11,8 @@ then the leaf losses of the candidates still in the running (:func:`leaf_path_lo
 import numba
 import numpy as np
 
-from dslide_dask.kernels.tree_query import UNSEEN, _inner_losses, _margin
+from dslide_dask.kernels.tree_inner import inner_losses
+from dslide_dask.kernels.tree_query import UNSEEN, _margin
 
 
 @numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
@@ -27,6 +28,8 @@ def inner_path_losses(
     f_child: np.ndarray,
     f_val: np.ndarray,
     n_inner: int,
+    f_slot: np.ndarray,
+    f_dense: np.ndarray,
     n_chunks: int,
 ) -> np.ndarray:
     """The sum of the squared hinge losses above the leaves on each candidate's path
@@ -39,8 +42,8 @@ def inner_path_losses(
     for chunk in numba.prange(n_chunks):
         loss_of = np.empty(n_inner, np.float32)
         for i in range(chunk * n // n_chunks, (chunk + 1) * n // n_chunks):
-            _inner_losses(q_idx, q_val, q_ptr[i], q_ptr[i + 1], bias, f_ptr, f_child, f_val,
-                          loss_of)  # fmt: skip
+            inner_losses(q_idx, q_val, q_ptr[i], q_ptr[i + 1], bias, f_ptr, f_child, f_val,
+                         f_slot, f_dense, loss_of)  # fmt: skip
             for j in range(m):
                 lab = cand[i, j]
                 if lab < 0:

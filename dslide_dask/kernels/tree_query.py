@@ -18,7 +18,9 @@ a batch's frequent candidates' leaf classifiers read once for all the rows namin
 import numba
 import numpy as np
 
+from dslide_dask.kernels.prefetch import AHEAD, prefetch_run
 from dslide_dask.kernels.shared_dots import shared_dots
+from dslide_dask.kernels.tree_inner import PREFETCH_LINES, inner_losses
 
 #: The path loss of a label not in the tree (no training row): its likelihood
 #: ``exp(-power * UNSEEN)`` is 0, so it ranks below every label the tree holds.
@@ -104,6 +106,8 @@ def path_losses(
     f_child: np.ndarray,
     f_val: np.ndarray,
     n_inner: int,
+    f_slot: np.ndarray,
+    f_dense: np.ndarray,
     n_features: int,
     n_chunks: int,
 ) -> np.ndarray:
@@ -113,7 +117,9 @@ def path_losses(
     (:func:`child_paths`; ``position`` -1: not in the tree), child ``c`` of weights
     ``w_feature/w_val[w_ptr[c]:w_ptr[c+1]]`` and bias ``bias[c]``. The ``n_inner``
     children above the leaves are also given by feature (``f_ptr``, ``f_child``,
-    ``f_val``: their CSR transposed): a row computes their margins all at once."""
+    ``f_val``: their CSR transposed, less the features of the rows of ``f_dense`` that
+    ``f_slot`` names, :func:`~dslide_dask.kernels.tree_inner.dense_features`): a row
+    computes their margins all at once."""
     n, m = cand.shape
     n_levels = paths.shape[1]
     out = np.zeros((n, m), np.float32)
@@ -125,7 +131,8 @@ def path_losses(
             lo, hi = q_ptr[i], q_ptr[i + 1]
             for q in range(lo, hi):
                 dense[q_idx[q]] = q_val[q]
-            _inner_losses(q_idx, q_val, lo, hi, bias, f_ptr, f_child, f_val, loss_of)
+            inner_losses(q_idx, q_val, lo, hi, bias, f_ptr, f_child, f_val, f_slot, f_dense,
+                         loss_of)  # fmt: skip
             for j in range(m):
                 lab = cand[i, j]
                 if lab < 0:
@@ -149,7 +156,6 @@ def path_losses(
     return out
 
 
-@numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
 def bounded_losses(
     q_ptr: np.ndarray,
     q_idx: np.ndarray,
@@ -171,6 +177,44 @@ def bounded_losses(
     n_features: int,
     n_chunks: int,
     min_rows: int = SHARED_ROWS,
+    f_slot: tuple | None = None,
+    f_dense: tuple | None = None,
+) -> np.ndarray:
+    """:func:`_bounded_losses`, the features of dense rows of the classifiers above the
+    leaves given by ``f_slot`` and ``f_dense`` (a tuple each, one entry a tree; None:
+    every feature's entries in ``f_*``)."""
+    if f_slot is None or f_dense is None:
+        f_slot = tuple(np.full(len(p) - 1, -1, np.int32) for p in f_ptr)
+        f_dense = tuple(np.zeros((0, n), np.float32) for n in n_inner)
+    return _bounded_losses(q_ptr, q_idx, q_val, cand, scores, power, k, position, paths, w_ptr,
+                           w_feature, w_val, bias, f_ptr, f_child, f_val, n_inner, n_features,
+                           n_chunks, min_rows, f_slot, f_dense)  # fmt: skip
+
+
+@numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
+def _bounded_losses(
+    q_ptr: np.ndarray,
+    q_idx: np.ndarray,
+    q_val: np.ndarray,
+    cand: np.ndarray,
+    scores: np.ndarray,
+    power: float,
+    k: int,
+    position: tuple,
+    paths: tuple,
+    w_ptr: tuple,
+    w_feature: tuple,
+    w_val: tuple,
+    bias: tuple,
+    f_ptr: tuple,
+    f_child: tuple,
+    f_val: tuple,
+    n_inner: tuple,
+    n_features: int,
+    n_chunks: int,
+    min_rows: int,
+    f_slot: tuple,
+    f_dense: tuple,
 ) -> np.ndarray:
     """:func:`path_losses` averaged over the trees of the tuples given (one entry a tree),
     for the candidates that can still be among a row's ``k`` best by ``scores[i, j] *
@@ -184,7 +228,8 @@ def bounded_losses(
     n, m = cand.shape
     n_trees = len(position)
     inner, bound, leaf = _bounds(q_ptr, q_idx, q_val, cand, scores, power, position, paths,
-                                 bias, f_ptr, f_child, f_val, n_inner, n_chunks)  # fmt: skip
+                                 bias, f_ptr, f_child, f_val, f_slot, f_dense, n_inner,
+                                 n_chunks)  # fmt: skip
     shared = np.full((n_trees, n, m), np.nan, np.float32)  # NaN: not scored yet
     named = bound.reshape(n * m) > -np.inf
     for t in range(n_trees if n >= min_rows else 0):  # the leaves named by rows enough
@@ -206,11 +251,15 @@ def bounded_losses(
             for j in range(m):
                 if cand[i, j] < 0:
                     out[i, j] = 0.0
-            for n_seen, j in enumerate(np.argsort(-bound[i])):  # n_seen: losses computed
+            order = np.argsort(-bound[i])
+            for n_seen, j in enumerate(order):  # n_seen: losses computed
                 if bound[i, j] == -np.inf:
                     break
                 if n_seen >= k and bound[i, j] < best[k - 1] * (1.0 - 1e-5):
                     break
+                if n_seen + AHEAD < m:  # the leaves a few candidates on: cold, asked for
+                    _prefetch_leaves(i, order[n_seen + AHEAD], leaf, shared, w_ptr, w_feature,
+                                     w_val)  # fmt: skip
                 total = np.float32(0.0)
                 for t in range(n_trees):
                     loss = inner[t, i, j]
@@ -238,9 +287,21 @@ def bounded_losses(
     return out
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _prefetch_leaves(i, j, leaf, shared, w_ptr, w_feature, w_val) -> None:
+    """Ask the cache for the first lines of candidate ``(i, j)``'s leaf classifiers that
+    are still to be gathered (not shared)."""
+    for t in range(len(w_ptr)):
+        c = leaf[t, i, j]
+        if c >= 0 and np.isnan(shared[t, i, j]):
+            wp = w_ptr[t]
+            prefetch_run(w_feature[t], wp[c], wp[c + 1], PREFETCH_LINES)
+            prefetch_run(w_val[t], wp[c], wp[c + 1], PREFETCH_LINES)
+
+
 @numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
 def _bounds(q_ptr, q_idx, q_val, cand, scores, power, position, paths, bias, f_ptr, f_child,
-            f_val, n_inner, n_chunks):  # fmt: skip
+            f_val, f_slot, f_dense, n_inner, n_chunks):  # fmt: skip
     """``(inner, bound, leaf)``: each candidate's loss above the leaves in each tree
     (:data:`UNSEEN` where not in it), the bound on its score that gives (-inf: no
     candidate), and its leaf classifier in each tree (-1: none)."""
@@ -258,8 +319,8 @@ def _bounds(q_ptr, q_idx, q_val, cand, scores, power, position, paths, bias, f_p
         for i in range(chunk * n // n_chunks, (chunk + 1) * n // n_chunks):
             lo, hi = q_ptr[i], q_ptr[i + 1]
             for t in range(n_trees):
-                _inner_losses(q_idx, q_val, lo, hi, bias[t], f_ptr[t], f_child[t], f_val[t],
-                              loss_of[offset[t] : offset[t + 1]])  # fmt: skip
+                inner_losses(q_idx, q_val, lo, hi, bias[t], f_ptr[t], f_child[t], f_val[t],
+                             f_slot[t], f_dense[t], loss_of[offset[t] : offset[t + 1]])  # fmt: skip
             for j in range(m):
                 lab = cand[i, j]
                 if lab < 0:
@@ -283,19 +344,3 @@ def _bounds(q_ptr, q_idx, q_val, cand, scores, power, position, paths, bias, f_p
                 # leaf losses >= 0: s * exp(-power * loss) <= this (<= 0 where s < 0)
                 bound[i, j] = s * np.exp(-power * mean / n_trees) if s >= 0 else 0.0
     return inner, bound, leaf
-
-
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _inner_losses(q_idx, q_val, lo, hi, bias, f_ptr, f_child, f_val, loss_of) -> None:
-    """The squared hinge loss of every classifier above the leaves (``loss_of``) for the
-    query row ``q_idx/q_val[lo:hi]``, from their weights by feature."""
-    n_indexed = f_ptr.shape[0] - 1
-    loss_of[:] = bias[: loss_of.shape[0]]
-    for q in range(lo, hi):
-        f, v = q_idx[q], q_val[q]
-        if f < n_indexed:
-            for e in range(f_ptr[f], f_ptr[f + 1]):
-                loss_of[f_child[e]] += v * f_val[e]
-    for c in range(loss_of.shape[0]):
-        h = max(np.float32(0.0), np.float32(1.0) - loss_of[c])
-        loss_of[c] = h * h

@@ -29,7 +29,7 @@ import numba
 import numpy as np
 
 from dslide_dask.kernels import label_tree as kernels
-from dslide_dask.kernels import tree_query
+from dslide_dask.kernels import tree_inner, tree_query
 from dslide_dask.kernels.neighbours import transpose
 from dslide_dask.model.label_centroids import LabelCentroids
 from dslide_dask.model.tree_nodes import NodeProblem, NodeTrainer, joined, train_levels
@@ -171,18 +171,23 @@ class LabelTree:
         )
 
     @functools.cached_property
-    def served(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    def served(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, np.ndarray,
+                              np.ndarray]:  # fmt: skip
         """What :meth:`losses` reads beside the tree (derived, never stored): the child of
         each classifier level on each position's path, and the weights of the classifiers
-        above the leaves by feature (as many bytes again as theirs), so a row scores
-        those all at once (:mod:`~dslide_dask.kernels.tree_query`)."""
+        above the leaves by feature (about as many bytes again as theirs), so a row scores
+        those all at once: ``(paths, f_ptr, f_child, f_val, n_inner, f_slot, f_dense)``,
+        the frequent features' weights dense rows (:mod:`~dslide_dask.kernels.tree_inner`)."""
         n_inner = tree_query.inner_children(self.level_ptr, self.child_ptr)
         end = self.w_ptr[n_inner]  # the inner children's weights, by feature
         by_feature = transpose(
             self.w_ptr[: n_inner + 1], self.w_feature[:end], self.w_val[:end], self.n_features
         )
+        ptr, child, val, slot, dense = tree_inner.dense_features(
+            *by_feature, n_inner, int(np.ceil(tree_inner.DENSE_SHARE * n_inner))
+        )
         paths = tree_query.child_paths(self.bounds, self.level_ptr, self.child_ptr)
-        return paths, *by_feature, n_inner
+        return paths, ptr, child, val, n_inner, slot, dense
 
     def state(self) -> dict[str, np.ndarray]:
         """The arrays that define the tree (:data:`ARRAYS`)."""
@@ -274,12 +279,13 @@ def forest_topk_losses(
         tuple(s[1] for s in served), tuple(s[2] for s in served),  # inner, by feature
         tuple(s[3] for s in served), tuple(s[4] for s in served),
     )  # fmt: skip
+    dense = tuple(s[5] for s in served), tuple(s[6] for s in served)  # slots, dense rows
     out = np.empty(ids.shape, np.float32)
     for a in range(0, len(ids), BLOCK_ROWS):  # the kernel's scratch grows with the rows
         b = min(a + BLOCK_ROWS, len(ids))
         out[a:b] = tree_query.bounded_losses(
             ptr[a : b + 1], idx, val, ids[a:b], scores[a:b], float(power), int(k), *tree_args,
-            n_features, 4 * numba.get_num_threads(), tree_query.SHARED_ROWS,
+            n_features, 4 * numba.get_num_threads(), tree_query.SHARED_ROWS, *dense,
         )  # fmt: skip
     return out
 

@@ -89,9 +89,9 @@ def inner_losses(trees: tuple[LabelTree, ...], X: CSR, ids: np.ndarray) -> np.nd
     ids = np.ascontiguousarray(ids, np.int64)
     total = np.zeros(ids.shape, np.float32)
     for tree in trees:
-        paths, f_ptr, f_child, f_val, n_inner = tree.served
+        paths, f_ptr, f_child, f_val, n_inner, f_slot, f_dense = tree.served
         total += inner_path_losses(ptr, idx, val, ids, tree.position, paths, tree.bias, f_ptr,
-                                   f_child, f_val, n_inner, _chunks())  # fmt: skip
+                                   f_child, f_val, n_inner, f_slot, f_dense, _chunks())  # fmt: skip
     return total / np.float32(len(trees))
 
 
