@@ -367,29 +367,3 @@ def test_served_input_cosines_of_candidates_are_the_exact_cosines():
     got = kernels.row_cosines(*query, *served.serving.rows, found, served.n_features)
     want = np.take_along_axis(_unit(_dense(Q)) @ _unit(_dense(X)).T, np.maximum(found, 0), 1)
     np.testing.assert_allclose(got, np.where(found >= 0, want, 0.0), rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("m", [3, 40])
-def test_a_vote_keeps_the_first_voted_label_first_on_a_tie(m):
-    """:func:`kernels._vote` (labels sorted, not an array over every label) gives the top
-    ``m`` of summing each label's votes in the neighbours' order, the labels taken in
-    the order first voted for (``topk._push``): ties and the cut at ``m`` included."""
-    from dslide_dask.kernels.topk import _push
-
-    rng = np.random.default_rng(9)
-    Y = _random_csr(rng, 50, 30, 4, binary=True)
-    nb_ids = np.array([7, 3, 12, 3, 40, 9, -1, -1], np.int64)
-    nb_sims = np.array([0.5, 0.25, 0.25, 0.125, 0.125, 0.0625, 0, 0], np.float32)  # ties
-    ids, shares = np.full(m, -1, np.int64), np.zeros(m, np.float32)
-    scratch = kernels._vote_scratch(Y.indptr, len(nb_ids), m)[2]
-    kernels._vote(nb_ids, nb_sims, Y.indptr, Y.indices, scratch, ids, shares)
-    votes: dict[int, np.float32] = {}  # in the order first voted for
-    for pt, w in zip(nb_ids[:6], nb_sims[:6], strict=True):
-        for lab in Y.indices[Y.indptr[pt] : Y.indptr[pt + 1]]:
-            votes[int(lab)] = np.float32(votes.get(int(lab), np.float32(0)) + w)
-    want_ids, want = np.full(m, -1, np.int64), np.full(m, -np.inf, np.float32)
-    for lab, v in votes.items():
-        _push.py_func(want_ids, want, lab, v)
-    np.testing.assert_array_equal(ids, want_ids)
-    kept = want_ids >= 0
-    np.testing.assert_allclose(shares[kept], want[kept] / np.float32(nb_sims.sum()), rtol=1e-6)
