@@ -58,7 +58,7 @@ def test_candidate_votes_are_the_nearest_candidates_labels_weighed_by_cosine():
     cand = np.stack([rng.permutation(200)[:40] for _ in range(15)])
     cand[:, -5:] = -1  # fewer than asked
     ids, shares = hidden_votes.candidate_neighbour_votes(
-        query, points, cand, Y.indptr, Y.indices, 30, 6, 20, np.zeros(cand.shape, np.float32), 0.0
+        query, points, cand, Y.indptr, Y.indices, 6, 20, np.zeros(cand.shape, np.float32), 0.0
     )
     allowed = np.zeros((15, 200), bool)
     for i in range(15):

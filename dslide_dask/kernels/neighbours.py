@@ -96,7 +96,6 @@ def neighbour_votes(
     common: np.ndarray,
     y_ptr: np.ndarray,
     y_idx: np.ndarray,
-    n_labels: int,
     k: int,
     m: int,
     n_cand: int,

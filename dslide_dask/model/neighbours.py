@@ -269,7 +269,6 @@ class NeighbourIndex:
             common,
             self.y_ptr,
             self.y_idx,
-            self.n_labels,
             k,
             m,
             n_cand,
@@ -334,7 +333,6 @@ class NeighbourIndex:
                 found,
                 self.y_ptr,
                 self.y_idx,
-                self.n_labels,
                 k,
                 m,
                 other,
@@ -378,14 +376,14 @@ class NeighbourIndex:
                 sims = (query[start:stop] * np.float32(1.0 - mix)) @ self.embedding.T
                 q_ptr, q_idx, q_val = mixed
                 postings = self.post_ptr, self.post_pts, self.post_val
-                labels = self.y_ptr, self.y_idx, self.n_labels
+                labels = self.y_ptr, self.y_idx
                 got = hidden_votes.add_cosines(q_ptr[start : stop + 1], q_idx, q_val,
                                                *postings, sims, mix, *labels, k_input, m,
                                                _chunks())  # fmt: skip
                 inputs[0].append(got[0])
                 inputs[1].append(got[1])
             ids, shares = hidden_votes.dense_neighbour_votes(
-                sims, self.y_ptr, self.y_idx, self.n_labels, k, m, _chunks()
+                sims, self.y_ptr, self.y_idx, k, m, _chunks()
             )
             parts[0].append(ids)
             parts[1].append(shares)
