@@ -206,8 +206,9 @@ def test_a_fit_from_a_url_in_process_builds_the_same_recipe_here(files):
 def test_a_tree_kept_in_pieces_on_the_workers_scores_and_saves_as_one(files, client, tmp_path):
     from dslide_dask.checkpoint.tree_pieces import joined_trees
     from dslide_dask.distributed.tree_shards import ShardNodes, ShardTrees, start_shards
-    from dslide_dask.model.label_tree import LabelTree, forest_topk_losses
+    from dslide_dask.model.label_tree import LabelTree
     from dslide_dask.model.neighbours import NeighbourIndex
+    from dslide_dask.model.tree_serving import forest_topk_losses
     from dslide_dask.model.tree_shards import unit_query
 
     _, train, test = files

@@ -9,8 +9,8 @@ from dslide_dask.checkpoint import CheckpointError
 from dslide_dask.checkpoint.neighbours import load_tree_pieces, save_neighbours, tree_pieces
 from dslide_dask.checkpoint.tree_pieces import joined_trees, partial_tree, save_tree_piece
 from dslide_dask.model.fusion import tree_rescored
-from dslide_dask.model.label_tree import forest_topk_losses
 from dslide_dask.model.neighbours import NeighbourIndex
+from dslide_dask.model.tree_serving import forest_topk_losses
 from dslide_dask.model.tree_shards import (
     SEGMENT,
     KeptNodes,

@@ -8,9 +8,9 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import tree_inner, tree_query
 from dslide_dask.kernels.neighbours import transpose
 from dslide_dask.kernels.shared_dots import shared_dots
-from dslide_dask.model import label_tree
+from dslide_dask.model import label_tree, tree_serving
 from dslide_dask.model.fusion import tree_rescored
-from dslide_dask.model.label_tree import forest_topk_losses
+from dslide_dask.model.tree_serving import forest_topk_losses
 from tests.test_label_centroids import _labels
 from tests.test_label_tree import _tree, _unit_rows
 from tests.test_neighbours import _dense, _random_csr
@@ -20,13 +20,15 @@ from tests.test_neighbours import _dense, _random_csr
 @pytest.mark.parametrize("k", [1, 5])
 @pytest.mark.parametrize("shared_rows", [3, 1 << 30])
 @pytest.mark.parametrize("block", [1024, 7])
+@pytest.mark.parametrize("hot", [0, 12])
 def test_bounded_losses_keep_the_best_k_of_every_candidate_scored(
-    monkeypatch, n_trees, k, shared_rows, block
+    monkeypatch, n_trees, k, shared_rows, block, hot
 ):
+    monkeypatch.setattr(tree_inner, "HOT_LEAVES", hot)  # 12 of 40 leaves scored by feature
     monkeypatch.setattr(label_tree, "LEAF", 4)
     monkeypatch.setattr(label_tree, "SPAN", 2)  # 40 labels: classifiers at 3 levels
     monkeypatch.setattr(tree_query, "SHARED_ROWS", shared_rows)  # 1 << 30: none shared
-    monkeypatch.setattr(label_tree, "BLOCK_ROWS", block)  # 7: the rows in 6 calls
+    monkeypatch.setattr(tree_serving, "BLOCK_ROWS", block)  # 7: the rows in 6 calls
     rng = np.random.default_rng(7)
     X, Y = _random_csr(rng, 300, 50, 8), _labels(rng, 300, 40)
     Y = CSR(Y.indptr, Y.indices, None, 44)  # labels 40-43: not in the trees
@@ -42,10 +44,10 @@ def test_bounded_losses_keep_the_best_k_of_every_candidate_scored(
     want = tree_rescored(ids, scores, full, 1.0, k)
     served = tree_rescored(ids, scores, got, 1.0, k)
     np.testing.assert_array_equal(served[0], want[0])
-    if shared_rows > len(ids):  # every leaf gathered, as path_losses does: the same sums
+    if shared_rows > len(ids) and not hot:  # every leaf gathered, as path_losses does
         np.testing.assert_array_equal(got[done], full[done])
         np.testing.assert_array_equal(served[1], want[1])
-    else:  # a shared leaf's margin is summed in the row's order: rounding apart
+    else:  # a shared or hot leaf's margin is summed in the row's order: rounding apart
         np.testing.assert_allclose(got[done], full[done], rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(served[1], want[1], rtol=1e-6)
 
@@ -99,9 +101,14 @@ def test_dense_rows_of_frequent_features_give_the_losses_of_the_entries_to_the_b
                tuple(t.w_ptr for t in trees), tuple(t.w_feature for t in trees),
                tuple(t.w_val for t in trees), tuple(t.bias for t in trees)]  # fmt: skip
     full = [_by_feature(tree) for tree in trees]
+    monkeypatch.setattr(tree_inner, "DENSE_SHARE", 2.0)  # the hot leaves' entries sparse too
+    sparse_hot = tuple(
+        tree_inner.hot_leaves(t.w_ptr, t.w_feature, t.w_val, t.bias, s[4], t.n_features)
+        for t, s in zip(trees, served, strict=True)
+    )
     old_call = tree_query.bounded_losses(  # without the dense rows: every entry sparse
         *query, ids, scores, 1.0, 5, *by_tree, *(tuple(f[a] for f in full) for a in range(3)),
-        tuple(s[4] for s in served), max(t.n_features for t in trees), 3,
+        tuple(s[4] for s in served), max(t.n_features for t in trees), 3, hot=sparse_hot,
     )  # fmt: skip
     np.testing.assert_array_equal(got, old_call)
 

@@ -16,6 +16,7 @@ the row adds any.
 import numba
 import numpy as np
 
+from dslide_dask.kernels.neighbours import transpose
 from dslide_dask.kernels.prefetch import prefetch_read, prefetch_run
 
 #: A feature whose entries name at least this share of the classifiers above the leaves
@@ -95,3 +96,30 @@ def _add_row(out, v, row) -> None:
     """``out += v * row`` (a loop the compiler vectorises)."""
     for c in range(out.shape[0]):
         out[c] += v * row[c]
+
+
+#: The leaf classifiers a served row scores by feature, beside those above the leaves:
+#: the longest, which are the frequent labels' (most rows' candidates) and the costliest
+#: to gather (at 670K labels the 2,048 longest hold 1.7M weights, 11K of them a row's).
+HOT_LEAVES = 2048
+
+
+def hot_leaves(w_ptr, w_feature, w_val, bias, n_inner: int, n_features: int,
+               n_hot: int | None = None):  # fmt: skip
+    """The ``n_hot`` longest leaf classifiers (children from ``n_inner`` on) laid out as
+    :func:`inner_losses` reads them: ``(ptr, col, val, slot, dense, bias, col_of)``, their
+    weights by feature as :func:`dense_features` gives them, their biases, and each
+    child's column among them (-1: not hot, gathered); ``n_hot`` None: :data:`HOT_LEAVES`."""
+    n_hot = HOT_LEAVES if n_hot is None else n_hot
+    n_children = w_ptr.shape[0] - 1
+    lengths = np.diff(w_ptr)[n_inner:]
+    hot = np.sort(n_inner + np.argsort(-lengths, kind="stable")[:n_hot])
+    col_of = np.full(n_children, -1, np.int32)
+    col_of[hot] = np.arange(len(hot), dtype=np.int32)
+    starts, lens = w_ptr[hot], np.diff(w_ptr)[hot]
+    ptr = np.zeros(len(hot) + 1, np.int64)
+    np.cumsum(lens, out=ptr[1:])
+    at = np.repeat(starts - ptr[:-1], lens) + np.arange(ptr[-1])  # their entries, in order
+    by_feature = transpose(ptr, w_feature[at], w_val[at], n_features)
+    rows = dense_features(*by_feature, len(hot), int(np.ceil(DENSE_SHARE * len(hot))))
+    return (*rows, np.ascontiguousarray(bias[hot], np.float32), col_of)

@@ -12,7 +12,10 @@ by a gather of the query spread over a dense array: :func:`path_losses` for ever
 candidate, :func:`bounded_losses` only for those that can still be among a row's best,
 a batch's frequent candidates' leaf classifiers read once for all the rows naming them
 (:mod:`~dslide_dask.kernels.shared_dots`: their leaves were 0.3 of a batched row's
-0.42 ms at 670K labels).
+0.42 ms at 670K labels). The longest leaf classifiers (the frequent labels', named by
+most rows) are scored as those above the leaves are, by feature, for every row
+(:func:`~dslide_dask.kernels.tree_inner.hot_leaves`): their weights' gathers were most
+of a single row's leaf work, and an exact loss is a tighter bound.
 """
 
 import numba
@@ -20,7 +23,7 @@ import numpy as np
 
 from dslide_dask.kernels.prefetch import AHEAD, prefetch_run
 from dslide_dask.kernels.shared_dots import shared_dots
-from dslide_dask.kernels.tree_inner import PREFETCH_LINES, inner_losses
+from dslide_dask.kernels.tree_inner import PREFETCH_LINES, hot_leaves, inner_losses
 
 #: The path loss of a label not in the tree (no training row): its likelihood
 #: ``exp(-power * UNSEEN)`` is 0, so it ranks below every label the tree holds.
@@ -179,16 +182,22 @@ def bounded_losses(
     min_rows: int = SHARED_ROWS,
     f_slot: tuple | None = None,
     f_dense: tuple | None = None,
+    hot: tuple | None = None,
 ) -> np.ndarray:
     """:func:`_bounded_losses`, the features of dense rows of the classifiers above the
     leaves given by ``f_slot`` and ``f_dense`` (a tuple each, one entry a tree; None:
-    every feature's entries in ``f_*``)."""
+    every feature's entries in ``f_*``), the leaves scored by feature by ``hot`` (one
+    :func:`~dslide_dask.kernels.tree_inner.hot_leaves` a tree; None: every leaf gathered)."""
     if f_slot is None or f_dense is None:
         f_slot = tuple(np.full(len(p) - 1, -1, np.int32) for p in f_ptr)
         f_dense = tuple(np.zeros((0, n), np.float32) for n in n_inner)
+    if hot is None:
+        hot = tuple(hot_leaves(p, f, v, b, len(p) - 1, 0, 0)
+                    for p, f, v, b in zip(w_ptr, w_feature, w_val, bias, strict=True))  # fmt: skip
+    hot = tuple(zip(*hot, strict=True))  # each array's tuple over the trees
     return _bounded_losses(q_ptr, q_idx, q_val, cand, scores, power, k, position, paths, w_ptr,
                            w_feature, w_val, bias, f_ptr, f_child, f_val, n_inner, n_features,
-                           n_chunks, min_rows, f_slot, f_dense)  # fmt: skip
+                           n_chunks, min_rows, f_slot, f_dense, hot)  # fmt: skip
 
 
 @numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
@@ -215,6 +224,7 @@ def _bounded_losses(
     min_rows: int,
     f_slot: tuple,
     f_dense: tuple,
+    hot: tuple,
 ) -> np.ndarray:
     """:func:`path_losses` averaged over the trees of the tuples given (one entry a tree),
     for the candidates that can still be among a row's ``k`` best by ``scores[i, j] *
@@ -224,11 +234,12 @@ def _bounded_losses(
     ``k``-th best score found (by a margin for rounding): the ``k`` best are those of
     every loss computed, for half the leaf classifiers' work (amazon-670k). A leaf
     classifier that ``min_rows`` rows of the batch or more name is scored for all of them
-    at once, its weights read once (:mod:`~dslide_dask.kernels.shared_dots`)."""
+    at once, its weights read once (:mod:`~dslide_dask.kernels.shared_dots`); a ``hot``
+    leaf classifier is scored with those above the leaves, by feature, for every row."""
     n, m = cand.shape
     n_trees = len(position)
     inner, bound, leaf = _bounds(q_ptr, q_idx, q_val, cand, scores, power, position, paths,
-                                 bias, f_ptr, f_child, f_val, f_slot, f_dense, n_inner,
+                                 bias, f_ptr, f_child, f_val, f_slot, f_dense, n_inner, hot,
                                  n_chunks)  # fmt: skip
     shared = np.full((n_trees, n, m), np.nan, np.float32)  # NaN: not scored yet
     named = bound.reshape(n * m) > -np.inf
@@ -301,26 +312,32 @@ def _prefetch_leaves(i, j, leaf, shared, w_ptr, w_feature, w_val) -> None:
 
 @numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
 def _bounds(q_ptr, q_idx, q_val, cand, scores, power, position, paths, bias, f_ptr, f_child,
-            f_val, f_slot, f_dense, n_inner, n_chunks):  # fmt: skip
-    """``(inner, bound, leaf)``: each candidate's loss above the leaves in each tree
-    (:data:`UNSEEN` where not in it), the bound on its score that gives (-inf: no
-    candidate), and its leaf classifier in each tree (-1: none)."""
+            f_val, f_slot, f_dense, n_inner, hot, n_chunks):  # fmt: skip
+    """``(inner, bound, leaf)``: each candidate's loss above the leaves in each tree, and
+    its hot leaf's (:data:`UNSEEN` where not in it), the bound on its score that gives
+    (-inf: no candidate), and its leaf classifier still to score in each tree (-1: none)."""
     n, m = cand.shape
     n_trees = len(position)
-    offset = np.zeros(n_trees + 1, np.int64)
+    offset = np.zeros(2 * n_trees + 1, np.int64)  # each tree's inner, then hot, losses
     for t in range(n_trees):
-        offset[t + 1] = offset[t] + n_inner[t]
+        offset[2 * t + 1] = offset[2 * t] + n_inner[t]
+        offset[2 * t + 2] = offset[2 * t + 1] + hot[5][t].shape[0]
+    h_ptr, h_col, h_val, h_slot, h_dense, h_bias, col_of = hot
     inner = np.empty((n_trees, n, m), np.float32)
     bound = np.empty((n, m), np.float32)
     leaf = np.full((n_trees, n, m), -1, np.int32)
     n_chunks = max(1, min(n, n_chunks))
     for chunk in numba.prange(n_chunks):
-        loss_of = np.empty(offset[n_trees], np.float32)
+        loss_of = np.empty(offset[2 * n_trees], np.float32)
         for i in range(chunk * n // n_chunks, (chunk + 1) * n // n_chunks):
             lo, hi = q_ptr[i], q_ptr[i + 1]
             for t in range(n_trees):
                 inner_losses(q_idx, q_val, lo, hi, bias[t], f_ptr[t], f_child[t], f_val[t],
-                             f_slot[t], f_dense[t], loss_of[offset[t] : offset[t + 1]])  # fmt: skip
+                             f_slot[t], f_dense[t],
+                             loss_of[offset[2 * t] : offset[2 * t + 1]])  # fmt: skip
+                inner_losses(q_idx, q_val, lo, hi, h_bias[t], h_ptr[t], h_col[t], h_val[t],
+                             h_slot[t], h_dense[t],
+                             loss_of[offset[2 * t + 1] : offset[2 * t + 2]])  # fmt: skip
             for j in range(m):
                 lab = cand[i, j]
                 if lab < 0:
@@ -336,9 +353,14 @@ def _bounds(q_ptr, q_idx, q_val, cand, scores, power, position, paths, bias, f_p
                         path = paths[t][pos[lab]]
                         s = np.float32(0.0)
                         for v in range(path.shape[0] - 1):
-                            s += loss_of[offset[t] + path[v]]
+                            s += loss_of[offset[2 * t] + path[v]]
+                        c = path[path.shape[0] - 1]
+                        col = col_of[t][c]
+                        if col >= 0:  # its leaf's loss known too
+                            s += loss_of[offset[2 * t + 1] + col]
+                        else:
+                            leaf[t, i, j] = c
                         inner[t, i, j] = s
-                        leaf[t, i, j] = path[path.shape[0] - 1]
                     mean += inner[t, i, j]
                 s = scores[i, j]
                 # leaf losses >= 0: s * exp(-power * loss) <= this (<= 0 where s < 0)

@@ -44,9 +44,6 @@ ITERATIONS = 6
 #: hold at least RARE_SHARE of them: a fit left to it then builds two trees
 #: (:func:`trees_for`) and draws fewer negatives (``config.MIN_ACTIVE_RARE``).
 RARE_ROWS, RARE_SHARE = 3, 1 / 3
-#: Rows a served tree query scores at once: its scratch (each candidate's loss above the
-#: leaves, leaf and shared margin a tree, and bound) is 16-28 bytes a candidate.
-BLOCK_ROWS = 1024
 #: The arrays that define a tree (:meth:`LabelTree.state`).
 ARRAYS = ("perm", "bounds", "level_ptr", "child_ptr", "w_ptr", "w_feature", "w_val", "bias")
 
@@ -189,6 +186,12 @@ class LabelTree:
         paths = tree_query.child_paths(self.bounds, self.level_ptr, self.child_ptr)
         return paths, ptr, child, val, n_inner, slot, dense
 
+    @functools.cached_property
+    def hot(self) -> tuple:
+        """Its longest leaf classifiers by feature, as served rows score them (derived)."""
+        w = self.w_ptr, self.w_feature, self.w_val, self.bias
+        return tree_inner.hot_leaves(*w, self.served[4], self.n_features)
+
     def state(self) -> dict[str, np.ndarray]:
         """The arrays that define the tree (:data:`ARRAYS`)."""
         return {name: getattr(self, name) for name in ARRAYS}
@@ -252,42 +255,6 @@ def _pointer(ptr: np.ndarray, end: int, name: str) -> None:
     """ValueError unless ``ptr`` starts at 0, never falls and ends at ``end``."""
     if len(ptr) < 1 or ptr[0] != 0 or ptr[-1] != end or (np.diff(ptr) < 0).any():
         raise ValueError(f"{name} must run from 0 to {end} and never fall")
-
-
-def forest_topk_losses(
-    trees: Sequence[LabelTree],
-    query: tuple[np.ndarray, np.ndarray, np.ndarray],
-    ids: np.ndarray,
-    scores: np.ndarray,
-    power: float,
-    k: int,
-) -> np.ndarray:
-    """The mean of the ``trees``' :meth:`LabelTree.losses` of the candidates ``ids``
-    that can be among each row's ``k`` best by ``scores * exp(-power * loss)`` (the
-    others ``inf``: they are not), as a served row needs them: each candidate's leaf
-    classifiers are scored only while its loss above the leaves leaves it a chance
-    (:func:`~dslide_dask.kernels.tree_query.bounded_losses`)."""
-    ptr, idx, val = sorted_rows(*query)
-    served = [tree.served for tree in trees]
-    n_features = max(max(t.n_features for t in trees), int(idx.max(initial=-1)) + 1)
-    ids = np.ascontiguousarray(ids, np.int64)
-    scores = np.ascontiguousarray(scores, np.float32)
-    tree_args = (
-        tuple(t.position for t in trees), tuple(s[0] for s in served),  # the paths
-        tuple(t.w_ptr for t in trees), tuple(t.w_feature for t in trees),
-        tuple(t.w_val for t in trees), tuple(t.bias for t in trees),
-        tuple(s[1] for s in served), tuple(s[2] for s in served),  # inner, by feature
-        tuple(s[3] for s in served), tuple(s[4] for s in served),
-    )  # fmt: skip
-    dense = tuple(s[5] for s in served), tuple(s[6] for s in served)  # slots, dense rows
-    out = np.empty(ids.shape, np.float32)
-    for a in range(0, len(ids), BLOCK_ROWS):  # the kernel's scratch grows with the rows
-        b = min(a + BLOCK_ROWS, len(ids))
-        out[a:b] = tree_query.bounded_losses(
-            ptr[a : b + 1], idx, val, ids[a:b], scores[a:b], float(power), int(k), *tree_args,
-            n_features, 4 * numba.get_num_threads(), tree_query.SHARED_ROWS, *dense,
-        )  # fmt: skip
-    return out
 
 
 def leaf_depth(n_labels: int) -> int:

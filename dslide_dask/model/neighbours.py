@@ -37,7 +37,7 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import hidden_votes
 from dslide_dask.kernels import neighbours as kernels
 from dslide_dask.metrics import propensity
-from dslide_dask.model import label_classifiers, label_tree, tree_shards
+from dslide_dask.model import label_classifiers, label_tree, tree_serving, tree_shards
 from dslide_dask.model.config import check_int
 from dslide_dask.model.label_centroids import LabelCentroids
 from dslide_dask.model.label_classifiers import LabelClassifiers
@@ -202,10 +202,10 @@ class NeighbourIndex:
     ) -> np.ndarray:
         """:meth:`tree_losses` of the candidates that can be among each row's ``k`` best
         by ``scores * exp(-power * loss)``, ``inf`` for the others
-        (:func:`~dslide_dask.model.label_tree.forest_topk_losses`)."""
+        (:func:`~dslide_dask.model.tree_serving.forest_topk_losses`)."""
         if not self.trees:
             raise ValueError("the neighbour index has no label tree")
-        return label_tree.forest_topk_losses(self.trees, self._query(X), ids, scores, power, k)
+        return tree_serving.forest_topk_losses(self.trees, self._query(X), ids, scores, power, k)
 
     def centroid_votes(self, X: CSR, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each row's candidates ``ids`` (-1: none) and their centroids' cosine with it."""

@@ -43,7 +43,7 @@ class TreeLosses(Protocol):
     loss of each candidate that can be among a row's ``k`` best by ``scores *
     exp(-power * loss)`` (0 for none, :data:`~dslide_dask.kernels.tree_query.UNSEEN` for
     a label without a training row, ``inf`` for a candidate that cannot be: as
-    :func:`~dslide_dask.model.label_tree.forest_topk_losses` answers for whole trees)."""
+    :func:`~dslide_dask.model.tree_serving.forest_topk_losses` answers for whole trees)."""
 
     def topk_losses(
         self, X: CSR, ids: np.ndarray, scores: np.ndarray, *, power: float, k: int
