@@ -74,8 +74,8 @@ def fused_topk(
         _boost(ids, scores, inverse_propensity, tail)
         return kernels.fuse(tuple(ids), tuple(scores), w, k)
     lists = [(net_ids, softmax_of_top(net_logits)), *votes]
-    ids = tuple(_kernel_array(i, np.int64) for i, _ in lists)
-    return kernels.fuse(ids, tuple(_kernel_array(v, np.float32) for _, v in lists), w, k)
+    labels = tuple(_kernel_array(i, np.int64) for i, _ in lists)
+    return kernels.fuse(labels, tuple(_kernel_array(v, np.float32) for _, v in lists), w, k)
 
 
 def tree_rescored(
