@@ -74,6 +74,8 @@ def fused_topk(
         _boost(ids, scores, inverse_propensity, tail)
         return kernels.fuse(tuple(ids), tuple(scores), w, k)
     lists = [(net_ids, softmax_of_top(net_logits)), *votes]
+    if any(i.shape != v.shape or len(i) != len(net_ids) for i, v in lists):
+        raise ValueError("each list of candidates needs a score an id, and a row a row")
     labels = tuple(_kernel_array(i, np.int64) for i, _ in lists)
     return kernels.fuse(labels, tuple(_kernel_array(v, np.float32) for _, v in lists), w, k)
 
@@ -84,6 +86,8 @@ def tree_rescored(
     """The ``k`` best of each row's fused candidates (``ids``, -1: none; ``scores``) once
     each score is multiplied by its label tree likelihood to ``power``:
     ``exp(-power * losses)``, ``losses`` the squared hinge losses on the label's path."""
+    if not ids.shape == scores.shape == losses.shape:
+        raise ValueError(f"ids {ids.shape}, scores {scores.shape}, losses {losses.shape}")
     return kernels.rescored_top(ids, scores, np.exp(-np.float32(power) * losses), k)
 
 
