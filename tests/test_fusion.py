@@ -19,7 +19,7 @@ def test_fusion_of_three_lists_is_the_weighted_sum_over_their_union():
     weights = np.array([0.5, 0.2, 0.3], np.float32)
     ids = np.stack([i for i, _ in lists])
     scores = np.stack([v for _, v in lists])
-    top, got = fusion_kernels.fuse(ids, scores, weights, 5)
+    top, got = fusion_kernels.fuse(tuple(ids), tuple(scores), weights, 5)
     for r in range(2):
         want = np.zeros(12)
         for (i, v), w in zip(lists, weights, strict=True):
@@ -39,7 +39,7 @@ def test_fusion_keeps_the_rows_of_a_top_k_walked_from_its_end(k):
     ids = rng.integers(-1, 30, (3, 50, 40))
     scores = rng.integers(0, 4, (3, 50, 40)).astype(np.float32) / 4  # ties
     weights = np.array([0.5, 0.25, 1.0], np.float32)
-    top, got = fusion_kernels.fuse(ids, scores, weights, k)
+    top, got = fusion_kernels.fuse(tuple(ids), tuple(scores), weights, k)
     for i in range(50):
         want_ids, want = np.full(k, -1, np.int64), np.full(k, -np.inf, np.float32)
         labels = ids[:, i].ravel()
@@ -226,3 +226,25 @@ def test_a_weighting_is_not_credited_with_candidates_only_an_unasked_source_list
     assert asked((0.0, 0.0, 0.0, 1.0), 4) == (True, False, False, False, False)
     assert asked((0.3, 0.7), 2) == (False, True, True)
     assert asked((0.2, 0.5), 3) == (True, True, True, True)  # the classifiers: unweighed
+
+
+@pytest.mark.parametrize("loss_dtype", [np.float32, np.float64])
+def test_tree_rescored_is_the_head_of_a_stable_sort_ties_and_nan_included(loss_dtype):
+    """The re-ranking kernel keeps numpy's stable argsort of the negated products: ties
+    in list order, -inf (no candidate) before NaN, NaN last, ``k`` past the width cut."""
+    from dslide_dask.model.fusion import tree_rescored
+
+    rng = np.random.default_rng(11)
+    ids = rng.integers(-1, 20, (40, 30))
+    scores = (rng.integers(0, 4, ids.shape) / 4).astype(np.float32)
+    scores[rng.random(ids.shape) < 0.1] = np.nan
+    losses = (rng.integers(0, 3, ids.shape) / 2).astype(loss_dtype)
+    losses[rng.random(ids.shape) < 0.3] = np.inf
+    for k in (1, 5, 30, 50):
+        rescored = np.where(ids >= 0, scores * np.exp(-np.float32(0.5) * losses), -np.inf)
+        order = np.argsort(-rescored, axis=1, kind="stable")[:, :k]
+        top, got = tree_rescored(ids, scores, losses, 0.5, k)
+        np.testing.assert_array_equal(top, np.take_along_axis(ids, order, 1))
+        want = np.take_along_axis(rescored, order, 1).astype(np.float32)
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, want)

@@ -32,3 +32,23 @@ def test_a_vote_keeps_the_first_voted_label_first_on_a_tie(m):
     np.testing.assert_array_equal(ids, want_ids)
     kept = want_ids >= 0
     np.testing.assert_allclose(shares[kept], want[kept] / np.float32(nb_sims.sum()), rtol=1e-6)
+
+
+def test_neighbours_holding_more_labels_than_the_scratch_room_vote_the_same():
+    """A row whose neighbours hold more labels than the chunk's scratch has room for
+    (``VOTE_ROOM`` a point) takes more, and votes as with room to spare."""
+    rng = np.random.default_rng(4)
+    Y = _random_csr(rng, 20, 200, 60, binary=True)
+    nb_ids = np.array([*np.argsort(-np.diff(Y.indptr))[:3], -1], np.int64)  # the most
+    nb_sims = np.array([0.5, 0.3, 0.2, 0], np.float32)
+    assert np.diff(Y.indptr)[nb_ids[:3]].sum() > kernels.VOTE_ROOM * len(nb_ids)
+    room = int(np.diff(Y.indptr).max()) * len(nb_ids)
+    roomy = (np.empty(room, np.int64), np.empty(room, np.float32))
+    tight = kernels._vote_scratch(Y.indptr, len(nb_ids), 50)[2]
+    votes = []
+    for scratch in (tight, (*roomy, *tight[2:])):
+        ids, shares = np.full(50, -1, np.int64), np.zeros(50, np.float32)
+        kernels._vote(nb_ids, nb_sims, Y.indptr, Y.indices, scratch, ids, shares)
+        votes.append((ids, shares))
+    np.testing.assert_array_equal(votes[0][0], votes[1][0])
+    np.testing.assert_array_equal(votes[0][1], votes[1][1])

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dslide_dask.kernels.csr_checks import well_formed
+
 INDEX_DTYPE = np.int32
 INDPTR_DTYPE = np.int64
 VALUE_DTYPE = np.float32
@@ -207,9 +209,12 @@ def as_csr(
     repeat an id (then an indicator matrix); object arrays are converted to numbers or
     refused; NaN or infinite values and ids out of range are named with their row.
     """
+    checked = False  # well formed: no check below can fail
     if isinstance(matrix, CSR):
         out = matrix
-        _check_row_ids(out.indptr, out.indices, out.n_cols, name)
+        checked = well_formed(out.indptr, out.indices, out.data, out.n_cols)
+        if not checked:
+            _check_row_ids(out.indptr, out.indices, out.n_cols, name)
     elif isinstance(matrix, list | tuple):
         if not pattern or _indicator_rows(matrix):
             out = _csr_from_array_like(_numeric(matrix, name), name)
@@ -223,10 +228,11 @@ def as_csr(
         if isinstance(matrix, np.ndarray) and matrix.dtype.hasobject:
             matrix = _numeric(matrix, name)
         out = _csr_from_array_like(matrix, name)
-    _refuse_repeats(out, name)
+    if not checked:
+        _refuse_repeats(out, name)
     if pattern and out.data is not None:
         out = CSR(out.indptr, out.indices, None, out.n_cols)
-    if out.data is not None and not np.isfinite(out.data).all():
+    if out.data is not None and not checked and not np.isfinite(out.data).all():
         at = int(np.flatnonzero(~np.isfinite(out.data))[0])
         row = int(np.searchsorted(out.indptr, at, side="right")) - 1
         raise ValueError(

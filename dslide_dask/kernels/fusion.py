@@ -18,22 +18,29 @@ SKIP = 2
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def fuse(ids: np.ndarray, scores: np.ndarray, weights: np.ndarray, k: int):
+def fuse(ids: tuple, scores: tuple, weights: np.ndarray, k: int):
     """Top-k of ``sum_s weights[s] * scores[s]`` per row over the union of the sources'
-    candidate lists (``ids[s, i]``, -1: none; a label missing from a list scores 0 there):
-    ``(n, k)`` ids (-1 where fewer) and scores (-inf there)."""
-    n_sources, n, m = ids.shape
+    candidate lists (``ids[s][i]``, -1: none; a label missing from a list scores 0 there):
+    ``(n, k)`` ids (-1 where fewer) and scores (-inf there). The lists come as tuples of
+    ``(n, m_s)`` arrays, each as wide as its own: stacking them into one padded array
+    first cost a served row more than fusing it."""
+    n_sources = len(ids)
+    n = ids[0].shape[0]
+    width = 0
+    for src in range(n_sources):
+        width += ids[src].shape[1]
     out_ids = np.full((n, k), -1, np.int64)
     out_scores = np.full((n, k), -np.inf, np.float32)
     for i in numba.prange(n):
-        labels = np.empty(n_sources * m, np.int64)
-        values = np.empty(n_sources * m, np.float32)
+        labels = np.empty(width, np.int64)
+        values = np.empty(width, np.float32)
         n_found = 0
         for src in range(n_sources):
-            for a in range(m):
-                if ids[src, i, a] >= 0:
-                    labels[n_found] = ids[src, i, a]
-                    values[n_found] = weights[src] * scores[src, i, a]
+            row_ids, row_scores = ids[src][i], scores[src][i]
+            for a in range(row_ids.shape[0]):
+                if row_ids[a] >= 0:
+                    labels[n_found] = row_ids[a]
+                    values[n_found] = weights[src] * row_scores[a]
                     n_found += 1
         order = np.argsort(labels[:n_found])
         a = 0
@@ -46,6 +53,46 @@ def fuse(ids: np.ndarray, scores: np.ndarray, weights: np.ndarray, k: int):
                 a += 1
             n_kept = push_kept(out_ids[i], out_scores[i], n_kept, lab, total)
     return out_ids, out_scores
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def rescored_top(ids: np.ndarray, scores: np.ndarray, factors: np.ndarray, k: int):
+    """The ``k`` best of each row's candidates (``ids``, -1: none) by ``scores * factors``
+    (-inf where -1), the first on a tie, NaN last, and those products (float32): the head
+    of numpy's stable argsort of the negated products, without a dozen small-array calls
+    for a served row or a sort of its candidates."""
+    n, m = ids.shape
+    k = min(k, m)
+    out_ids = np.empty((n, k), np.int64)
+    out_scores = np.empty((n, k), np.float32)
+    for i in numba.prange(n):
+        top = np.empty(k, np.int64)  # positions in the row, best first
+        value = np.empty_like(factors[i, :k])
+        n_kept = 0
+        for j in range(m):
+            v = scores[i, j] * factors[i, j] if ids[i, j] >= 0 else -np.inf
+            p = n_kept
+            while p > 0 and _beats(v, value[p - 1]):
+                p -= 1
+            if p == k:
+                continue
+            n_kept = min(n_kept + 1, k)
+            for q in range(n_kept - 1, p, -1):
+                top[q] = top[q - 1]
+                value[q] = value[q - 1]
+            top[p] = j
+            value[p] = v
+        for j in range(k):
+            out_ids[i, j] = ids[i, top[j]]
+            out_scores[i, j] = value[j]
+    return out_ids, out_scores
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _beats(a, b) -> bool:
+    """Whether ``a`` ranks before ``b`` (later in a list) in a descending stable sort
+    that puts NaN last."""
+    return a > b or (b != b and a == a)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)

@@ -243,4 +243,4 @@ def served_neighbours(
 
 def _none(X: CSR) -> Votes:
     """An empty list of votes for each row of ``X`` (a source not asked)."""
-    return np.full((X.n_rows, 0), -1, np.int64), np.zeros((X.n_rows, 0), np.float32)
+    return np.empty((X.n_rows, 0), np.int64), np.empty((X.n_rows, 0), np.float32)

@@ -45,6 +45,8 @@ MARGIN = 0.5
 
 def softmax_of_top(logits: np.ndarray) -> np.ndarray:
     """The network's probabilities, the softmax over each row's top logits (-inf: none)."""
+    if not logits.shape[1]:  # the network not asked: what the steps below give, sooner
+        return np.zeros(logits.shape, np.float32)
     top = np.where(np.isfinite(logits), logits, -np.inf).astype(np.float64)
     top -= np.max(np.where(np.isfinite(top), top, -1e300), axis=1, keepdims=True, initial=-1e300)
     p = np.exp(top)
@@ -63,13 +65,19 @@ def fused_topk(
     """The ``k`` best labels of each row by ``((1 - sum(weights)) * p_network + sum of
     weights[i] * share_i) * inverse_propensity ** tail`` over the votes given (weights
     past them ignored), and those scores (-inf where fewer than ``k`` labels were found)."""
-    ids, scores = _stacked(net_ids, net_logits, votes)
     weights = (*weights, *(0.0,) * (len(votes) - len(weights)))  # a list unweighed: 0
+    w = _source_weights(weights[: len(votes)])
     if tail:
         if inverse_propensity is None:
             raise ValueError("a tail boost needs the labels' inverse propensities")
+        ids, scores = _stacked(net_ids, net_logits, votes)
         _boost(ids, scores, inverse_propensity, tail)
-    return kernels.fuse(ids, scores, _source_weights(weights[: len(votes)]), k)
+        return kernels.fuse(tuple(ids), tuple(scores), w, k)
+    lists = [(net_ids, softmax_of_top(net_logits)), *votes]
+    if any(i.shape != v.shape or len(i) != len(net_ids) for i, v in lists):
+        raise ValueError("each list of candidates needs a score an id, and a row a row")
+    labels = tuple(_kernel_array(i, np.int64) for i, _ in lists)
+    return kernels.fuse(labels, tuple(_kernel_array(v, np.float32) for _, v in lists), w, k)
 
 
 def tree_rescored(
@@ -78,11 +86,9 @@ def tree_rescored(
     """The ``k`` best of each row's fused candidates (``ids``, -1: none; ``scores``) once
     each score is multiplied by its label tree likelihood to ``power``:
     ``exp(-power * losses)``, ``losses`` the squared hinge losses on the label's path."""
-    rescored = np.where(ids >= 0, scores * np.exp(-np.float32(power) * losses), -np.inf)
-    order = np.argsort(-rescored, axis=1, kind="stable")[:, :k]
-    return np.take_along_axis(ids, order, 1), np.take_along_axis(rescored, order, 1).astype(
-        np.float32
-    )
+    if not ids.shape == scores.shape == losses.shape:
+        raise ValueError(f"ids {ids.shape}, scores {scores.shape}, losses {losses.shape}")
+    return kernels.rescored_top(ids, scores, np.exp(-np.float32(power) * losses), k)
 
 
 def choose_weights(
@@ -253,6 +259,13 @@ def _stacked(
         ids[s, :, : i.shape[1]] = i
         scores[s, :, : v.shape[1]] = v
     return ids, scores
+
+
+def _kernel_array(a: np.ndarray, dtype: type) -> np.ndarray:
+    """``a`` as a writeable C array of ``dtype`` (a copy only if it is not): the lists
+    passed to :func:`~dslide_dask.kernels.fusion.fuse` together must be of one type."""
+    a = np.ascontiguousarray(a, dtype)
+    return a if a.flags.writeable else a.copy()
 
 
 def _boost(ids: np.ndarray, scores: np.ndarray, inverse_propensity: np.ndarray, tail: float):

@@ -80,5 +80,5 @@ class LabelCentroids:
         ids = np.ascontiguousarray(ids, np.int64)
         if ids.size and ids.max() >= self.n_labels:
             raise ValueError(f"a candidate label is out of range [0, {self.n_labels})")
-        chunks = CHUNKS_PER_THREAD * numba.get_num_threads()
+        chunks = 1 if len(ids) == 1 else CHUNKS_PER_THREAD * numba.get_num_threads()
         return row_cosines(*query, self.ptr, self.idx, self.val, ids, self.n_features, chunks)

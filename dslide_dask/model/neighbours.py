@@ -272,7 +272,7 @@ class NeighbourIndex:
             k,
             m,
             n_cand,
-            _chunks(),
+            _chunks(X.n_rows),
         )
 
     def with_serving_postings(self, max_share: float, rescored: int = RESCORED) -> NeighbourIndex:
@@ -511,6 +511,7 @@ def _distinct(candidates: np.ndarray) -> np.ndarray:
     return out
 
 
-def _chunks() -> int:
-    """Chunks of query rows for the kernels: :data:`CHUNKS_PER_THREAD` a thread."""
-    return CHUNKS_PER_THREAD * numba.get_num_threads()
+def _chunks(n_rows: int | None = None) -> int:
+    """Chunks of query rows for the kernels: :data:`CHUNKS_PER_THREAD` a thread (one for
+    one row, as the kernels would make it, without asking numba for its threads)."""
+    return 1 if n_rows == 1 else CHUNKS_PER_THREAD * numba.get_num_threads()
