@@ -14,8 +14,6 @@ a cluster from storage builds it on a worker; ``partial_fit`` uses the network a
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from dslide_dask.data.csr import CSR
@@ -227,8 +225,7 @@ class NeighboursMixin(EstimatorState):
         """The fused model as it is now: the index (with hidden vectors of the network as
         it is now) and the fusion ``weight`` (None: every source asked, as while the
         weights are chosen) and ``tail``."""
-        weight = None if weight is None else tuple(weight)  # a key of _fusion's cache
-        fusion = _fusion(
+        fusion = Fusion(
             self._neighbour_k(), self._neighbour_mix(), weight, tail, self._label_tree()
         )
         return FusedModel(self._index_now(), fusion)
@@ -253,15 +250,6 @@ class NeighboursMixin(EstimatorState):
         weight, tail = self._choose_weight()
         fused = self._fused(weight, tail)
         return fused.metrics(_EstimatorNetwork(self), data.X, data.Y, ks, exact)
-
-
-@functools.lru_cache(maxsize=16, typed=True)
-def _fusion(
-    k: int, mix: float, weight: tuple[float, ...] | None, tail: float, power: float
-) -> Fusion:
-    """The :class:`Fusion` of these settings, checked once: a served row asks for the same
-    one each time, and its checks cost more than its answer's fusion."""
-    return Fusion(k, mix, weight, tail, power)
 
 
 class _EstimatorNetwork:
