@@ -75,7 +75,7 @@ def fused_topk(
         return kernels.fuse(tuple(ids), tuple(scores), w, k)
     lists = [(net_ids, softmax_of_top(net_logits)), *votes]
     if any(i.shape != v.shape or len(i) != len(net_ids) for i, v in lists):
-        raise ValueError("each list of candidates needs a score an id, and a row a row")
+        raise ValueError("every candidate list needs one score an id and one row a query row")
     labels = tuple(_kernel_array(i, np.int64) for i, _ in lists)
     return kernels.fuse(labels, tuple(_kernel_array(v, np.float32) for _, v in lists), w, k)
 
