@@ -25,6 +25,7 @@ Progress = Callable[[int, int, str], None]
 #: evaluation, and reading XC text. (The LSH tables' are not among them: no fit this
 #: small builds tables.)
 WARM_MODULES = (
+    "dslide_dask.kernels.csr_checks",
     "dslide_dask.kernels.xc_text",
     "dslide_dask.kernels.synthetic",
     "dslide_dask.kernels.sparse_input",
