@@ -8,15 +8,8 @@ import numpy as np
 def _push(ids: np.ndarray, scores: np.ndarray, cand: int, score: float) -> None:
     """Insert into a descending top-k row if it beats the last entry."""
     k = ids.shape[0]
-    if score <= scores[k - 1]:
-        return
-    j = k - 1
-    while j > 0 and scores[j - 1] < score:
-        scores[j] = scores[j - 1]
-        ids[j] = ids[j - 1]
-        j -= 1
-    scores[j] = score
-    ids[j] = cand
+    if not score <= scores[k - 1]:  # a NaN too, as the last entry
+        _insert(ids, scores, k - 1, cand, score)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -28,16 +21,22 @@ def push_kept(ids: np.ndarray, scores: np.ndarray, n_kept: int, cand: int, score
     as ``_push`` from the end)."""
     k = ids.shape[0]
     if n_kept < k and score > -np.inf:
-        j = n_kept
-        while j > 0 and scores[j - 1] < score:
-            scores[j] = scores[j - 1]
-            ids[j] = ids[j - 1]
-            j -= 1
-        scores[j] = score
-        ids[j] = cand
+        _insert(ids, scores, n_kept, cand, score)
         return n_kept + 1
     _push(ids, scores, cand, score)
     return k if score != score else n_kept
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _insert(ids: np.ndarray, scores: np.ndarray, j: int, cand: int, score: float) -> None:
+    """Put ``(cand, score)`` in a descending row at its place at or before ``j``, the
+    entries from there to ``j - 1`` moving one on (entry ``j`` is overwritten)."""
+    while j > 0 and scores[j - 1] < score:
+        scores[j] = scores[j - 1]
+        ids[j] = ids[j - 1]
+        j -= 1
+    scores[j] = score
+    ids[j] = cand
 
 
 #: Scores :func:`scan_top` and :func:`merge_tile` compare at once.
