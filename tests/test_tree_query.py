@@ -106,9 +106,12 @@ def test_dense_rows_of_frequent_features_give_the_losses_of_the_entries_to_the_b
         tree_inner.hot_leaves(t.w_ptr, t.w_feature, t.w_val, t.bias, s[4], t.n_features)
         for t, s in zip(trees, served, strict=True)
     )
+    no_slot = tuple(np.full(len(f[0]) - 1, -1, np.int32) for f in full)
+    no_dense = tuple(np.zeros((0, s[4]), np.float32) for s in served)
     old_call = tree_query.bounded_losses(  # without the dense rows: every entry sparse
         *query, ids, scores, 1.0, 5, *by_tree, *(tuple(f[a] for f in full) for a in range(3)),
-        tuple(s[4] for s in served), max(t.n_features for t in trees), 3, hot=sparse_hot,
+        tuple(s[4] for s in served), max(t.n_features for t in trees), 3,
+        tree_query.SHARED_ROWS, no_slot, no_dense, tuple(zip(*sparse_hot, strict=True)),
     )  # fmt: skip
     np.testing.assert_array_equal(got, old_call)
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from dslide_dask.kernels.prefetch import AHEAD, prefetch_run
 from dslide_dask.kernels.shared_dots import shared_dots
-from dslide_dask.kernels.tree_inner import PREFETCH_LINES, hot_leaves, inner_losses
+from dslide_dask.kernels.tree_inner import PREFETCH_LINES, inner_losses
 
 #: The path loss of a label not in the tree (no training row): its likelihood
 #: ``exp(-power * UNSEEN)`` is 0, so it ranks below every label the tree holds.
@@ -159,49 +159,8 @@ def path_losses(
     return out
 
 
-def bounded_losses(
-    q_ptr: np.ndarray,
-    q_idx: np.ndarray,
-    q_val: np.ndarray,
-    cand: np.ndarray,
-    scores: np.ndarray,
-    power: float,
-    k: int,
-    position: tuple,
-    paths: tuple,
-    w_ptr: tuple,
-    w_feature: tuple,
-    w_val: tuple,
-    bias: tuple,
-    f_ptr: tuple,
-    f_child: tuple,
-    f_val: tuple,
-    n_inner: tuple,
-    n_features: int,
-    n_chunks: int,
-    min_rows: int = SHARED_ROWS,
-    f_slot: tuple | None = None,
-    f_dense: tuple | None = None,
-    hot: tuple | None = None,
-) -> np.ndarray:
-    """:func:`_bounded_losses`, the features of dense rows of the classifiers above the
-    leaves given by ``f_slot`` and ``f_dense`` (a tuple each, one entry a tree; None:
-    every feature's entries in ``f_*``), the leaves scored by feature by ``hot`` (one
-    :func:`~dslide_dask.kernels.tree_inner.hot_leaves` a tree; None: every leaf gathered)."""
-    if f_slot is None or f_dense is None:
-        f_slot = tuple(np.full(len(p) - 1, -1, np.int32) for p in f_ptr)
-        f_dense = tuple(np.zeros((0, n), np.float32) for n in n_inner)
-    if hot is None:
-        hot = tuple(hot_leaves(p, f, v, b, len(p) - 1, 0, 0)
-                    for p, f, v, b in zip(w_ptr, w_feature, w_val, bias, strict=True))  # fmt: skip
-    hot = tuple(zip(*hot, strict=True))  # each array's tuple over the trees
-    return _bounded_losses(q_ptr, q_idx, q_val, cand, scores, power, k, position, paths, w_ptr,
-                           w_feature, w_val, bias, f_ptr, f_child, f_val, n_inner, n_features,
-                           n_chunks, min_rows, f_slot, f_dense, hot)  # fmt: skip
-
-
 @numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
-def _bounded_losses(
+def bounded_losses(
     q_ptr: np.ndarray,
     q_idx: np.ndarray,
     q_val: np.ndarray,
@@ -234,8 +193,11 @@ def _bounded_losses(
     ``k``-th best score found (by a margin for rounding): the ``k`` best are those of
     every loss computed, for half the leaf classifiers' work (amazon-670k). A leaf
     classifier that ``min_rows`` rows of the batch or more name is scored for all of them
-    at once, its weights read once (:mod:`~dslide_dask.kernels.shared_dots`); a ``hot``
-    leaf classifier is scored with those above the leaves, by feature, for every row."""
+    at once, its weights read once (:mod:`~dslide_dask.kernels.shared_dots`). The
+    classifiers above the leaves are given by feature (``f_*``, the dense rows of
+    ``f_slot``'s features in ``f_dense``), and so are the longest leaf classifiers
+    (``hot``: each array of :func:`~dslide_dask.kernels.tree_inner.hot_leaves` as a tuple
+    over the trees), scored with them for every row."""
     n, m = cand.shape
     n_trees = len(position)
     inner, bound, leaf = _bounds(q_ptr, q_idx, q_val, cand, scores, power, position, paths,

@@ -46,7 +46,7 @@ def forest_topk_losses(
         tuple(s[3] for s in served), tuple(s[4] for s in served),
     )  # fmt: skip
     dense = tuple(s[5] for s in served), tuple(s[6] for s in served)  # slots, dense rows
-    hot = tuple(t.hot for t in trees)  # and the longest leaves', by feature
+    hot = tuple(zip(*(t.hot for t in trees), strict=True))  # the longest leaves, by feature
     out = np.empty(ids.shape, np.float32)
     for a in range(0, len(ids), BLOCK_ROWS):  # the kernel's scratch grows with the rows
         b = min(a + BLOCK_ROWS, len(ids))
