@@ -67,17 +67,17 @@ def fused_topk(
     past them ignored), and those scores (-inf where fewer than ``k`` labels were found)."""
     weights = (*weights, *(0.0,) * (len(votes) - len(weights)))  # a list unweighed: 0
     w = _source_weights(weights[: len(votes)])
-    if tail:
-        if inverse_propensity is None:
-            raise ValueError("a tail boost needs the labels' inverse propensities")
-        ids, scores = _stacked(net_ids, net_logits, votes)
-        _boost(ids, scores, inverse_propensity, tail)
-        return kernels.fuse(tuple(ids), tuple(scores), w, k)
     lists = [(net_ids, softmax_of_top(net_logits)), *votes]
     if any(i.shape != v.shape or len(i) != len(net_ids) for i, v in lists):
         raise ValueError("every candidate list needs one score an id and one row a query row")
     labels = tuple(_kernel_array(i, np.int64) for i, _ in lists)
-    return kernels.fuse(labels, tuple(_kernel_array(v, np.float32) for _, v in lists), w, k)
+    values = tuple(_kernel_array(v, np.float32, copy=bool(tail)) for _, v in lists)
+    if tail:  # boosted copies: the callers' lists stay
+        if inverse_propensity is None:
+            raise ValueError("a tail boost needs the labels' inverse propensities")
+        for i, v in zip(labels, values, strict=True):
+            _boost(i, v, inverse_propensity, tail)
+    return kernels.fuse(labels, values, w, k)
 
 
 def tree_rescored(
@@ -261,11 +261,14 @@ def _stacked(
     return ids, scores
 
 
-def _kernel_array(a: np.ndarray, dtype: type) -> np.ndarray:
-    """``a`` as a writeable C array of ``dtype`` (a copy only if it is not): the lists
-    passed to :func:`~dslide_dask.kernels.fusion.fuse` together must be of one type."""
-    a = np.ascontiguousarray(a, dtype)
-    return a if a.flags.writeable else a.copy()
+def _kernel_array(a: np.ndarray, dtype: type, copy: bool = False) -> np.ndarray:
+    """``a`` as a writeable C array of ``dtype`` (a copy only if it is not, or ``copy``):
+    the lists passed to :func:`~dslide_dask.kernels.fusion.fuse` together must be of one
+    type."""
+    if copy:
+        return np.array(a, dtype, order="C")  # always a new array
+    out: np.ndarray = np.ascontiguousarray(a, dtype)
+    return out if out.flags.writeable else out.copy()
 
 
 def _boost(ids: np.ndarray, scores: np.ndarray, inverse_propensity: np.ndarray, tail: float):
