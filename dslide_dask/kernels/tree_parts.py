@@ -12,7 +12,7 @@ import numba
 import numpy as np
 
 from dslide_dask.kernels.tree_inner import inner_losses
-from dslide_dask.kernels.tree_query import UNSEEN, _margin
+from dslide_dask.kernels.tree_query import UNSEEN, _margin, above_leaf, hinge
 
 
 @numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
@@ -36,7 +36,6 @@ def inner_path_losses(
     (:func:`~dslide_dask.kernels.tree_query.path_losses` less the leaf's: 0 for none,
     :data:`UNSEEN` for a label not in the tree), from the inner classifiers by feature."""
     n, m = cand.shape
-    n_levels = paths.shape[1]
     out = np.zeros((n, m), np.float32)
     n_chunks = max(1, min(n, n_chunks))
     for chunk in numba.prange(n_chunks):
@@ -51,11 +50,7 @@ def inner_path_losses(
                 if lab >= position.shape[0] or position[lab] < 0:
                     out[i, j] = UNSEEN
                     continue
-                path = paths[position[lab]]
-                loss = np.float32(0.0)
-                for v in range(n_levels - 1):
-                    loss += loss_of[path[v]]
-                out[i, j] = loss
+                out[i, j] = above_leaf(loss_of, paths[position[lab]])
     return out
 
 
@@ -99,8 +94,7 @@ def leaf_path_losses(
                 z = bias[c] + _margin(
                     dense, q_idx, q_val, lo, hi, w_feature, w_val, w_ptr[c], w_ptr[c + 1]
                 )
-                h = max(np.float32(0.0), np.float32(1.0) - z)
-                out[i, j] = h * h
+                out[i, j] = hinge(z)
             for q in range(lo, hi):
                 dense[q_idx[q]] = 0.0
     return out

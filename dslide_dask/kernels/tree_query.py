@@ -93,6 +93,23 @@ def _margin(dense, q_idx, q_val, lo, hi, w_feature, w_val, e0, e1) -> np.float32
     return total
 
 
+@numba.njit(cache=True, nogil=True, inline="always", fastmath={"reassoc", "contract"})
+def above_leaf(loss_of, path) -> np.float32:
+    """The sum of the losses ``loss_of`` of the classifiers above the leaf on ``path``
+    (a row of :func:`child_paths`)."""
+    loss = np.float32(0.0)
+    for v in range(path.shape[0] - 1):
+        loss += loss_of[path[v]]
+    return loss
+
+
+@numba.njit(cache=True, nogil=True, inline="always", fastmath={"reassoc", "contract"})
+def hinge(z) -> np.float32:
+    """The squared hinge loss ``max(0, 1 - z)^2`` of a margin ``z``."""
+    h = max(np.float32(0.0), np.float32(1.0) - z)
+    return h * h
+
+
 @numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
 def path_losses(
     q_ptr: np.ndarray,
@@ -144,16 +161,11 @@ def path_losses(
                     out[i, j] = UNSEEN
                     continue
                 path = paths[position[lab]]
-                loss = np.float32(0.0)
-                for v in range(n_levels - 1):
-                    loss += loss_of[path[v]]
                 c = path[n_levels - 1]
                 z = bias[c] + _margin(
                     dense, q_idx, q_val, lo, hi, w_feature, w_val, w_ptr[c], w_ptr[c + 1]
                 )
-                h = max(np.float32(0.0), np.float32(1.0) - z)
-                loss += h * h
-                out[i, j] = loss
+                out[i, j] = above_leaf(loss_of, path) + hinge(z)
             for q in range(lo, hi):
                 dense[q_idx[q]] = 0.0
     return out
@@ -243,8 +255,7 @@ def bounded_losses(
                             wp = w_ptr[t]
                             z = _margin(dense, q_idx, q_val, lo, hi, w_feature[t], w_val[t],
                                         wp[c], wp[c + 1])  # fmt: skip
-                        h = max(np.float32(0.0), np.float32(1.0) - (bias[t][c] + z))
-                        loss += h * h
+                        loss += hinge(bias[t][c] + z)
                     total += loss
                 total = total / np.float32(n_trees)
                 out[i, j] = total
