@@ -32,7 +32,7 @@ def tiny_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, fl
 @pytest.mark.slow
 def test_bench_accuracy_end_to_end(capsys, tmp_path: Path, tiny_files) -> None:
     train, test, popular = tiny_files
-    names = ["engine", "engine-ensemble"] + [
+    names = ["engine", "engine-share0", "engine-network", "engine-ensemble"] + [
         name
         for name, module in (("omikuji", "omikuji"), ("dense", "torch"))
         if importlib.util.find_spec(module)
@@ -61,6 +61,13 @@ def test_bench_accuracy_end_to_end(capsys, tmp_path: Path, tiny_files) -> None:
     assert engine["P@1"] > max(3 * popular, popular + 0.2), (engine["P@1"], popular)
     for r in results.values():
         assert 0 < r["PSP@1"] <= 1 and 0 < r["nDCG@5"] <= 1 and r["peak_rss_mb"] > 0
+    # one command reports what the network adds: the same fit without its share, and alone
+    share0, alone = results["engine-share0"], results["engine-network"]
+    assert share0["params"]["neighbour_weight"] == [1.0, 0.0]
+    assert share0["params"]["neighbours"] == engine["params"]["neighbours"] > 0
+    assert alone["params"]["neighbours"] == 0 and engine["params"]["neighbour_weight"] is None
+    assert alone["P@1"] > popular + 0.1 and share0["P@1"] > popular + 0.2
+    assert "engine-network P@1 by epoch:" in out
     ensemble = results["engine-ensemble"]
     assert [p["members"] for p in ensemble["curve"]] == [1, 2]
     assert "engine-ensemble P@1 by member:" in out

@@ -7,6 +7,9 @@ from the training labels; PSP normalised by the best achievable, as the XC Repos
 reports it):
 
 - ``engine``: ``SlideClassifier`` in-process, scored after every epoch;
+- ``engine-share0`` and ``engine-network``: the same fit with the network's share of the
+  fused answer at 0, and the network alone (:data:`ABLATIONS`): what the network adds,
+  and what it answers by itself, from one command;
 - ``engine-cluster``: the same on a LocalCluster of ``--threads`` one-thread worker
   processes (started before the clock, closed at the end);
 - ``engine-ensemble``: a ``SlideEnsemble`` of ``--members`` differently seeded
@@ -28,6 +31,7 @@ caches on disk; run twice to see the steady state.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import tempfile
@@ -46,7 +50,15 @@ from dslide_workflows.bench.trees import KS, scorer
 from dslide_workflows.classifier import make_classifier
 
 SUMMARY = "time to accuracy: SLIDE engine vs dense PyTorch and label-tree libraries"
-CONTENDERS = ("engine", "engine-cluster", "engine-ensemble", "dense", *trees.RUNNERS)
+#: The engine's fused model with a part taken away, each run as a contender of its own so
+#: that one command reports what the network adds: "engine-share0", the same fit with the
+#: network's share at 0 (its softmax and hidden-space votes unweighed), and
+#: "engine-network", the network alone (no neighbours, centroids or trees).
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "engine-share0": {"neighbour_weight": (1.0, 0.0)},
+    "engine-network": {"neighbours": 0},
+}
+CONTENDERS = ("engine", *ABLATIONS, "engine-cluster", "engine-ensemble", "dense", *trees.RUNNERS)
 #: The module each contender needs, and how to get it when it is missing.
 REQUIRES = {
     "dense": ("torch", "pip install 'dslide-dask[bench]'"),
@@ -136,17 +148,20 @@ def _describe(info: dict[str, Any], train, test) -> str:
 
 
 # -- contenders (each runs in its own process) -------------------------------------------------
-def run_engine(train, test, config: dict[str, Any], client=None) -> dict[str, Any]:
+def run_engine(
+    train, test, config: dict[str, Any], client=None, name: str | None = None
+) -> dict[str, Any]:
     """Fit a SlideClassifier for ``epochs``, scoring it on ``test`` after each epoch and
     as the fit returns it (the last epoch's point: the whole fit's seconds), off the
-    clock."""
+    clock (``name``: an :data:`ABLATIONS` entry, its parameters over the classifier's)."""
     from dslide_workflows.bench.torch_dense import peak_rss_mb
 
     score = scorer(train, test, config)
-    clf = make_classifier(config["classifier"]).set_params(client=client)
+    params = {**config["classifier"], **ABLATIONS.get(name or "", {})}
+    clf = make_classifier(params).set_params(client=client)
     # rows held out of the network's training (to weigh the neighbours) are not stepped on
     steps_per_epoch = -(-clf.n_network_rows(train.n_points) // clf.batch_size)
-    name = "engine" if client is None else "engine-cluster"
+    name = name or ("engine" if client is None else "engine-cluster")
     report = engine_bench._progress(
         name, clf.n_network_rows(train.n_points) * clf.epochs, config["log_every"]
     )
@@ -258,6 +273,7 @@ def run_dense(train, test, config: dict[str, Any]) -> dict[str, Any]:
 
 RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "engine": run_engine,
+    **{name: functools.partial(run_engine, name=name) for name in ABLATIONS},
     "engine-cluster": run_engine_cluster,
     "engine-ensemble": run_engine_ensemble,
     "dense": run_dense,
@@ -344,6 +360,8 @@ def run(args: argparse.Namespace) -> int:
     params = {"epochs": args.epochs, "n_threads": args.threads, "seed": args.seed}
     params.update(args.engine_opt)
     clf = make_classifier(params)  # bad parameters fail now, not after reading the data
+    for name in ABLATIONS.keys() & set(args.contenders):
+        make_classifier({**params, **ABLATIONS[name]})
     config = {
         "classifier": {k: v for k, v in clf.get_params().items() if k != "client"},
         "dense_input": "embedding_bag",
