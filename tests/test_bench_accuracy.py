@@ -68,6 +68,8 @@ def test_bench_accuracy_end_to_end(capsys, tmp_path: Path, tiny_files) -> None:
     assert alone["params"]["neighbours"] == 0 and engine["params"]["neighbour_weight"] is None
     assert alone["P@1"] > popular + 0.1 and share0["P@1"] > popular + 0.2
     assert "engine-network P@1 by epoch:" in out
+    share = next(line for line in lines if line.startswith("the network's share"))
+    assert f"P@1 {engine['P@1'] - share0['P@1']:+.4f}" in share
     ensemble = results["engine-ensemble"]
     assert [p["members"] for p in ensemble["curve"]] == [1, 2]
     assert "engine-ensemble P@1 by member:" in out

@@ -23,7 +23,8 @@ COLUMNS = (
 
 
 def format_report(results: list[dict[str, Any]]) -> str:
-    """The table (last epoch of each contender), each curve's P@1 by epoch, skipped ones."""
+    """The table (last epoch of each contender), each curve's P@1 by epoch, what the
+    network adds (where its ablation ran), skipped ones."""
     ran = [r for r in results if "skipped" not in r]
     lines = [engine_bench.format_table(ran, COLUMNS)] if ran else []
     for r in ran:
@@ -31,8 +32,22 @@ def format_report(results: list[dict[str, Any]]) -> str:
             points = "  ".join(_point(p) for p in r["curve"])
             per = "member" if "members" in r["curve"][0] else "epoch"
             lines.append(f"{r['contender']} P@1 by {per}: {points}")
+    lines += _network_share(ran)
     lines += [f"{r['contender']}: skipped, {r['skipped']}" for r in results if "skipped" in r]
     return "\n".join(lines)
+
+
+def _network_share(ran: list[dict[str, Any]]) -> list[str]:
+    """What the network adds to the fused answer (``engine`` less ``engine-share0``), a
+    line, where both ran."""
+    by = {r["contender"]: r for r in ran}
+    if "engine" not in by or "engine-share0" not in by:
+        return []
+    gain = {k: by["engine"][k] - by["engine-share0"][k] for k in ("P@1", "P@5", "PSP@5")}
+    return [
+        "the network's share (engine less engine-share0): "
+        + ", ".join(f"{k} {v:+.4f}" for k, v in gain.items())
+    ]
 
 
 def _point(p: dict[str, Any]) -> str:
