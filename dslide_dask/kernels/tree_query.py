@@ -324,9 +324,7 @@ def _bounds(q_ptr, q_idx, q_val, cand, scores, power, position, paths, bias, f_p
                         inner[t, i, j] = UNSEEN
                     else:
                         path = paths[t][pos[lab]]
-                        s = np.float32(0.0)
-                        for v in range(path.shape[0] - 1):
-                            s += loss_of[offset[2 * t] + path[v]]
+                        s = above_leaf(loss_of[offset[2 * t] : offset[2 * t + 1]], path)
                         c = path[path.shape[0] - 1]
                         col = col_of[t][c]
                         if col >= 0:  # its leaf's loss known too
