@@ -21,6 +21,7 @@ import numpy as np
 
 from dslide_dask.kernels import label_centroids as kernels
 from dslide_dask.kernels.neighbours import row_cosines, transpose
+from dslide_dask.model.row_chunks import row_chunks
 
 #: Centroid entries under this share of its unit norm are dropped: Debian-26K keeps 6.0M
 #: of 11.9M at the same P@k (0.03: 3.2M, but rare labels lose; docs/accuracy.md).
@@ -34,9 +35,6 @@ SCORED = 300
 #: Blocks of labels a build splits into per thread (a frequent label costs thousands of
 #: rare ones: more blocks than threads keep the threads busy).
 BLOCKS_PER_THREAD = 64
-#: Chunks of query rows a thread scores (each spreads its rows over a dense vector of
-#: the features).
-CHUNKS_PER_THREAD = 4
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,5 +78,6 @@ class LabelCentroids:
         ids = np.ascontiguousarray(ids, np.int64)
         if ids.size and ids.max() >= self.n_labels:
             raise ValueError(f"a candidate label is out of range [0, {self.n_labels})")
-        chunks = 1 if len(ids) == 1 else CHUNKS_PER_THREAD * numba.get_num_threads()
-        return row_cosines(*query, self.ptr, self.idx, self.val, ids, self.n_features, chunks)
+        return row_cosines(
+            *query, self.ptr, self.idx, self.val, ids, self.n_features, row_chunks(len(ids))
+        )

@@ -19,6 +19,7 @@ import numpy as np
 from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import label_svm
 from dslide_dask.kernels.neighbours import normalised
+from dslide_dask.model.row_chunks import row_chunks
 
 #: The SVMs' C (on unit rows; liblinear's default, and the best of 0.5, 1, 2 and 4 on both
 #: Debian sets: docs/accuracy.md).
@@ -100,7 +101,7 @@ class LabelClassifiers:
         classifiers never saw count for nothing)."""
         m_here = min(m, len(self.labels))
         weights = (self.w_ptr, self.w_col, self.w_val, self.bias)
-        cols, scores = label_svm.top_scores(ptr, idx, val, *weights, m_here, _chunks())
+        cols, scores = label_svm.top_scores(ptr, idx, val, *weights, m_here, row_chunks())
         ids = np.where(cols >= 0, self.labels[np.maximum(cols, 0)], -1)
         if m_here < m:
             pad = m - m_here
@@ -161,7 +162,3 @@ def _by_feature(parts: list, n_features: int) -> tuple[np.ndarray, np.ndarray, n
     order = np.argsort(feature, kind="stable")
     col = np.concatenate([p[1] for p in parts])[order].astype(np.int32)
     return ptr, col, np.concatenate([p[2] for p in parts])[order]
-
-
-def _chunks() -> int:
-    return 4 * numba.get_num_threads()

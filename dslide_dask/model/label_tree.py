@@ -32,6 +32,7 @@ from dslide_dask.kernels import label_tree as kernels
 from dslide_dask.kernels import tree_inner, tree_query
 from dslide_dask.kernels.neighbours import transpose
 from dslide_dask.model.label_centroids import LabelCentroids
+from dslide_dask.model.row_chunks import row_chunks
 from dslide_dask.model.tree_nodes import NodeProblem, NodeTrainer, joined, train_levels
 
 #: A leaf holds at most this many labels (Parabel's and omikuji's 100).
@@ -164,7 +165,7 @@ class LabelTree:
             self.bias,
             *self.served[1:],
             max(self.n_features, int(idx.max(initial=-1)) + 1),
-            4 * numba.get_num_threads(),
+            row_chunks(),
         )
 
     @functools.cached_property

@@ -30,7 +30,6 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 
 from dslide_dask.data.csr import CSR
@@ -44,6 +43,7 @@ from dslide_dask.model.label_classifiers import LabelClassifiers
 from dslide_dask.model.label_tree import LabelTree, build_forest
 from dslide_dask.model.output_index import IndexSettings
 from dslide_dask.model.point_search import PointSearch
+from dslide_dask.model.row_chunks import row_chunks
 from dslide_dask.model.tree_nodes import NodeTrainer
 
 #: Candidates a row takes from each side before fusing.
@@ -78,11 +78,6 @@ _NO_COMMON = (np.zeros(0, np.int32), np.zeros((0, 0), np.float32))
 #: Points a served row's postings propose, scored exactly
 #: (:meth:`NeighbourIndex.with_serving_postings`).
 RESCORED = 64
-#: Chunks of a block of query rows each thread takes in the kernels. Each chunk owns
-#: scratch over the points, features and labels (megabytes at 670K labels, zeroed as it
-#: is allocated), so few; more than one, so a thread whose rows were cheap takes another.
-#: 64 chunks of 256 served rows: 0.100 ms a row on one core, 4: 0.085.
-CHUNKS_PER_THREAD = 4
 
 
 @dataclass(frozen=True, eq=False)
@@ -272,7 +267,7 @@ class NeighbourIndex:
             k,
             m,
             n_cand,
-            _chunks(X.n_rows),
+            row_chunks(X.n_rows),
         )
 
     def with_serving_postings(self, max_share: float, rescored: int = RESCORED) -> NeighbourIndex:
@@ -337,7 +332,7 @@ class NeighbourIndex:
                 m,
                 other,
                 mix,
-                _chunks(),
+                row_chunks(),
             )
         return self._dense_votes(query, k, m, mixed, mix)[0]
 
@@ -379,11 +374,11 @@ class NeighbourIndex:
                 labels = self.y_ptr, self.y_idx
                 got = hidden_votes.add_cosines(q_ptr[start : stop + 1], q_idx, q_val,
                                                *postings, sims, mix, *labels, k_input, m,
-                                               _chunks())  # fmt: skip
+                                               row_chunks())  # fmt: skip
                 inputs[0].append(got[0])
                 inputs[1].append(got[1])
             ids, shares = hidden_votes.dense_neighbour_votes(
-                sims, self.y_ptr, self.y_idx, k, m, _chunks()
+                sims, self.y_ptr, self.y_idx, k, m, row_chunks()
             )
             parts[0].append(ids)
             parts[1].append(shares)
@@ -406,10 +401,10 @@ class NeighbourIndex:
             return np.zeros(found.shape, np.float32)
         if self.serving is not None:
             return kernels.row_cosines(
-                *query, *self.serving.rows, found, self.n_features, _chunks()
+                *query, *self.serving.rows, found, self.n_features, row_chunks()
             )
         postings = self.post_ptr, self.post_pts, self.post_val
-        return kernels.candidate_cosines(*query, *postings, self.n_points, found, _chunks())
+        return kernels.candidate_cosines(*query, *postings, self.n_points, found, row_chunks())
 
     @property
     def width(self) -> int | None:
@@ -509,9 +504,3 @@ def _distinct(candidates: np.ndarray) -> np.ndarray:
     out = np.sort(candidates, axis=1)
     out[:, 1:][out[:, 1:] == out[:, :-1]] = -1
     return out
-
-
-def _chunks(n_rows: int | None = None) -> int:
-    """Chunks of query rows for the kernels: :data:`CHUNKS_PER_THREAD` a thread (one for
-    one row, as the kernels would make it, without asking numba for its threads)."""
-    return 1 if n_rows == 1 else CHUNKS_PER_THREAD * numba.get_num_threads()

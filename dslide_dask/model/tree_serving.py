@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numba
 import numpy as np
 
 from dslide_dask.kernels import tree_query
 from dslide_dask.model.label_tree import LabelTree, sorted_rows
+from dslide_dask.model.row_chunks import row_chunks
 
 #: Rows a served tree query scores at once: its scratch (each candidate's loss above the
 #: leaves, leaf and shared margin a tree, and bound) is 16-28 bytes a candidate.
@@ -52,6 +52,6 @@ def forest_topk_losses(
         b = min(a + BLOCK_ROWS, len(ids))
         out[a:b] = tree_query.bounded_losses(
             ptr[a : b + 1], idx, val, ids[a:b], scores[a:b], float(power), int(k), *tree_args,
-            n_features, 4 * numba.get_num_threads(), tree_query.SHARED_ROWS, *dense, hot,
+            n_features, row_chunks(), tree_query.SHARED_ROWS, *dense, hot,
         )  # fmt: skip
     return out

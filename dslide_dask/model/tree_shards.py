@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-import numba
 import numpy as np
 
 from dslide_dask.data.csr import CSR
@@ -26,6 +25,7 @@ from dslide_dask.kernels.neighbours import normalised
 from dslide_dask.kernels.tree_parts import inner_path_losses, leaf_path_losses
 from dslide_dask.kernels.tree_query import UNSEEN
 from dslide_dask.model.label_tree import LabelTree, sorted_rows
+from dslide_dask.model.row_chunks import row_chunks
 from dslide_dask.model.tree_nodes import joined
 
 #: A weightless node's bias: its children score 1, a squared hinge loss of 0.
@@ -91,7 +91,8 @@ def inner_losses(trees: tuple[LabelTree, ...], X: CSR, ids: np.ndarray) -> np.nd
     for tree in trees:
         paths, f_ptr, f_child, f_val, n_inner, f_slot, f_dense = tree.served
         total += inner_path_losses(ptr, idx, val, ids, tree.position, paths, tree.bias, f_ptr,
-                                   f_child, f_val, n_inner, f_slot, f_dense, _chunks())  # fmt: skip
+                                   f_child, f_val, n_inner, f_slot, f_dense,
+                                   row_chunks())  # fmt: skip
     return total / np.float32(len(trees))
 
 
@@ -108,7 +109,7 @@ def leaf_losses(
         n_features = max(tree.n_features, int(idx.max(initial=-1)) + 1)
         total += leaf_path_losses(ptr, idx, val, ids, chosen, tree.position, tree.served[0],
                                   tree.w_ptr, tree.w_feature, tree.w_val, tree.bias,
-                                  n_features, _chunks())  # fmt: skip
+                                  n_features, row_chunks())  # fmt: skip
     return total / np.float32(len(trees))
 
 
@@ -141,10 +142,6 @@ def rounds_topk_losses(
     if second.any():
         out[second] = inner[second] + leaves(second)[second]
     return out
-
-
-def _chunks() -> int:
-    return 4 * numba.get_num_threads()
 
 
 def summed_losses(parts: list[np.ndarray]) -> np.ndarray:
