@@ -2,6 +2,8 @@
 and trees) is answered whole by ``dslide predict`` and the prediction graphs on a real
 LocalCluster, as ``SlideClassifier.load(...).predict_topk`` answers it in one process."""
 
+import logging
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -9,10 +11,13 @@ import scipy.sparse as sp
 
 from dslide_dask import SlideClassifier
 from dslide_dask.checkpoint.model import load_network
+from dslide_dask.checkpoint.neighbours import stored_bytes
 from dslide_dask.checkpoint.store import open_checkpoint
 from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.data.xc_text import write_xc
+from dslide_dask.distributed.memory_plan import RUNTIME_BYTES
 from dslide_dask.inference import PredictSpec, predict_topk_scores, read_predictions, topk_blocks
+from dslide_dask.inference.worker_memory import FUSED_SERVED, worker_bytes
 from dslide_dask.metrics import xc_metrics
 from dslide_workflows.cli import main
 
@@ -107,3 +112,29 @@ def test_a_worker_does_not_read_a_network_the_fused_parts_never_ask(tmp_path):
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
     assert model_cache.model(spec).n_labels == train.n_labels  # read when asked
+    network_bytes = sum(e["bytes"] for e in open_checkpoint(url).meta["arrays"].values())
+    ckpt = open_checkpoint(url)
+    alone, fused = worker_bytes(ckpt, PredictSpec(url, fused=False)), worker_bytes(ckpt, spec)
+    assert alone == RUNTIME_BYTES + network_bytes  # no fused parts read, the network whole
+    served = round(FUSED_SERVED * sum(stored_bytes(url).values()))
+    assert fused == RUNTIME_BYTES + served  # the fused parts as served; the network not asked
+
+
+def test_a_worker_too_small_for_the_model_is_refused_before_any_task(saved, capsys):
+    """A worker whose memory limit the model would overfill (Dask would pause it for ever
+    or its nanny restart it: KilledWorker) is named in one line, before a task runs."""
+    from distributed import LocalCluster
+
+    root, url, _ = saved
+    need = worker_bytes(open_checkpoint(url), PredictSpec(url))
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
+        memory_limit=int(0.9 * need), silence_logs=logging.ERROR,
+    ) as cluster:  # fmt: skip
+        argv = ["predict", str(root / "model"), str(root / "test"), str(root / "small")]
+        code = main([*argv, "--scheduler-address", cluster.scheduler_address, "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and len(err.splitlines()) == 1, err
+    assert f"each worker needs about {need / 2**30:.2f} GiB" in err
+    assert "has a memory limit of" in err and "Traceback" not in err
+    assert not (root / "small").exists() or not list((root / "small").glob("part-*"))

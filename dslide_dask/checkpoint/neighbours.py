@@ -149,6 +149,12 @@ def load_tree_pieces(
     return tuple(out), tuple(nodes)
 
 
+def stored_bytes(url: str, storage_options: dict | None = None) -> dict[str, int]:
+    """The stored bytes of each array of the index at ``url``, from its manifest alone."""
+    entries = _manifest(url, storage_options, None)[4]
+    return {name: int(entry["bytes"]) for name, entry in entries.items()}
+
+
 def _manifest(url: str, storage_options: dict | None, n_labels: int | None):
     """The index folder's manifest, checked: (fs, root, where, n_labels, its entries)."""
     fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))

@@ -90,15 +90,13 @@ def save_output_index(ckpt: Checkpoint, index: OutputIndex) -> str:
     return fs.unstrip_protocol(manifest)
 
 
-def check_output_index(ckpt: Checkpoint) -> tuple[IndexSettings, dict[str, np.ndarray]]:
-    """The settings and arrays of the checkpoint's output index, once the manifest, the
-    model's fingerprint, the files' sizes, CRC32 and sha256 are checked (faiss has not
-    read them yet); :class:`CheckpointError` naming the file otherwise."""
-    fs, root = ckpt.fs, ckpt.path
+def _manifest(ckpt: Checkpoint) -> tuple[dict, str]:
+    """The output index's manifest (format and version checked) and where it is."""
     manifest_path = _path(ckpt, MANIFEST)
-    where = fs.unstrip_protocol(manifest_path)
+    where = ckpt.fs.unstrip_protocol(manifest_path)
     try:
-        meta = json.loads(read_small(fs, root, manifest_path, MANIFEST_MAX_BYTES, "a manifest"))
+        raw = read_small(ckpt.fs, ckpt.path, manifest_path, MANIFEST_MAX_BYTES, "a manifest")
+        meta = json.loads(raw)
     except FileNotFoundError:
         raise CheckpointError(
             f"{where}: missing (no output index: build one with `dslide index MODEL` or "
@@ -110,6 +108,26 @@ def check_output_index(ckpt: Checkpoint) -> tuple[IndexSettings, dict[str, np.nd
         raise CheckpointError(f"{where}: not an output index manifest")
     if meta.get("version") != VERSION:
         raise CheckpointError(f"{where}: version {meta.get('version')!r}, this reads {VERSION}")
+    return meta, where
+
+
+def output_index_bytes(ckpt: Checkpoint) -> int:
+    """The stored bytes of the checkpoint's output index, from its manifest alone."""
+    meta, where = _manifest(ckpt)
+    entries = meta.get("arrays")
+    if not isinstance(entries, dict):
+        raise CheckpointError(f"{where}: arrays must be {sorted(ARRAYS)}")
+    for name, entry in entries.items():
+        check_entry(name, entry, where, None)
+    return sum(int(entry["bytes"]) for entry in entries.values())
+
+
+def check_output_index(ckpt: Checkpoint) -> tuple[IndexSettings, dict[str, np.ndarray]]:
+    """The settings and arrays of the checkpoint's output index, once the manifest, the
+    model's fingerprint, the files' sizes, CRC32 and sha256 are checked (faiss has not
+    read them yet); :class:`CheckpointError` naming the file otherwise."""
+    fs, root = ckpt.fs, ckpt.path
+    meta, where = _manifest(ckpt)
     if meta.get("model") != model_fingerprint(ckpt.meta):  # before a byte of the index
         raise CheckpointError(
             f"{where}: built for another model than the one here (a foreign index, or the "

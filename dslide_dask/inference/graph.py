@@ -22,10 +22,12 @@ from dslide_dask.checkpoint.model import config_of
 from dslide_dask.checkpoint.output_index import check_output_index
 from dslide_dask.data.csr import as_csr
 from dslide_dask.data.source import DataSource
+from dslide_dask.distributed.liveness import workers_now
 from dslide_dask.inference import model_cache, tasks
 from dslide_dask.inference.output import check_output, clear_manifest, write_manifest
 from dslide_dask.inference.serving import RANGES, check_ranges, serving_config
 from dslide_dask.inference.spec import PredictSpec
+from dslide_dask.inference.worker_memory import check_room, worker_bytes
 
 
 def check_input(spec: PredictSpec, source: DataSource) -> int:
@@ -85,6 +87,7 @@ def predict_to_storage(
     # workers cache by the URL; a model without fused parts is answered shard by shard
     spec = replace(spec, model_url=ckpt.url, fused=spec.fused and has_fused(ckpt))
     n_shards = check_input(spec, source)
+    check_room(worker_bytes(ckpt, spec), workers_now(client))
     check_output(out_url, len(source.partitions), spec.storage_options)
     clear_manifest(out_url, spec.storage_options)
     future = client.compute(prediction_graph(spec, source, out_url, n_shards))

@@ -91,6 +91,14 @@ class Fusion:
         return {"neighbours": self.k, "neighbour_mix": self.mix, "neighbour_weight": weight,
                 "tail_exponent": self.tail, "label_tree": self.tree_power}  # fmt: skip
 
+    def asks_network(self, has_embedding: bool) -> bool:
+        """Whether an answer asks the network anything: its candidates (unless the votes'
+        weights leave it none) or the rows' hidden vectors (for hidden votes, where the
+        points' hidden vectors are kept: ``has_embedding``)."""
+        if self.weight is None:
+            return True
+        return sum(self.weight[:2]) < 1.0 or (self.weight[1] > 0 and has_embedding)
+
 
 def check_weights(weight: tuple[float, ...]) -> None:
     """ValueError unless ``weight`` is 2-4 source weights: two in [0, 1] of sum at most 1,
@@ -118,12 +126,8 @@ class FusedModel:
         return self.fusion.weight
 
     def asks_network(self) -> bool:
-        """Whether an answer asks the network anything: its candidates (unless the votes'
-        weights leave it none) or the rows' hidden vectors (for hidden votes)."""
-        weight = self.fusion.weight
-        if weight is None:
-            return True
-        return sum(weight[:2]) < 1.0 or (weight[1] > 0 and self.index.embedding is not None)
+        """Whether an answer asks the network anything (:meth:`Fusion.asks_network`)."""
+        return self.fusion.asks_network(self.index.embedding is not None)
 
     def served(self, settings: IndexSettings | None = None) -> FusedModel:
         """This model answering through the neighbours' serving indexes, where it keeps
