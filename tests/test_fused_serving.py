@@ -3,6 +3,7 @@ and trees) is answered whole by ``dslide predict`` and the prediction graphs on 
 LocalCluster, as ``SlideClassifier.load(...).predict_topk`` answers it in one process."""
 
 import logging
+import os
 
 import dask.array as da
 import numpy as np
@@ -19,7 +20,7 @@ from dslide_dask.distributed.memory_plan import RUNTIME_BYTES
 from dslide_dask.inference import PredictSpec, predict_topk_scores, read_predictions, topk_blocks
 from dslide_dask.inference.worker_memory import FUSED_SERVED, worker_bytes
 from dslide_dask.metrics import xc_metrics
-from dslide_workflows.cli import main
+from dslide_workflows.cli import describe, main
 
 PARAMS = dict(hidden=(32,), K=3, L=10, range_pow=8, lr=1e-2, batch_size=128, random_state=0)
 
@@ -138,3 +139,29 @@ def test_a_worker_too_small_for_the_model_is_refused_before_any_task(saved, caps
     assert f"each worker needs about {need / 2**30:.2f} GiB" in err
     assert "has a memory limit of" in err and "Traceback" not in err
     assert not (root / "small").exists() or not list((root / "small").glob("part-*"))
+
+
+def _die() -> None:
+    os._exit(1)  # as the nanny's kill of a worker over its memory limit ends it
+
+
+def test_a_task_that_kills_its_workers_is_one_line_not_an_internal_error():
+    """Should a worker die anyway (its memory, a crash), the command says which task, how
+    many workers it took and where to look, exit 1: not "internal error ... report it"."""
+    import dask
+    from distributed import Client, KilledWorker, LocalCluster
+
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
+            silence_logs=logging.CRITICAL,
+        ) as cluster,
+        Client(cluster) as client,
+        pytest.raises(KilledWorker) as caught,
+    ):  # fmt: skip
+        client.submit(_die, key="die-0").result()
+    text, code = describe(caught.value)
+    assert code == 1 and "internal error" not in text
+    assert text.startswith("task 'die-0' ended the worker that ran it (tcp://")
+    assert "memory limit" in text and "logs" in text

@@ -277,6 +277,7 @@ def describe(err: BaseException, args: argparse.Namespace | None = None) -> tupl
     """One line for ``err`` and the exit status: 2 for bad input and what the system
     refused, 1 for a failed job, 1 and "internal error" for anything else (a bug)."""
     import yaml
+    from distributed import KilledWorker
 
     if isinstance(err, MemoryError) and _in_dask_comm(err):  # a length read from garbage
         address = getattr(args, "scheduler_address", None) or os.environ.get(
@@ -289,6 +290,13 @@ def describe(err: BaseException, args: argparse.Namespace | None = None) -> tupl
 
     if isinstance(err, JobFailed):
         return _one_line(err), 1
+    if isinstance(err, KilledWorker):  # what their logs say, the client never hears
+        tries = err.allowed_failures + 1
+        who = "the worker" if tries == 1 else f"all {tries} workers"
+        return (
+            f"task {err.task!r} ended {who} that ran it ({err.last_worker.address} last; "
+            "most often a memory limit: the workers' logs say)"
+        ), 1
     if isinstance(err, ValueError | FloatingPointError | ImportError | yaml.YAMLError):
         return _one_line(err), 2  # the project's errors (XCFormatError, CheckpointError...)
     if isinstance(err, MemoryError):
