@@ -61,6 +61,31 @@ def test_saved_model_predicts_the_same_under_any_sharding(tiny, tmp_path):
         assert again.step == t.step
 
 
+def test_a_network_loaded_to_answer_answers_the_same_without_its_moments(tiny, tmp_path):
+    """``load_network(answering=True)`` (what a prediction's worker loads) reads no Adam
+    moment, and answers as the whole network does."""
+    from dslide_dask.checkpoint.model import load_network
+    from dslide_dask.model.optimizer import is_moment
+
+    train, test = tiny
+    cfg = dataclasses.replace(CFG, beta1=0.9)  # first moments kept too
+    t = trainer(tiny, cfg, n_shards=2)
+    t.train(train.slice(0, 64 * 20), Stream(64))
+    t.save(str(tmp_path / "model"))
+    ckpt = open_checkpoint(str(tmp_path / "model"))
+    whole, answering = load_network(ckpt), load_network(ckpt, answering=True)
+    for net in (whole, answering):
+        np.testing.assert_array_equal(net.topk(test.X, 5), t.topk(test.X, 5))
+    state = answering.hidden.state()
+    moments = [name for name in state if is_moment(name)]
+    assert moments and all(not state[name].any() for name in moments)
+    assert any(whole.hidden.state()[name].any() for name in moments)
+    for shard in answering.shards:
+        rows, _ = shard.state()
+        assert not rows["W.v"].any() and not rows["W.m"].any()
+        assert rows["W"].any()
+
+
 @pytest.mark.parametrize(
     "stop_at, dropout, beta1", [(40, 0.0, 0.0), (47, 0.0, 0.0), (47, 0.3, 0.0), (47, 0.0, 0.9)]
 )

@@ -18,7 +18,7 @@ from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.hidden import HiddenLayers, gather_units
 from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.network import SlideNetwork
-from dslide_dask.model.optimizer import with_row_updates
+from dslide_dask.model.optimizer import is_moment, with_row_updates
 from dslide_dask.model.wide_shard import WideShard
 
 
@@ -154,23 +154,27 @@ def _read_arrays(ckpt: Checkpoint, prefix: str, names) -> Iterator[tuple[str, np
             yield k, ckpt.read(f"{prefix}/{k}")
 
 
-def restore_hidden(ckpt: Checkpoint, hidden: HiddenLayers) -> None:
+def restore_hidden(ckpt: Checkpoint, hidden: HiddenLayers, moments: bool = True) -> None:
     """Load the hidden stack, or the units of it ``hidden`` holds, whether the checkpoint
-    kept the layer whole or split by units (any split)."""
+    kept the layer whole or split by units (any split); without ``moments``, the Adam
+    moments are not read (left at zero: a model loaded to answer)."""
+    names = [name for name in hidden.state() if moments or not is_moment(name)]
     slices = ckpt.meta["hidden"].get("slices")
     if slices is None and hidden.columns is None:
-        arrays = dict(_read_arrays(ckpt, "hidden", hidden.state()))
+        arrays = dict(_read_arrays(ckpt, "hidden", names))
     else:
-        arrays = _hidden_units(ckpt, hidden, slices)
+        arrays = _hidden_units(ckpt, hidden, slices, names)
     try:
-        hidden.set_state(arrays, int(ckpt.meta["hidden"]["step"]))
+        hidden.set_state(arrays, int(ckpt.meta["hidden"]["step"]), moments)
     except ValueError as err:
         raise CheckpointError(f"{ckpt.url}: hidden layers don't fit the config: {err}") from None
 
 
-def _hidden_units(ckpt: Checkpoint, hidden: HiddenLayers, slices: list | None) -> dict:
-    """The arrays of ``hidden``'s units, cut out of the whole layer or the slices that
-    hold them."""
+def _hidden_units(
+    ckpt: Checkpoint, hidden: HiddenLayers, slices: list | None, names: list[str]
+) -> dict:
+    """The arrays ``names`` of ``hidden``'s units, cut out of the whole layer or the
+    slices that hold them."""
     width = ckpt.meta["config"]["hidden"][0]
 
     def reader(prefix: str):
@@ -182,11 +186,12 @@ def _hidden_units(ckpt: Checkpoint, hidden: HiddenLayers, slices: list | None) -
         return get
 
     sources = [(a, b, reader(hidden_prefix(s))) for s, a, b in slices or [(None, 0, width)]]
-    return gather_units(hidden.state(), hidden.columns or (0, width), sources)
+    return gather_units(names, hidden.columns or (0, width), sources)
 
 
-def restore_shard(ckpt: Checkpoint, shard: WideShard) -> None:
-    """Load ``shard``'s rows (whatever layout wrote them) and counters."""
+def restore_shard(ckpt: Checkpoint, shard: WideShard, moments: bool = True) -> None:
+    """Load ``shard``'s rows (whatever layout wrote them) and counters; without
+    ``moments``, not its Adam moments (left at zero: a model loaded to answer)."""
     old = layout_of(ckpt)
     if old.n_neurons != shard.n_neurons:
         raise CheckpointError(
@@ -194,7 +199,8 @@ def restore_shard(ckpt: Checkpoint, shard: WideShard) -> None:
             f"this one {shard.n_neurons}"
         )
     counters = ckpt.meta["shards"][0]
-    names, got = shard.kept_arrays(), set()
+    names = [name for name in shard.kept_arrays() if moments or not is_moment(name)]
+    got: set[str] = set()
     sources: Sequence[tuple[int, np.ndarray | slice, np.ndarray | slice]]
     if old == shard.layout:  # the shard's own file of each array
         sources = [(shard.shard_index, slice(None), slice(None))]
@@ -241,13 +247,17 @@ def save_network(
     return store.commit(folder, meta)
 
 
-def load_network(ckpt: Checkpoint, n_shards: int | None = None) -> SlideNetwork:
-    """The network of a checkpoint, in its own layout or split into ``n_shards``."""
+def load_network(
+    ckpt: Checkpoint, n_shards: int | None = None, *, answering: bool = False
+) -> SlideNetwork:
+    """The network of a checkpoint, in its own layout or split into ``n_shards``;
+    ``answering``: to answer only, its Adam moments not read (their zeroed pages are
+    never touched: a third to a half of a loaded model's memory)."""
     n_labels = int(ckpt.meta["n_labels"])
     layout = layout_of(ckpt) if n_shards is None else ShardLayout.strided(n_labels, n_shards)
     n_features = int(ckpt.meta["n_features"])
     net = SlideNetwork(config_of(ckpt), n_features, n_labels, layout=layout, initialize=False)
-    restore_hidden(ckpt, net.hidden)
+    restore_hidden(ckpt, net.hidden, moments=not answering)
     for shard in net.shards:
-        restore_shard(ckpt, shard)
+        restore_shard(ckpt, shard, moments=not answering)
     return net

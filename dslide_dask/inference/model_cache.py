@@ -69,7 +69,7 @@ def served(
             parts = load_fused(ckpt, spec.storage_options) if spec.fused else None
             net, index = None, None
             if network or parts is None or parts.asks_network():
-                net = load_network(ckpt)
+                net = load_network(ckpt, answering=True)
                 reindex(net, spec.mips, **dict(spec.index))
                 if spec.output_index:  # checked, and split for the model's shards
                     index = load_output_index(ckpt)

@@ -16,6 +16,7 @@ from dslide_dask.checkpoint.store import Checkpoint
 from dslide_dask.distributed.memory_plan import BUDGET, RUNTIME_BYTES
 from dslide_dask.inference.spec import PredictSpec
 from dslide_dask.model.neighbours import EMBEDDING
+from dslide_dask.model.optimizer import is_moment
 
 #: A worker's bytes for the fused parts, of their stored bytes: what is derived from them
 #: as they load and first answer (the label centroids, the serving postings, the trees'
@@ -26,8 +27,9 @@ FUSED_SERVED = 1.6
 
 def worker_bytes(ckpt: Checkpoint, spec: PredictSpec) -> int:
     """The bytes one worker holds to answer with checkpoint ``ckpt`` as ``spec`` says:
-    the process itself, the fused parts as served, and the network (its stored arrays,
-    its output index with ``spec.output_index``) unless the fused parts never ask it."""
+    the process itself, the fused parts as served, and the network (its stored arrays but
+    the Adam moments, which a worker does not read; its output index with
+    ``spec.output_index``) unless the fused parts never ask it."""
     need = RUNTIME_BYTES
     network = True
     fusion = check_fused(ckpt) if spec.fused else None
@@ -36,7 +38,8 @@ def worker_bytes(ckpt: Checkpoint, spec: PredictSpec) -> int:
         need += round(FUSED_SERVED * sum(parts.values()))
         network = fusion.asks_network(EMBEDDING in parts)
     if network:
-        need += sum(int(entry["bytes"]) for entry in ckpt.meta["arrays"].values())
+        arrays = ckpt.meta["arrays"].items()
+        need += sum(int(entry["bytes"]) for name, entry in arrays if not is_moment(name))
         if spec.output_index:
             need += output_index_bytes(ckpt)
     return need

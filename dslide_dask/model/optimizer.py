@@ -9,6 +9,12 @@ import numpy as np
 from dslide_dask.model.config import SlideConfig
 
 
+def is_moment(name: str) -> bool:
+    """Whether a layer's state array is an Adam moment (``NAME.m``, ``NAME.v``): what only
+    training reads, as much again as the weights."""
+    return name.endswith((".m", ".v"))
+
+
 def lr_factor(cfg: SlideConfig, step: int) -> float:
     """The schedule's multiple of ``cfg.lr`` at update number ``step`` (1-based).
 
