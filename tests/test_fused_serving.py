@@ -125,9 +125,9 @@ def test_a_worker_does_not_read_a_network_the_fused_parts_never_ask(tmp_path):
 def test_a_worker_too_small_for_the_model_is_refused_before_any_task(saved, capsys):
     """A worker whose memory limit the model would overfill (Dask would pause it for ever
     or its nanny restart it: KilledWorker) is named in one line, before a task runs."""
-    from distributed import LocalCluster
+    from distributed import Client, LocalCluster
 
-    root, url, _ = saved
+    root, url, test = saved
     need = worker_bytes(open_checkpoint(url), PredictSpec(url))
     with LocalCluster(
         n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
@@ -135,6 +135,8 @@ def test_a_worker_too_small_for_the_model_is_refused_before_any_task(saved, caps
     ) as cluster:  # fmt: skip
         argv = ["predict", str(root / "model"), str(root / "test"), str(root / "small")]
         code = main([*argv, "--scheduler-address", cluster.scheduler_address, "--no-progress"])
+        with Client(cluster), pytest.raises(ValueError, match="has a memory limit of"):
+            topk_blocks(da.zeros((10, test.n_features), chunks=5), PredictSpec(url))
     err = capsys.readouterr().err.strip()
     assert code != 0 and len(err.splitlines()) == 1, err
     assert f"each worker needs about {need / 2**30:.2f} GiB" in err

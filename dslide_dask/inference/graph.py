@@ -15,7 +15,7 @@ import dask
 import dask.array as da
 import numpy as np
 from dask.delayed import delayed
-from distributed import Client, progress
+from distributed import Client, default_client, progress
 
 from dslide_dask.checkpoint.fused import check_fused, has_fused
 from dslide_dask.checkpoint.model import config_of
@@ -103,13 +103,17 @@ def _block_topk(block, spec: PredictSpec) -> np.ndarray:
     return tasks.fused_topk_scores(spec, X)[0]
 
 
-def topk_blocks(X: da.Array, spec: PredictSpec) -> da.Array:
+def topk_blocks(X: da.Array, spec: PredictSpec, client: Client | None = None) -> da.Array:
     """Top-k label ids of the rows of a dask array (row blocks of numpy, scipy.sparse or
     ``sparse`` arrays, one block of columns), as a dask array of ``[rows, k]`` int64,
     each block computed on a worker with its cached model: for
-    ``SlideClassifier.predict_topk`` on dask collections (the model saved first)."""
+    ``SlideClassifier.predict_topk`` on dask collections (the model saved first). The
+    workers of ``client`` (None: the current client, if any) are checked for room first,
+    as :func:`predict_to_storage` checks them."""
     ckpt = model_cache.resolve(spec.model_url, spec.storage_options)
     spec = replace(spec, model_url=ckpt.url, fused=spec.fused and has_fused(ckpt))
+    if (client := client if client is not None else _current_client()) is not None:
+        check_room(worker_bytes(ckpt, spec), workers_now(client))
     if X.ndim != 2:
         raise ValueError(f"X must be 2-dimensional, got {X.ndim} dimensions")
     n_features = int(ckpt.meta["n_features"])
@@ -122,3 +126,11 @@ def topk_blocks(X: da.Array, spec: PredictSpec) -> da.Array:
         name="predict-topk-" + dask.base.tokenize(X, spec),
         meta=np.empty((0, 0), np.int64),
     )  # fmt: skip
+
+
+def _current_client() -> Client | None:
+    """The client this code runs under (``distributed.default_client()``), or None."""
+    try:
+        return default_client()
+    except ValueError:  # no client: the graph runs wherever it is computed
+        return None
