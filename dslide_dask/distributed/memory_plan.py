@@ -27,6 +27,12 @@ MOMENT_BYTES = {"float32": 4, "bfloat16": 2}
 BUFFER_BYTES_PER_ENTRY = 32
 
 
+def fits(need: float, limit: int) -> bool:
+    """Whether ``need`` bytes stay within a worker's memory ``limit`` (0: none) as Dask
+    lets them: below :data:`BUDGET` of it, where it pauses the worker."""
+    return not limit or need <= BUDGET * limit
+
+
 @dataclass(frozen=True)
 class WorkerMemory:
     """Bytes one worker will hold for the model."""
@@ -49,7 +55,7 @@ class WorkerMemory:
 
     @property
     def fits(self) -> bool:
-        return not self.limit or self.total <= BUDGET * self.limit
+        return fits(self.total, self.limit)
 
 
 @dataclass(frozen=True)
@@ -177,7 +183,7 @@ def what_would_fit(cfg: SlideConfig, plan: MemoryPlan, n_workers_total: int) -> 
             )
 
     def shrink(change: str, saving) -> None:
-        enough = all(not w.limit or w.total - saving(w) <= BUDGET * w.limit for w in plan.workers)
+        enough = all(fits(w.total - saving(w), w.limit) for w in plan.workers)
         total = need - sum(saving(w) for w in plan.workers)
         ideas.append(f"{change}: {_gib(total)} GiB in all{'' if enough else ', not enough alone'}")
 
@@ -213,4 +219,4 @@ def fits_while_moving(old: MemoryPlan, new: MemoryPlan, copied: int | None = Non
     had = {w.address for w in old.workers}
     for w in new.workers:  # a worker's own process counted once
         peak[w.address] += w.total - (RUNTIME_BYTES if w.address in had else 0)
-    return all(not limits[a] or p <= BUDGET * limits[a] for a, p in peak.items())
+    return all(fits(p, limits[a]) for a, p in peak.items())

@@ -13,7 +13,7 @@ from dslide_dask.checkpoint.fused import check_fused
 from dslide_dask.checkpoint.neighbours import stored_bytes
 from dslide_dask.checkpoint.output_index import output_index_bytes
 from dslide_dask.checkpoint.store import Checkpoint
-from dslide_dask.distributed.memory_plan import BUDGET, RUNTIME_BYTES
+from dslide_dask.distributed.memory_plan import BUDGET, RUNTIME_BYTES, fits
 from dslide_dask.inference.spec import PredictSpec
 from dslide_dask.model.neighbours import EMBEDDING
 from dslide_dask.model.optimizer import is_moment
@@ -50,7 +50,7 @@ def check_room(need: int, workers: dict[str, dict]) -> None:
     identity) whose memory limit leaves less than ``need`` bytes below Dask's pause."""
     for address, info in sorted(workers.items()):
         limit = int(info.get("memory_limit") or 0)
-        if limit and need > BUDGET * limit:
+        if not fits(need, limit):
             wanted = need / BUDGET / 2**30
             raise ValueError(
                 f"each worker needs about {need / 2**30:.2f} GiB to answer with this model, "
