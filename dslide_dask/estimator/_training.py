@@ -3,7 +3,6 @@ training) and ``partial_fit``, in this process or on the current Dask client's c
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import replace
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING, Self
 import numpy as np
 
 from dslide_dask.checkpoint import CheckpointPolicy
+from dslide_dask.current_client import current_client
 from dslide_dask.data.batches import plan
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.stream import Stream
@@ -260,21 +260,11 @@ class TrainingMixin(EstimatorState):
         self.evals_: list[dict] = []
 
     def _current_client(self):
-        """The client given, else the current one as dask-ml finds it; None: this process.
-
-        ``distributed`` is looked up only if it was imported: without it there can be no
-        client, and training in one process then never pays for importing it.
-        """
+        """The client given, else the current one (:func:`current_client`); None: this
+        process."""
         if self._client is not None:
             return self._client or None  # False: in this process
-        if "distributed" not in sys.modules:
-            return None
-        from distributed import default_client
-
-        try:
-            return default_client()
-        except ValueError:  # no current client
-            return None
+        return current_client()
 
     def _train(
         self,

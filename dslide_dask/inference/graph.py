@@ -15,11 +15,12 @@ import dask
 import dask.array as da
 import numpy as np
 from dask.delayed import delayed
-from distributed import Client, default_client, progress
+from distributed import Client, progress
 
 from dslide_dask.checkpoint.fused import check_fused, has_fused
 from dslide_dask.checkpoint.model import config_of
 from dslide_dask.checkpoint.output_index import check_output_index
+from dslide_dask.current_client import current_client
 from dslide_dask.data.csr import as_csr
 from dslide_dask.data.source import DataSource
 from dslide_dask.distributed.liveness import workers_now
@@ -112,7 +113,7 @@ def topk_blocks(X: da.Array, spec: PredictSpec, client: Client | None = None) ->
     as :func:`predict_to_storage` checks them."""
     ckpt = model_cache.resolve(spec.model_url, spec.storage_options)
     spec = replace(spec, model_url=ckpt.url, fused=spec.fused and has_fused(ckpt))
-    if (client := client if client is not None else _current_client()) is not None:
+    if (client := client if client is not None else current_client()) is not None:
         check_room(worker_bytes(ckpt, spec), workers_now(client))
     if X.ndim != 2:
         raise ValueError(f"X must be 2-dimensional, got {X.ndim} dimensions")
@@ -126,11 +127,3 @@ def topk_blocks(X: da.Array, spec: PredictSpec, client: Client | None = None) ->
         name="predict-topk-" + dask.base.tokenize(X, spec),
         meta=np.empty((0, 0), np.int64),
     )  # fmt: skip
-
-
-def _current_client() -> Client | None:
-    """The client this code runs under (``distributed.default_client()``), or None."""
-    try:
-        return default_client()
-    except ValueError:  # no client: the graph runs wherever it is computed
-        return None
