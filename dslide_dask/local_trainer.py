@@ -28,7 +28,8 @@ class LocalTrainer:
     """A :class:`~dslide_dask.trainer.Trainer` with every shard in this process.
 
     ``checkpoint`` writes the model as the policy says; ``restore`` starts from a
-    checkpoint (of any sharding) instead of a fresh model.
+    checkpoint (of any sharding) instead of a fresh model, ``answering``: without its
+    optimiser state, to answer only (it then refuses to train or save).
     """
 
     def __init__(
@@ -39,6 +40,7 @@ class LocalTrainer:
         n_shards: int = 1,
         checkpoint: CheckpointPolicy | None = None,
         restore: Checkpoint | None = None,
+        answering: bool = False,
     ) -> None:
         passive_wait()
         raise_malloc_thresholds()  # a step's temporaries reuse pages (dslide_dask.malloc)
@@ -51,7 +53,7 @@ class LocalTrainer:
             self.network = SlideNetwork(cfg, n_features, n_labels, n_shards)
         else:
             check_shape(restore, n_features, n_labels)
-            self.network = load_network(restore, n_shards)
+            self.network = load_network(restore, n_shards, answering=answering)
         self.n_features = n_features
         self.n_labels = n_labels
         self.step = restore.step if restore is not None else 0
@@ -60,6 +62,7 @@ class LocalTrainer:
         self.last_checkpoint: Checkpoint | None = restore
         self.history: list[dict] = []
         self.labels = TrainingLabels(n_labels)
+        self.answering = restore is not None and answering
 
     @property
     def recoveries(self) -> list:
@@ -80,6 +83,7 @@ class LocalTrainer:
     ) -> list[dict]:
         """Train on the batches ``stream`` draws from a data set or a URL (streamed);
         returns the new per-step statistics."""
+        self._check_whole("train")
         source = plan(data, storage_options)
         self.labels.n_points = source.n_points
         reads = ReadStats()
@@ -124,9 +128,19 @@ class LocalTrainer:
     ) -> str:
         """Write the model to ``url`` (a checkpoint store keeping only this one), with
         what ``parts`` writes into its folder before the commit; the checkpoint's URL."""
+        self._check_whole("save")
         store = CheckpointStore(url, storage_options, keep=1)
         with store.saving():
             return save_network(store, self.network, extra, parts).url
+
+    def _check_whole(self, what: str) -> None:
+        """Refuses to ``what`` a model loaded without its optimiser state: its zeroed
+        moments would set the wrong step sizes, and would be saved as if they were real."""
+        if self.answering:
+            raise ValueError(
+                f"this model was loaded to answer only (answering=True), without its "
+                f"optimiser state: load it with answering=False to {what} it"
+            )
 
     def remember(self) -> None:
         """Keep a copy of the weights, to :meth:`recall` later (early stopping)."""

@@ -20,6 +20,7 @@ from dslide_dask.checkpoint import (
     open_checkpoint,
 )
 from dslide_dask.data.stream import Stream
+from dslide_dask.errors import NetworkAloneWarning
 from dslide_dask.local_trainer import LocalTrainer
 
 CFG = SlideConfig(hidden=(32,), K=3, L=10, range_pow=8, min_active=100, max_active=400)
@@ -205,6 +206,7 @@ from dslide_dask import SlideConfig
 from dslide_dask.checkpoint import CheckpointPolicy
 from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.data.stream import Stream
+from dslide_dask.errors import NetworkAloneWarning
 from dslide_dask.local_trainer import LocalTrainer
 
 root, marker = sys.argv[1], sys.argv[2]
@@ -273,6 +275,33 @@ def test_estimator_save_and_load_round_trip(tiny, tmp_path):
     assert again.evals_ == clf.evals_
     assert [e["step"] for e in clf.evals_] == [15, 30, clf.n_steps_]  # and at the end
     assert clf.evals_[-1]["P@1"] == clf.score(test.X, test.Y)
+
+
+def test_a_classifier_loaded_to_answer_answers_alike_and_refuses_to_train_or_save(tiny, tmp_path):
+    """``load(answering=True)`` leaves the optimiser state unread: the same answers (the
+    fused model's too), and a refusal, the saved model untouched, where the zeroed
+    moments would train or be saved as real ones."""
+    train, test = tiny
+    clf = SlideClassifier(hidden=(32,), epochs=1, min_active=100, max_active=400)
+    url = clf.fit(train.X, train.Y).save(f"file://{tmp_path}/model")
+    files = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    whole = SlideClassifier.load(url)
+    answering = SlideClassifier.load(url, answering=True)
+    assert answering.fused_model() is not None
+    ids, scores = answering.predict_topk(test.X, 5, return_scores=True)
+    ids_whole, scores_whole = whole.predict_topk(test.X, 5, return_scores=True)
+    np.testing.assert_array_equal(ids, ids_whole)
+    np.testing.assert_array_equal(scores, scores_whole)
+    for shard in answering.trainer_.network.shards:
+        assert not shard.state()[0]["W.v"].any()
+    refusal = "loaded to answer only .*answering=False"
+    with pytest.raises(ValueError, match=refusal), pytest.warns(NetworkAloneWarning):
+        answering.partial_fit(train.X[:64], train.Y[:64])
+    with pytest.raises(ValueError, match=refusal):
+        answering.save(f"file://{tmp_path}/again")
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == files
+    with pytest.raises(ValueError, match="answering=True loads the model in this process"):
+        SlideClassifier.load(url, client=object(), answering=True)
 
 
 def test_the_estimator_checkpoints_as_asked(tiny, tmp_path):

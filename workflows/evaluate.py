@@ -90,7 +90,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.json:
         _check_writable(args.json, so)  # before the work, not after it
     t0 = time.perf_counter()
-    clf = SlideClassifier.load(ckpt.url, storage_options=so)
+    clf = SlideClassifier.load(ckpt.url, storage_options=so, answering=True)
     if args.threads:
         clf.set_params(n_threads=args.threads)
     test, _ = read_dataset(args.test, so, max_decompressed=args.max_decompressed)

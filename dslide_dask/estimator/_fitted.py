@@ -81,6 +81,8 @@ class FittedMixin(EstimatorState):
         client=None,
         storage_options: dict | None = None,
         n_shards: int | None = None,
+        *,
+        answering: bool = False,
     ) -> Self:
         """A fitted classifier from a model written by :meth:`save`.
 
@@ -98,6 +100,11 @@ class FittedMixin(EstimatorState):
         n_shards : int or None, default=None
             Shards to split the output layer into. None: as saved, in this process;
             one per worker, on a cluster.
+        answering : bool, default=False
+            Load it to answer only, without the optimiser state (a third to a half of
+            the network's memory): the classifier then predicts, but refuses
+            :meth:`partial_fit` and :meth:`save`. In this process only (``client``
+            None): a cluster's workers load a model this way to predict already.
 
         Returns
         -------
@@ -108,7 +115,14 @@ class FittedMixin(EstimatorState):
         ------
         CheckpointError
             The folder holds no model, or a corrupted or incompatible one.
+        ValueError
+            ``answering`` with a ``client``.
         """
+        if answering and client is not None:
+            raise ValueError(
+                "answering=True loads the model in this process: leave client None "
+                "(predict_topk on a dask array and dslide predict answer on the workers)"
+            )
         ckpt = open_checkpoint(url, storage_options)
         saved = dict(ckpt.meta.get("estimator", {}))
         epochs_done, evals = saved.pop("epochs_done", 0), saved.pop("evals", [])
@@ -134,7 +148,9 @@ class FittedMixin(EstimatorState):
         n_features, n_labels = ckpt.meta["n_features"], ckpt.meta["n_labels"]
         cfg = clf.config()
         if client is None:
-            clf.trainer_ = LocalTrainer(cfg, n_features, n_labels, n_shards or 1, restore=ckpt)
+            clf.trainer_ = LocalTrainer(
+                cfg, n_features, n_labels, n_shards or 1, restore=ckpt, answering=answering
+            )
         else:
             from dslide_dask.distributed import DistributedTrainer  # distributed: on demand
 

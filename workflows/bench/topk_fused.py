@@ -26,7 +26,7 @@ def fused_rows(url: str, storage_options: dict, X, k: int, args) -> list[dict]:
     from dslide_dask.inference.recall import recall_at_k
     from dslide_workflows.bench.latency import timed_answers
 
-    clf = SlideClassifier.load(url, storage_options=storage_options)
+    clf = SlideClassifier.load(url, storage_options=storage_options, answering=True)
     if clf.neighbours_ is None or clf.neighbour_weight_ is None:
         return []
     clf.set_params(n_threads=args.threads)
