@@ -21,7 +21,7 @@ from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.network import SlideNetwork, check_finite
 from dslide_dask.model.optimizer import scheduled_lr
 from dslide_dask.omp import passive_wait
-from dslide_dask.trainer import StepCallback
+from dslide_dask.trainer import StepCallback, refuse_answering
 
 
 class LocalTrainer:
@@ -83,7 +83,7 @@ class LocalTrainer:
     ) -> list[dict]:
         """Train on the batches ``stream`` draws from a data set or a URL (streamed);
         returns the new per-step statistics."""
-        self._check_whole("train")
+        refuse_answering(self.answering, "train")
         source = plan(data, storage_options)
         self.labels.n_points = source.n_points
         reads = ReadStats()
@@ -128,19 +128,10 @@ class LocalTrainer:
     ) -> str:
         """Write the model to ``url`` (a checkpoint store keeping only this one), with
         what ``parts`` writes into its folder before the commit; the checkpoint's URL."""
-        self._check_whole("save")
+        refuse_answering(self.answering, "save")
         store = CheckpointStore(url, storage_options, keep=1)
         with store.saving():
             return save_network(store, self.network, extra, parts).url
-
-    def _check_whole(self, what: str) -> None:
-        """Refuses to ``what`` a model loaded without its optimiser state: its zeroed
-        moments would set the wrong step sizes, and would be saved as if they were real."""
-        if self.answering:
-            raise ValueError(
-                f"this model was loaded to answer only (answering=True), without its "
-                f"optimiser state: load it with answering=False to {what} it"
-            )
 
     def remember(self) -> None:
         """Keep a copy of the weights, to :meth:`recall` later (early stopping)."""

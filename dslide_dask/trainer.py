@@ -20,6 +20,16 @@ from dslide_dask.data.stream import Stream
 StepCallback = Callable[[dict], None]
 
 
+def refuse_answering(answering: bool, what: str) -> None:
+    """Refuses to ``what`` a model loaded to answer only, without its optimiser state:
+    its zeroed moments would set the wrong step sizes, and would be saved as if real."""
+    if answering:
+        raise ValueError(
+            f"this model was loaded to answer only (answering=True), without its "
+            f"optimiser state: load it with answering=False to {what} it"
+        )
+
+
 class Trainer(Protocol):
     """A model being trained, wherever its parts live."""
 

@@ -300,8 +300,6 @@ def test_a_classifier_loaded_to_answer_answers_alike_and_refuses_to_train_or_sav
     with pytest.raises(ValueError, match=refusal):
         answering.save(f"file://{tmp_path}/again")
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == files
-    with pytest.raises(ValueError, match="answering=True loads the model in this process"):
-        SlideClassifier.load(url, client=object(), answering=True)
 
 
 def test_the_estimator_checkpoints_as_asked(tiny, tmp_path):

@@ -203,6 +203,48 @@ def test_a_fit_from_a_url_in_process_builds_the_same_recipe_here(files):
     assert clf.evaluate(test.X, test.Y)["P@1"] > clf.trainer_.evaluate(test)["P@1"] + 0.1
 
 
+def test_a_model_loaded_onto_a_cluster_to_answer_reads_no_optimiser_state(files, client, tmp_path):
+    """``load(url, client, answering=True)``: every shard and the hidden layer restored
+    without their Adam moments, the same answers, and no training or saving."""
+    from dslide_dask.errors import NetworkAloneWarning
+
+    _, train, test = files
+    clf = SlideClassifier(hidden=(32,), epochs=1, client=False, random_state=0)
+    url = clf.fit(train.X, train.Y).save(str(tmp_path / "model"))
+    whole = SlideClassifier.load(url, client=client)
+    answering = SlideClassifier.load(url, client=client, answering=True)
+    np.testing.assert_array_equal(answering.predict_topk(test.X, 5), whole.predict_topk(test.X, 5))
+
+    def moments_held(model_id: str, n_shards: int) -> bool:  # on a worker
+        from dslide_dask.distributed.registry import COORDINATOR, lookup
+        from dslide_dask.model.optimizer import is_moment
+
+        states = []
+        for part in (COORDINATOR, *range(n_shards)):
+            try:
+                held = lookup(model_id, part)
+            except LookupError:  # another worker's
+                continue
+            if part != COORDINATOR:
+                states.append(held.shard.state()[0])
+            if held.hidden is not None:  # the hidden stack, or this shard's slice of it
+                states.append(held.hidden.state())
+        return any(v.any() for state in states for k, v in state.items() if is_moment(k))
+
+    for model, expected in ((whole, True), (answering, False)):
+        trainer = model.trainer_
+        n = len(trainer.placement.workers)
+        held = client.run(moments_held, trainer._model_id, n)
+        assert any(held.values()) is expected, held
+    refusal = "loaded to answer only .*answering=False"
+    with pytest.raises(ValueError, match=refusal), pytest.warns(NetworkAloneWarning):
+        answering.partial_fit(train.X[:64], train.Y[:64])
+    with pytest.raises(ValueError, match=refusal):
+        answering.save(str(tmp_path / "again"))
+    whole.close()
+    answering.close()
+
+
 def test_a_tree_kept_in_pieces_on_the_workers_scores_and_saves_as_one(files, client, tmp_path):
     from dslide_dask.checkpoint.tree_pieces import joined_trees
     from dslide_dask.distributed.tree_shards import ShardNodes, ShardTrees, start_shards

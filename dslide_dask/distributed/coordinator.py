@@ -82,7 +82,7 @@ class Coordinator(TakesGraphSteps, AnswersQueries, MirrorsRows, CallsShards):
         if spec.restore is not None:
             ckpt = open_checkpoint(spec.restore, spec.storage_options)
             if self.hidden is not None:
-                restore_hidden(ckpt, self.hidden)
+                restore_hidden(ckpt, self.hidden, moments=not spec.answering)
             self.step, self.last_checkpoint = ckpt.step, ckpt.url
         self.labels = TrainingLabels(spec.n_labels)  # PSP@k's label frequencies
         if state is not None:

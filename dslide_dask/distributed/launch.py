@@ -59,6 +59,7 @@ class LaunchesModels:
     coordinator_load: float
     policy: CheckpointPolicy | None
     storage_options: dict | None
+    answering: bool  #: restored without the optimiser state, to answer only
     name: str
     # set by the moves (FollowsTheCluster)
     _left: set[str]  #: workers asked to leave whose rows went elsewhere
@@ -130,6 +131,7 @@ class LaunchesModels:
                 restore=restore,
                 storage_options=self.storage_options,
                 model_id=token,
+                answering=self.answering,
                 handover=handover,
                 n_features=self.n_features,
                 hidden_units=units[s] if s < len(units) else None,
@@ -148,6 +150,7 @@ class LaunchesModels:
             checkpoint=self.policy,
             restore=restore,
             storage_options=self.storage_options,
+            answering=self.answering,
             run_name=self.name,
             step_mode=self.step_mode,
             model_id=token,

@@ -72,9 +72,9 @@ class ShardActor:
             )
         if spec.restore is not None:
             ckpt = open_checkpoint(spec.restore, spec.storage_options)
-            restore_shard(ckpt, self.shard)
+            restore_shard(ckpt, self.shard, moments=not spec.answering)
             if self.hidden is not None:
-                restore_hidden(ckpt, self.hidden)
+                restore_hidden(ckpt, self.hidden, moments=not spec.answering)
         elif spec.handover is not None:
             if not spec.handover.mirrored:
                 take_rows(self.shard, spec.handover.layout, pieces or {})

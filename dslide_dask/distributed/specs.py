@@ -30,6 +30,7 @@ class ShardSpec:
     restore: str | None = None  #: a checkpoint URL to load the rows from
     storage_options: dict | None = None
     model_id: str = ""  #: names the model's parts for graph-mode tasks
+    answering: bool = False  #: restored without the optimiser state, to answer only
     handover: Handover | None = None  #: take the rows from a live model's shards
     n_features: int = 0  #: width of the input, for a slice of the hidden layer
     hidden_units: tuple[int, int] | None = None  #: the hidden layer's units held here
@@ -51,6 +52,7 @@ class CoordinatorSpec:
     checkpoint: CheckpointPolicy | None = None
     restore: str | None = None
     storage_options: dict | None = None
+    answering: bool = False  #: restored without the optimiser state, to answer only
     run_name: str = "default"  #: the run's name on the dashboard
     step_mode: str = "actor"  #: "graph": each step as tasks named by phase, for profiling
     model_id: str = ""  #: names the model's parts for graph-mode tasks

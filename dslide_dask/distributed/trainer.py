@@ -34,7 +34,7 @@ from dslide_dask.distributed.recovery import Recovery, SurvivesLostWorkers
 from dslide_dask.errors import ShardLostError
 from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.fused_size import NO_FUSED, FusedBytes
-from dslide_dask.trainer import StepCallback
+from dslide_dask.trainer import StepCallback, refuse_answering
 
 
 class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels):
@@ -52,7 +52,8 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels)
     says what was lost and redone. A worker counts as lost only on evidence: the scheduler
     removed it, or its heartbeat stood still for ``lost_after`` seconds (default 60), never
     a slow call (:mod:`.liveness`). ``restore`` starts from a checkpoint URL, of any
-    sharding. Live metrics go to the dashboard (``/dslide``) under ``name``.
+    sharding; ``answering``: without its optimiser state, to answer only (it then
+    refuses to train or save). Live metrics go to the dashboard (``/dslide``) under ``name``.
     ``step_mode="graph"``: steps as tasks named by phase, for profiling (:mod:`.graph_step`).
     ``hidden_shards``: split a one-layer hidden stack's units over the first workers
     (:mod:`.hidden_stack`); None splits it over every worker only when, whole, it would
@@ -77,6 +78,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels)
         checkpoint: CheckpointPolicy | None = None,
         restore: str | None = None,
         storage_options: dict | None = None,
+        answering: bool = False,
         max_recoveries: int = 3,
         replace_wait: float = 10.0,
         lost_after: float = LOST_AFTER_SECONDS,
@@ -99,6 +101,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels)
         self.fused_bytes = fused_bytes
         self.policy = checkpoint
         self.storage_options = storage_options
+        self.answering = restore is not None and answering
         self.max_recoveries = max_recoveries
         self.replace_wait = replace_wait
         self.liveness = Liveness(lost_after)
@@ -142,6 +145,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels)
         the coordinator's worker), blocks on the cluster (:class:`ClusterData`, moved
         there from their workers) or a URL that worker streams straight from storage.
         Returns the new per-step statistics and calls ``callback`` with each."""
+        refuse_answering(self.answering, "train")
         start_len = len(self.history)
         self._call_start = self.step
         self._set_data(data, stream, storage_options)
@@ -205,6 +209,7 @@ class DistributedTrainer(FollowsTheCluster, SurvivesLostWorkers, LaunchesModels)
         """Write the model to ``url`` (each shard writes its own rows); the checkpoint URL.
         ``extra``: more JSON metadata to keep with it; ``parts``: writes more into the
         folder (from here) before the checkpoint is committed."""
+        refuse_answering(self.answering, "save")
         store = CheckpointStore(url, storage_options, keep=1)
         with store.saving():
             folder_url, meta = self._wait(self.coordinator.save(url, storage_options, extra))

@@ -102,9 +102,8 @@ class FittedMixin(EstimatorState):
             one per worker, on a cluster.
         answering : bool, default=False
             Load it to answer only, without the optimiser state (a third to a half of
-            the network's memory): the classifier then predicts, but refuses
-            :meth:`partial_fit` and :meth:`save`. In this process only (``client``
-            None): a cluster's workers load a model this way to predict already.
+            the network's memory, here or on each worker of ``client``): the
+            classifier then predicts, but refuses :meth:`partial_fit` and :meth:`save`.
 
         Returns
         -------
@@ -115,14 +114,7 @@ class FittedMixin(EstimatorState):
         ------
         CheckpointError
             The folder holds no model, or a corrupted or incompatible one.
-        ValueError
-            ``answering`` with a ``client``.
         """
-        if answering and client is not None:
-            raise ValueError(
-                "answering=True loads the model in this process: leave client None "
-                "(predict_topk on a dask array and dslide predict answer on the workers)"
-            )
         ckpt = open_checkpoint(url, storage_options)
         saved = dict(ckpt.meta.get("estimator", {}))
         epochs_done, evals = saved.pop("epochs_done", 0), saved.pop("evals", [])
@@ -164,6 +156,7 @@ class FittedMixin(EstimatorState):
                 pipeline=clf.pipeline,
                 restore=ckpt.url,
                 storage_options=storage_options,
+                answering=answering,
                 name=clf.run_name,
             )
         give_labels(clf.trainer_, load_label_counts(ckpt, storage_options))  # PSP@k's
