@@ -18,7 +18,7 @@ from dslide_dask.model.config import SlideConfig
 from dslide_dask.model.hidden import HiddenLayers, gather_units
 from dslide_dask.model.layout import ShardLayout
 from dslide_dask.model.network import SlideNetwork
-from dslide_dask.model.optimizer import is_moment, with_row_updates
+from dslide_dask.model.optimizer import arrays_to_read, with_row_updates
 from dslide_dask.model.wide_shard import WideShard
 
 
@@ -158,7 +158,7 @@ def restore_hidden(ckpt: Checkpoint, hidden: HiddenLayers, moments: bool = True)
     """Load the hidden stack, or the units of it ``hidden`` holds, whether the checkpoint
     kept the layer whole or split by units (any split); without ``moments``, the Adam
     moments are not read (left at zero: a model loaded to answer)."""
-    names = [name for name in hidden.state() if moments or not is_moment(name)]
+    names = arrays_to_read(hidden.state(), moments)
     slices = ckpt.meta["hidden"].get("slices")
     if slices is None and hidden.columns is None:
         arrays = dict(_read_arrays(ckpt, "hidden", names))
@@ -199,7 +199,7 @@ def restore_shard(ckpt: Checkpoint, shard: WideShard, moments: bool = True) -> N
             f"this one {shard.n_neurons}"
         )
     counters = ckpt.meta["shards"][0]
-    names = [name for name in shard.kept_arrays() if moments or not is_moment(name)]
+    names = arrays_to_read(shard.kept_arrays(), moments)
     got: set[str] = set()
     sources: Sequence[tuple[int, np.ndarray | slice, np.ndarray | slice]]
     if old == shard.layout:  # the shard's own file of each array

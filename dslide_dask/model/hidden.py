@@ -9,7 +9,7 @@ from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import adam, sparse_input
 from dslide_dask.kernels.bfloat16 import STORAGE, convert
 from dslide_dask.model.config import SlideConfig
-from dslide_dask.model.optimizer import adam_lr, is_moment, scheduled_lr, with_row_updates
+from dslide_dask.model.optimizer import adam_lr, arrays_to_read, scheduled_lr, with_row_updates
 
 
 class HiddenLayers:
@@ -89,9 +89,9 @@ class HiddenLayers:
         """Take the arrays of :meth:`state` (same shapes) and the Adam step count; without
         ``moments``, all but the Adam moments (``NAME.m``, ``NAME.v``), which stay zero."""
         arrays = with_row_updates(arrays, "W0.n", self.n_features, step)
-        for name, target in self.state().items():
-            if moments or not is_moment(name):
-                _copy_into(target, arrays[name], name)
+        state = self.state()
+        for name in arrays_to_read(state, moments):
+            _copy_into(state[name], arrays[name], name)
         self.step = step
 
     def adopt(self, arrays: dict[str, np.ndarray], step: int) -> None:

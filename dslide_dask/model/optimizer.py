@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -13,6 +14,12 @@ def is_moment(name: str) -> bool:
     """Whether a layer's state array is an Adam moment (``NAME.m``, ``NAME.v``): what only
     training reads, as much again as the weights."""
     return name.endswith((".m", ".v"))
+
+
+def arrays_to_read(names: Iterable[str], moments: bool) -> list[str]:
+    """Of a layer's state arrays ``names``, those a load reads: all, or without
+    ``moments`` all but the Adam moments (a model loaded to answer)."""
+    return [name for name in names if moments or not is_moment(name)]
 
 
 def lr_factor(cfg: SlideConfig, step: int) -> float:
