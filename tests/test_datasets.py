@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from dslide_dask.data import read_xc
+from dslide_dask.data.source import read_dataset
 from dslide_workflows.cli import main
 from dslide_workflows.datasets import apt_lists, debian, debian_files
 from dslide_workflows.datasets.features import (
@@ -16,7 +17,7 @@ from dslide_workflows.datasets.features import (
     tfidf_rows,
     tokenize,
 )
-from dslide_workflows.datasets.xc_build import Point, is_train, prune
+from dslide_workflows.datasets.xc_build import LABEL_ROWS, Point, is_train, prune
 
 ARCH = "amd64"
 PACKAGES = f"deb.example.org_debian_dists_stable_main_binary-{ARCH}_Packages"
@@ -272,6 +273,33 @@ def test_debian_files_keeps_only_rare_labels_when_asked(tmp_path):
     test = read_xc(str(tmp_path / "rare" / "test.txt"))
     assert test.n_points == 1 and test.Y.row(0).tolist() == [0, 1]
     assert stats["source"]["max_label_points"] == 2
+
+
+def test_label_rows_are_each_labels_own_words(tmp_path):
+    owners = write_lists(tmp_path / "lists")
+    with gzip.open(tmp_path / "lists" / CONTENTS, "wt") as f:
+        f.write("\n".join(contents_lines(owners)) + "\n")
+    out = tmp_path / "out"
+    args = ["datasets", "debian-files", str(out), "--lists", str(tmp_path / "lists")]
+    assert main([*args, "--arch", ARCH, "--label-rows"]) == 0
+    labels = (out / "labels.txt").read_text().split("\n")[:-1]
+    feature_id = {f: i for i, f in enumerate((out / "features.txt").read_text().split("\n")[:-1])}
+    rows = read_xc(str(out / LABEL_ROWS))
+    named = {}  # label id -> the feature ids of its words
+    for i, label in enumerate(labels):
+        words = ngram_counts([debian_files.label_text(label)])
+        if ids := sorted(feature_id[w] for w in words if w in feature_id):
+            named[i] = ids
+    assert 0 < len(named) < len(labels)  # README.md's words are no feature: no row
+    assert [rows.Y.row(r).tolist() for r in range(rows.n_points)] == [[i] for i in named]
+    for r, ids in enumerate(named.values()):
+        assert rows.X.row(r).tolist() == ids
+        assert np.linalg.norm(
+            rows.X.data[rows.X.indptr[r] : rows.X.indptr[r + 1]]
+        ) == pytest.approx(1)
+    assert json.loads((out / "stats.json").read_text())["label_rows"] == rows.n_points
+    both, _ = read_dataset(str(out / "train*.txt"))  # the documented way to train on them
+    assert both.n_points == read_xc(str(out / "train.txt")).n_points + rows.n_points
 
 
 def test_missing_lists_are_one_line_errors(tmp_path, capsys):

@@ -17,6 +17,7 @@ BUILDERS = {
 def add_datasets_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``dslide datasets debian|debian-files OUT``."""
     from dslide_workflows.datasets import apt_lists, debian_files
+    from dslide_workflows.datasets.xc_build import LABEL_ROWS
 
     p = subparsers.add_parser(
         "datasets",
@@ -35,6 +36,12 @@ def add_datasets_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
             help=f"apt lists folder (default: {apt_lists.LISTS})",
         )
         q.add_argument("--arch", default=None, help="architecture (default: dpkg's)")
+        q.add_argument(
+            "--label-rows",
+            action="store_true",
+            help=f"also write {LABEL_ROWS}: a training row of each label's own name "
+            "(train on 'OUT/train*.txt' to use them; see docs/datasets.md)",
+        )
         q.set_defaults(func=cmd_datasets)
     files = sets.choices["debian-files"]
     files.add_argument(
@@ -67,7 +74,7 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     if args.dataset == "debian":
-        stats = debian.build(args.out, args.lists, args.arch)
+        stats = debian.build(args.out, args.lists, args.arch, label_rows=args.label_rows)
     else:
         stats = debian_files.build(
             args.out,
@@ -76,6 +83,7 @@ def cmd_datasets(args: argparse.Namespace) -> int:
             max_dirs=args.max_dirs,
             max_labels=args.max_labels,
             max_label_points=args.max_label_points,
+            label_rows=args.label_rows,
         )
     print(
         f"built {args.dataset} in {time.perf_counter() - t0:.1f} s -> {args.out}: "

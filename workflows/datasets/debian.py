@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from dslide_workflows.datasets import apt_lists
-from dslide_workflows.datasets.features import package_counts
+from dslide_workflows.datasets.features import name_words, package_counts
 from dslide_workflows.datasets.xc_build import (
     Built,
     Point,
@@ -114,12 +114,21 @@ def make_dataset(points: list[Point]) -> tuple[Built, dict]:
     return built, statistics(built, label_kind)
 
 
-def build(out: str, lists_dir: str = apt_lists.LISTS, arch: str | None = None) -> dict:
-    """Build Debian-26K from the apt lists into the folder ``out``; returns its stats."""
+def label_text(label: str) -> str:
+    """A label's words: a package's name as words (:func:`name_words`), a tag's or a
+    section's own (``devel::library``, ``section:libs``)."""
+    return name_words(label)
+
+
+def build(
+    out: str, lists_dir: str = apt_lists.LISTS, arch: str | None = None, label_rows: bool = False
+) -> dict:
+    """Build Debian-26K from the apt lists into the folder ``out`` (with ``label_rows``,
+    the labels' own rows too); returns its stats."""
     records = apt_lists.read_packages(lists_dir, arch)
     long_by_md5, used = apt_lists.read_long_descriptions(lists_dir)
     check_long_descriptions(records, long_by_md5, lists_dir)
     built, stats = make_dataset(build_points(records, long_by_md5))
     stats["source"] = {"packages_read": len(records), "translation_files": used}
-    write_dataset(out, built, stats)
+    write_dataset(out, built, stats, label_text if label_rows else None)
     return stats

@@ -95,6 +95,12 @@ def label_kind(label: str) -> str:
     return label.split(":", 1)[0]
 
 
+def label_text(label: str) -> str:
+    """A label's words: a file's name, a folder's path (``dir:/usr/share/doc`` -> ``usr
+    share doc``)."""
+    return label.split(":", 1)[-1].replace("/", " ")
+
+
 def build_points(records, long_by_md5: Mapping[str, str], files: Files, max_dirs: int):
     """Points of the packages with files; also how many were dropped for more than
     ``max_dirs`` directories and how many have no file outside the boilerplate trees."""
@@ -142,7 +148,8 @@ def rare_labels_only(built: Built, max_points: int) -> Built:
         side_points = [p for p in built.points if p.train == train]  # the rows' order
         points += [side_points[i] for i in kept]
     labels = [name for name, k in zip(built.labels, keep, strict=True) if k]
-    return Built(labels, built.features, sides[0], sides[1], sorted(points, key=lambda p: p.name))
+    points.sort(key=lambda p: p.name)
+    return Built(labels, built.features, sides[0], sides[1], points, built.idf)
 
 
 def read_files(lists_dir: str, arch: str) -> tuple[Files, list[str]]:
@@ -166,8 +173,10 @@ def build(
     max_dirs: int = MAX_DIRS,
     max_labels: int | None = MAX_LABELS,
     max_label_points: int | None = None,
+    label_rows: bool = False,
 ) -> dict:
-    """Build Debian-files from the apt lists into the folder ``out``; returns its stats."""
+    """Build Debian-files from the apt lists into the folder ``out`` (with
+    ``label_rows``, the labels' own rows too); returns its stats."""
     arch = arch or apt_lists.native_arch()
     files, contents_used = read_files(lists_dir, arch)
     records = apt_lists.read_packages(lists_dir, arch)
@@ -187,5 +196,5 @@ def build(
         "contents_files": contents_used,
         "translation_files": translations,
     }
-    write_dataset(out, built, stats)
+    write_dataset(out, built, stats, label_text if label_rows else None)
     return stats
