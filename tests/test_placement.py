@@ -112,3 +112,19 @@ def test_a_hidden_layer_that_would_crowd_the_coordinator_is_split_by_units():
     deep = SlideConfig(hidden=(256, 128))
     with pytest.raises(ValueError, match=r"only a one-layer hidden stack splits by units"):
         place_shards(workers, deep, 100_000, n_features=337_067, hidden_shards=2)
+
+
+def test_a_model_loaded_to_answer_is_planned_without_its_optimiser_state():
+    """SlideClassifier.load(..., answering=True) holds no Adam moments: a worker with room
+    to answer with the model but not to train it takes it."""
+    args = (BIG, 500_000)
+    roomy = workers((1, 8 << 30))
+    training = place_shards(roomy, *args, n_features=100_000).plan.workers[0]
+    answering = place_shards(roomy, *args, n_features=100_000, answering=True).plan.workers[0]
+    assert training.optimizer > 0 and answering.optimizer == 0
+    assert answering.weights == training.weights and answering.tables == training.tables
+    between = int((answering.total + training.optimizer / 2) / 0.8)  # 80% of the limit
+    with pytest.raises(MemoryPlanError, match=r"does not fit 1 worker\(s\)"):
+        place_shards(workers((1, between)), *args, n_features=100_000)
+    plan = place_shards(workers((1, between)), *args, n_features=100_000, answering=True).plan
+    assert plan.fits and plan.workers[0].optimizer == 0

@@ -96,6 +96,7 @@ class LaunchesModels:
             previous=previous,
             hidden_shards=self.hidden_shards,
             fused_bytes=self.fused_bytes,
+            answering=self.answering,
         )
 
     def _start(

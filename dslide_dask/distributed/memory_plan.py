@@ -92,16 +92,23 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.2f}"
 
 
-def shard_memory(cfg: SlideConfig, n_neurons: int, batch_size: int = 256) -> dict[str, int]:
-    """Weights, optimiser state, tables and per-step buffers of a shard of ``n_neurons``."""
+def shard_memory(
+    cfg: SlideConfig, n_neurons: int, batch_size: int = 256, *, answering: bool = False
+) -> dict[str, int]:
+    """Weights, optimiser state, tables and per-step buffers of a shard of ``n_neurons``
+    (``answering``: a model loaded to answer only has no optimiser state)."""
     row = 4 * n_neurons * (cfg.hidden[-1] + 1)
     moments = (
-        (2 if cfg.beta1 > 0 else 1)
-        * n_neurons
-        * (
-            MOMENT_BYTES[cfg.moment_dtype] * cfg.hidden[-1] + 4  # + the bias's, float32
+        0
+        if answering
+        else (
+            (2 if cfg.beta1 > 0 else 1)
+            * n_neurons
+            * (
+                MOMENT_BYTES[cfg.moment_dtype] * cfg.hidden[-1] + 4  # + the bias's, float32
+            )
+            + 4 * n_neurons  # each row's update count
         )
-        + 4 * n_neurons  # each row's update count
     )
     tables = 4 * cfg.L * (1 << cfg.buckets_pow(max(1, n_neurons))) * (cfg.bucket_capacity + 1)
     buffers = BUFFER_BYTES_PER_ENTRY * batch_size * cfg.max_active
@@ -114,15 +121,18 @@ def row_bytes(cfg: SlideConfig) -> int:
     return parts["weights"] + parts["optimizer"]
 
 
-def hidden_memory(cfg: SlideConfig, n_features: int, units: int | None = None) -> dict[str, int]:
-    """The hidden layers' weights and optimiser state (on the coordinator's worker), or
-    those of ``units`` units of a one-layer stack split by units."""
+def hidden_memory(
+    cfg: SlideConfig, n_features: int, units: int | None = None, *, answering: bool = False
+) -> dict[str, int]:
+    """The hidden layers' weights and optimiser state (on the coordinator's worker; none
+    when ``answering``), or those of ``units`` units of a one-layer stack split by units."""
     widths = (n_features, *cfg.hidden) if units is None else (n_features, units)
     params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:], strict=True))
     first = n_features * widths[1]  # the sparse input layer's moments: moment_dtype
     per_moment = MOMENT_BYTES[cfg.moment_dtype] * first + 4 * (params - first)
     counts = 4 * n_features  # each input row's update count
-    return {"weights": 4 * params, "optimizer": (2 if cfg.beta1 > 0 else 1) * per_moment + counts}
+    optimizer = 0 if answering else (2 if cfg.beta1 > 0 else 1) * per_moment + counts
+    return {"weights": 4 * params, "optimizer": optimizer}
 
 
 def memory_plan(
@@ -134,17 +144,19 @@ def memory_plan(
     batch_size: int = 256,
     hidden_units: tuple[tuple[int, int], ...] = (),
     fused: FusedBytes = NO_FUSED,
+    answering: bool = False,
 ) -> MemoryPlan:
     """The plan of shards of ``sizes`` neurons on ``placement_workers`` (address ->
     the scheduler's worker info, in shard order); shard 0's worker also holds the
     hidden layers, or, split by units, shard s's worker units ``hidden_units[s]``; the
-    last worker builds and holds the ``fused`` parts (their trees in pieces over all)."""
-    held = [hidden_memory(cfg, n_features)]
+    last worker builds and holds the ``fused`` parts (their trees in pieces over all).
+    ``answering``: a model loaded to answer only, without optimiser state."""
+    held = [hidden_memory(cfg, n_features, answering=answering)]
     if hidden_units:
-        held = [hidden_memory(cfg, n_features, b - a) for a, b in hidden_units]
+        held = [hidden_memory(cfg, n_features, b - a, answering=answering) for a, b in hidden_units]
     out = []
     for s, (address, info) in enumerate(placement_workers.items()):
-        parts = shard_memory(cfg, sizes[s], batch_size)
+        parts = shard_memory(cfg, sizes[s], batch_size, answering=answering)
         weights, optimizer = parts["weights"], parts["optimizer"]
         role = f"shard {s}"
         if s < len(held):

@@ -51,6 +51,7 @@ def place_shards(
     previous: Placement | None = None,
     hidden_shards: int | None = None,
     fused_bytes: FusedBytes = NO_FUSED,
+    answering: bool = False,
 ) -> Placement:
     """Choose workers for the shards of an output layer of ``n_labels`` neurons.
 
@@ -75,6 +76,9 @@ def place_shards(
     ``fused_bytes``: what the fused parts (built on the last worker after training, their
     label trees in pieces over every worker) will take at the build's peak; a worker's
     share is smaller by its part of them.
+
+    ``answering``: a model loaded to answer only (``SlideClassifier.load(...,
+    answering=True)``), planned without the optimiser state it does not hold.
     """
     if not 0 <= coordinator_load < 1:
         raise ValueError(f"coordinator_load must be in [0, 1), got {coordinator_load}")
@@ -99,7 +103,7 @@ def place_shards(
         splits = [min(hidden_shards, n_shards)]
     elif not (limited and len(cfg.hidden) == 1 and n_shards > 1):
         splits = [1]
-    elif _hidden_crowds(cfg, n_features, infos[0]):
+    elif _hidden_crowds(cfg, n_features, infos[0], answering):
         splits = [n_shards]
     else:
         splits = [1, n_shards]  # split only if the model does not fit whole
@@ -109,7 +113,7 @@ def place_shards(
         units = tuple(unit_ranges(cfg.hidden[0], split)) if split > 1 else ()
         shares = _candidates(
             cfg, n_features, infos, units, coordinator_load=coordinator_load,
-            n_labels=n_labels, fused=fused_bytes,
+            n_labels=n_labels, fused=fused_bytes, answering=answering,
         )  # fmt: skip
         for capacities in shares:
             if previous is None:
@@ -120,7 +124,7 @@ def place_shards(
             sizes = [layout.size(s) for s in range(n_shards)]
             plan = memory_plan(
                 cfg, n_features, chosen, sizes, batch_size=batch_size, hidden_units=units,
-                fused=fused_bytes,
+                fused=fused_bytes, answering=answering,
             )  # fmt: skip
             if plan.fits:
                 return Placement(tuple(chosen), layout, plan, units)
@@ -138,10 +142,10 @@ def place_shards(
 HIDDEN_SHARE = 0.5
 
 
-def _hidden_crowds(cfg: SlideConfig, n_features: int, info: dict) -> bool:
+def _hidden_crowds(cfg: SlideConfig, n_features: int, info: dict, answering: bool) -> bool:
     """Whether the whole hidden stack would take more than :data:`HIDDEN_SHARE` of the
     coordinator's worker's budget."""
-    held = sum(hidden_memory(cfg, n_features).values())
+    held = sum(hidden_memory(cfg, n_features, answering=answering).values())
     return held > HIDDEN_SHARE * BUDGET * info["memory_limit"]
 
 
@@ -154,6 +158,7 @@ def _candidates(
     coordinator_load: float,
     n_labels: int,
     fused: FusedBytes = NO_FUSED,
+    answering: bool = False,
 ) -> list[list[int]]:
     """Shares to try: by threads, then (with memory limits) by free memory, each worker's
     part of the hidden stack and its process taken off."""
@@ -167,6 +172,7 @@ def _candidates(
             [0] * len(infos),
             hidden_units=units,
             fused=fused,
+            answering=answering,
         )
         held = [e.total for e in empty.workers]  # the hidden stack's part, the process
         free = [BUDGET * w["memory_limit"] - h for w, h in zip(infos, held, strict=True)]
