@@ -186,7 +186,7 @@ def label_rows(built: Built, label_text: Callable[[str], str]) -> XCDataset:
         [ngram_counts([label_text(lab)]) for lab in built.labels], feature_ids, built.idf
     )
     kept = np.flatnonzero(np.diff(X.indptr) > 0)
-    return XCDataset(X.take_rows(kept), CSR.from_lists([[i] for i in kept], len(built.labels)))
+    return XCDataset(X.take_rows(kept), CSR.from_lists([[int(i)] for i in kept], len(built.labels)))
 
 
 def write_dataset(
