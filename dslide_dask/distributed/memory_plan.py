@@ -98,21 +98,13 @@ def shard_memory(
     """Weights, optimiser state, tables and per-step buffers of a shard of ``n_neurons``
     (``answering``: a model loaded to answer only has no optimiser state)."""
     row = 4 * n_neurons * (cfg.hidden[-1] + 1)
-    moments = (
-        0
-        if answering
-        else (
-            (2 if cfg.beta1 > 0 else 1)
-            * n_neurons
-            * (
-                MOMENT_BYTES[cfg.moment_dtype] * cfg.hidden[-1] + 4  # + the bias's, float32
-            )
-            + 4 * n_neurons  # each row's update count
-        )
-    )
+    moments = (2 if cfg.beta1 > 0 else 1) * n_neurons * (
+        MOMENT_BYTES[cfg.moment_dtype] * cfg.hidden[-1] + 4  # + the bias's, float32
+    ) + 4 * n_neurons  # each row's update count
     tables = 4 * cfg.L * (1 << cfg.buckets_pow(max(1, n_neurons))) * (cfg.bucket_capacity + 1)
     buffers = BUFFER_BYTES_PER_ENTRY * batch_size * cfg.max_active
-    return {"weights": row, "optimizer": moments, "tables": tables, "buffers": buffers}
+    optimizer = 0 if answering else moments
+    return {"weights": row, "optimizer": optimizer, "tables": tables, "buffers": buffers}
 
 
 def row_bytes(cfg: SlideConfig) -> int:
