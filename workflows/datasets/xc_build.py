@@ -178,7 +178,7 @@ def label_rows(built: Built, label_text: Callable[[str], str]) -> XCDataset:
     Beside the training points they tie a label's name to the rows that carry it: the
     network learns to place a name and the descriptions of its label's points together,
     and a test row's neighbours then include the names of labels it shares words with.
-    On debian-files-rare (file and folder names) this lifted the fused P@1 by 0.03, but
+    On debian-files-rare (file and folder names) this lifted the fused P@1 by 0.02-0.03, but
     it cost 0.018 on Debian-26K, whose labels are package names and tags
     (docs/accuracy.md): a choice for each data set, so the rows are a file of their own."""
     feature_ids = {f: i for i, f in enumerate(built.features)}
