@@ -190,14 +190,14 @@ def label_rows(built: Built, label_text: Callable[[str], str]) -> XCDataset:
 
 
 def write_dataset(
-    out: str, built: Built, stats: dict, labels_as_rows: Callable[[str], str] | None = None
+    out: str, built: Built, stats: dict, label_text: Callable[[str], str] | None = None
 ) -> None:
-    """train.txt, test.txt, labels.txt, features.txt and stats.json under ``out``; with
-    ``labels_as_rows`` (a label's text), train-label-rows.txt too (:func:`label_rows`)."""
+    """train.txt, test.txt, labels.txt, features.txt and stats.json under ``out``; given
+    ``label_text`` (a label's words), train-label-rows.txt too (:func:`label_rows`)."""
     os.makedirs(out, exist_ok=True)
     write_xc(os.path.join(out, "train.txt"), built.train)
-    if labels_as_rows is not None:
-        rows = label_rows(built, labels_as_rows)
+    if label_text is not None:
+        rows = label_rows(built, label_text)
         write_xc(os.path.join(out, LABEL_ROWS), rows)
         stats["label_rows"] = rows.n_points
     write_xc(os.path.join(out, "test.txt"), built.test)
