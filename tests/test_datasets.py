@@ -312,3 +312,44 @@ def test_missing_lists_are_one_line_errors(tmp_path, capsys):
     assert main([*args, "--arch", ARCH]) == 2
     err = capsys.readouterr().err
     assert "Contents" in err and "apt-file" in err and err.count("\n") == 1
+
+
+def test_label_rows_of_shipped_label_features(tmp_path, capsys):
+    (tmp_path / "train.txt").write_text("3 6 4\n0,1 0:0.5 2:0.5\n2 1:1\n3 4:1 5:2\n")
+    (tmp_path / "Yf.txt").write_text("4 6\n1:1 0:1\n\n5:3 2:4\n4:2\n")  # label 1: no features
+    out = tmp_path / LABEL_ROWS
+    args = ["datasets", "label-rows", str(tmp_path / "Yf.txt"), str(out)]
+    assert main([*args, "--train", str(tmp_path / "train.txt")]) == 0
+    rows = read_xc(str(out))
+    assert [rows.Y.row(r).tolist() for r in range(rows.n_points)] == [[0], [2], [3]]
+    assert [rows.X.row(r).tolist() for r in range(rows.n_points)] == [[0, 1], [2, 5], [4]]
+    assert rows.X.data.tolist() == pytest.approx([0.5**0.5, 0.5**0.5, 0.8, 0.6, 1.0], 1e-5)
+    both, _ = read_dataset(str(tmp_path / "train*.txt"))
+    assert both.n_points == 6 and both.n_labels == 4
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        (
+            "4 6\n0:1\n\n5:3 9:4\n\n",
+            "Yf.txt:4: expected 'column:value' with a column in [0, 6), got '9:4'",
+        ),
+        ("4 6\n0:1 0:2\n\n\n\n", "Yf.txt:2: column 0 given twice"),
+        ("4 6\n0:nan\n\n\n\n", "Yf.txt:2: expected 'column:value'"),
+        ("4 6 4\n", "Yf.txt:1: header must be 2 integers 'N_rows N_columns'"),
+        ("4 6\n0:1\n", "Yf.txt: the file ends after 1 row(s) but its header says 4"),
+        ("4 6\n\n\n\n\n1:1\n", "Yf.txt:6: more rows than the header's 4"),
+        ("4 5\n\n\n\n\n", "Yf.txt: 4 labels x 5 features, but "),
+        ("99999999999 6\n0:1\n", "Yf.txt: the file ends after 1 row(s) but its header says"),
+    ],
+)
+def test_bad_label_features_are_one_line_errors(tmp_path, capsys, text, problem):
+    (tmp_path / "train.txt").write_text("1 6 4\n0 0:1\n")
+    (tmp_path / "Yf.txt").write_text(text)
+    out = tmp_path / "rows.txt"
+    args = ["datasets", "label-rows", str(tmp_path / "Yf.txt"), str(out)]
+    assert main([*args, "--train", str(tmp_path / "train.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and problem in err and not out.exists()

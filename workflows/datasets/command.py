@@ -1,11 +1,12 @@
-"""``dslide datasets``: build the real Debian data sets from the apt lists."""
+"""``dslide datasets``: build the real Debian data sets from the apt lists, and the label
+rows of a set that ships its labels' features."""
 
 from __future__ import annotations
 
 import argparse
 import time
 
-from dslide_workflows.args import positive_int
+from dslide_workflows.args import add_storage_arguments, positive_int, storage_options
 
 BUILDERS = {
     "debian": "Debian-26K: packages -> dependencies, debtags, section (about 26K labels)",
@@ -15,7 +16,7 @@ BUILDERS = {
 
 
 def add_datasets_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``dslide datasets debian|debian-files OUT``."""
+    """Register ``dslide datasets debian|debian-files OUT`` and ``label-rows``."""
     from dslide_workflows.datasets import apt_lists, debian_files
     from dslide_workflows.datasets.xc_build import LABEL_ROWS
 
@@ -23,7 +24,8 @@ def add_datasets_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
         "datasets",
         help="build a real data set from this machine's Debian metadata",
         description="Build a real extreme-classification data set (XC text format plus "
-        "labels.txt, features.txt and stats.json) from the apt lists. See docs/datasets.md.",
+        "labels.txt, features.txt and stats.json) from the apt lists, or the label rows of "
+        "a set that ships its labels' features. See docs/datasets.md.",
     )
     sets = p.add_subparsers(dest="dataset", required=True, metavar="DATASET")
     for name, summary in BUILDERS.items():
@@ -66,7 +68,36 @@ def add_datasets_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
         help="then keep only the labels of at most N training points, and the points "
         "left with one (20: nearly every label rare; default: every label)",
     )
+    add_label_rows_parser(sets)
     return p
+
+
+def add_label_rows_parser(sets: argparse._SubParsersAction) -> None:
+    """``dslide datasets label-rows FEATURES OUT --train URL``."""
+    summary = (
+        "the label rows of a set that ships its labels' features (the XC Repository's "
+        "LF- sets: Yf.txt, also called lbl_X_Xf.txt)"
+    )
+    q = sets.add_parser("label-rows", help=summary, description=summary + ".")
+    q.add_argument("features", metavar="FEATURES", help="label features: N_labels N_features, "
+                   "then a line a label of feature:value (any fsspec URL)")  # fmt: skip
+    q.add_argument("out", metavar="OUT", help="XC text to write, e.g. DIR/train-label-rows.txt")
+    q.add_argument("--train", required=True, metavar="URL",
+                   help="the training file whose labels and features they must match")  # fmt: skip
+    add_storage_arguments(q)
+    q.set_defaults(func=cmd_label_rows)
+
+
+def cmd_label_rows(args: argparse.Namespace) -> int:
+    from dslide_workflows.datasets.label_features import write_label_rows
+
+    so = storage_options(args.storage_option)
+    rows = write_label_rows(args.features, args.out, args.train, so)
+    print(
+        f"wrote {rows.n_points} label rows of {rows.n_labels} labels to {args.out}: train on "
+        "them beside the points with a glob (--train 'DIR/train*.txt')"
+    )
+    return 0
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
