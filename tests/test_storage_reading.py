@@ -70,6 +70,18 @@ def test_glob_and_folder(tmp_path, data: XCDataset) -> None:
         open_source(str(tmp_path / "sub"))
 
 
+def test_links_in_a_glob_or_folder_are_read(tmp_path, data: XCDataset) -> None:
+    write_xc(str(tmp_path / "rows.txt"), data.slice(200, 600))
+    (tmp_path / "in").mkdir()
+    write_xc(str(tmp_path / "in" / "part-0.txt"), data.slice(0, 200))
+    (tmp_path / "in" / "part-1.txt").symlink_to(tmp_path / "rows.txt")
+    for url in (str(tmp_path / "in"), str(tmp_path / "in" / "part-*.txt")):
+        assert_same(read_all(open_source(url))[0], data)
+    (tmp_path / "in" / "part-2.txt").symlink_to(tmp_path / "gone.txt")
+    with pytest.raises(FileNotFoundError, match="part-2.txt: a link to a missing file"):
+        open_source(str(tmp_path / "in" / "part-*.txt"))
+
+
 @pytest.mark.parametrize(
     "ext, pack",
     [(".gz", gzip.compress), (".bz2", bz2.compress), (".xz", lzma.compress), (".zst", None)],

@@ -182,6 +182,16 @@ def count_lines(part: Partition) -> int:
 
 
 # -- planning ----------------------------------------------------------------------------------
+def _link_target(fs, path: str) -> dict:
+    """What a local link found by a glob or a folder points at (fsspec lists its own type:
+    a data file linked into the folder would be skipped unread). A dangling one is an
+    error: a part of the data that is not there."""
+    try:
+        return fs.info(path)  # a path, not a listing entry: the link is followed
+    except FileNotFoundError:
+        raise FileNotFoundError(mask_text(f"{path}: a link to a missing file")) from None
+
+
 def _join(path: str, name: str) -> str:
     return path.rstrip("/") + "/" + name
 
@@ -204,6 +214,8 @@ def _list_files(fs, url: str, path: str, so: dict) -> list[tuple[str, str, int]]
     files = []
     for name, info in sorted(infos.items()):
         leaf = name.rstrip("/").rsplit("/", 1)[-1]
+        if info.get("islink") and not leaf.startswith(("_", ".")):
+            info = _link_target(fs, name)  # a listing describes the link, not its file
         if info.get("type") != "file" or leaf.startswith(("_", ".")):
             continue
         if name.startswith(base_path + "/"):
