@@ -19,7 +19,7 @@ from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.xc_text import UNKNOWN_SIZE, parse_header, write_xc
 from dslide_dask.errors import DataError, XCFormatError
 
-#: The header's first bytes read to check a training file's shape (it is never read whole).
+#: The most of a header line read (a training file's, to check its shape: never read whole).
 HEADER_BYTES = 1 << 12
 
 
@@ -28,8 +28,9 @@ def read_sparse(url: str, storage_options: dict | None = None) -> CSR:
     ``column:value`` pairs. A bad line raises :class:`XCFormatError` naming it; nothing
     is sized by the header's numbers before the lines are there."""
     so = storage_options or {}
-    with fsspec.open(url, "rt", compression="infer", encoding="utf-8", **so) as f:
-        n_rows, n_cols = _header(url, f.readline())
+    opened = fsspec.open(url, "rt", compression="infer", encoding="utf-8", errors="replace", **so)
+    with opened as f:
+        n_rows, n_cols = _header(url, f.readline(HEADER_BYTES))
         indptr, ids, values = [0], [], []
         for line_no, line in enumerate(f, start=2):
             if len(indptr) > n_rows:
@@ -77,7 +78,7 @@ def _row(url: str, line_no: int, line: str, n_cols: int) -> tuple[np.ndarray, np
                 twice = int(cols[1:][np.diff(cols) == 0][0])
                 raise XCFormatError(url, line_no, f"column {twice} given twice")
             return cols, vals[order].astype(np.float32)
-    bad = next(t for t in tokens if not _good_pair(t, n_cols))
+    bad = next((t for t in tokens if not _good_pair(t, n_cols)), line.strip())
     raise XCFormatError(
         url, line_no, f"expected 'column:value' with a column in [0, {n_cols}), got {bad[:40]!r}"
     )
