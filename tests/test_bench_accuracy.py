@@ -155,10 +155,53 @@ def test_url_data_are_shuffled_before_the_prefix_is_taken(tmp_path: Path, tiny_f
     assert not np.array_equal(got.Y.indptr, first.Y.indptr)  # not the file's first rows
 
 
+@pytest.mark.slow
+def test_repeats_run_each_contender_with_the_next_seeds(capsys, tmp_path: Path, tiny_files) -> None:
+    train, test, _ = tiny_files
+    out_json = tmp_path / "acc.json"
+    argv = ["bench", "accuracy", "--train", str(train), "--test", str(test), "--seed", "5"]
+    argv += ["--contenders", "engine,engine-share0", "--epochs", "1", "--threads", "1"]
+    code, out, _ = run(capsys, *argv, "--repeats", "2", "--json", str(out_json))
+    assert code == 0
+    results = json.loads(out_json.read_text())["results"]
+    assert [(r["contender"], r["seed"]) for r in results] == [
+        ("engine", 5), ("engine", 6), ("engine-share0", 5), ("engine-share0", 6)
+    ]  # fmt: skip
+    assert [r["params"]["random_state"] for r in results] == [5, 6, 5, 6]
+    assert results[0]["P@1"] != results[1]["P@1"] or results[0]["curve"] != results[1]["curve"]
+    assert "means of 2 runs a contender" in out
+    row = next(line for line in out.splitlines() if line.startswith("engine "))
+    assert f"{(results[0]['P@1'] + results[1]['P@1']) / 2:.4f}" in row.split()
+    assert f"engine P@1 by run: {results[0]['P@1']:.4f} (seed 5)" in out
+    gains = [results[i]["P@1"] - results[i + 2]["P@1"] for i in (0, 1)]
+    assert f"P@1 by run: {gains[0]:+.4f}, {gains[1]:+.4f}" in out
+
+
+def test_seedless_runs_are_numbered_and_the_share_pairs_runs() -> None:
+    from dslide_workflows.bench.accuracy_report import format_report
+
+    def result(name: str, run: int, p1: float) -> dict:
+        return {"contender": name, "run": run, "seed": 3 + run, "P@1": p1, "P@5": p1 / 2,
+                "PSP@5": p1 / 3, "train_seconds": 1.0, "epoch": 1, "curve": []}  # fmt: skip
+
+    results = [result("engine", 0, 0.5), result("engine", 1, 0.7)]
+    results += [result("engine-share0", 0, 0.4), result("engine-share0", 1, 0.5)]
+    results += [{k: v for k, v in result("omikuji", r, p).items() if k != "curve"}
+                for r, p in ((0, 0.30), (1, 0.34))]  # fmt: skip
+    out = format_report(results)
+    assert "omikuji P@1 by run: 0.3000 (run 1)  0.3400 (run 2)  (spread 0.0400)" in out
+    assert "engine P@1 by run: 0.5000 (seed 3)  0.7000 (seed 4)  (spread 0.2000)" in out
+    assert "P@1 +0.1500" in out and "P@1 by run: +0.1000, +0.2000" in out
+    assert next(line for line in out.splitlines() if line.startswith("omikuji")).split()[3] == (
+        "0.3200"
+    )
+
+
 @pytest.mark.parametrize(
     ("flags", "words"),
     [
         (["--train", "a.txt"], ["--train and --test"]),
+        (["--preset", "tiny", "--repeats", "0"], ["--repeats"]),
         ([], ["--preset"]),
         (["--preset", "tiny", "--train", "a", "--test", "b"], ["--preset"]),
         (["--preset", "tiny", "--contenders", "engine,bogus"], ["bogus"]),

@@ -106,6 +106,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     c.add_argument("--threads", type=positive_int, default=2, help="per contender (default: 2)")
     c.add_argument("--seed", type=int, default=0, help="model seed (default: 0)")
+    c.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="run each contender N times, with model seeds SEED ... SEED+N-1 (omikuji "
+        "takes no seed: its runs differ by themselves); the table gives the means, a line "
+        "each contender's runs (default: 1)",
+    )
     engine_bench.add_engine_opt(
         c,
         "hidden=[512] --engine-opt lr=0.02 (default: the classifier's defaults); the dense "
@@ -321,9 +330,16 @@ def run(args: argparse.Namespace) -> int:
             if name in missing:
                 results.append({"contender": name, "skipped": missing[name]})
                 continue
-            print(f"running {name} ...", flush=True)
-            module = "dslide_workflows.bench.accuracy"
-            results.append(engine_bench.run_contender(name, data, config, module))
+            for i in range(args.repeats):
+                of = f" (run {i + 1} of {args.repeats})" if args.repeats > 1 else ""
+                print(f"running {name}{of} ...", flush=True)
+                seeded = {
+                    **config,
+                    "classifier": {**config["classifier"], "random_state": args.seed + i},
+                }
+                module = "dslide_workflows.bench.accuracy"
+                result = engine_bench.run_contender(name, data, seeded, module)
+                results.append({**result, "run": i, "seed": args.seed + i})
     print()
     print(f"{description}; {args.epochs} epoch(s), {args.threads} thread(s)")
     print(format_report(results))

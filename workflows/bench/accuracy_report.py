@@ -21,33 +21,71 @@ COLUMNS = (
     ("peak RSS MB", "peak_rss_mb", "{:,.0f}"),
 )
 
+#: Contenders that take no seed: a repeat shows their own run-to-run spread.
+SEEDLESS = ("omikuji",)
+
 
 def format_report(results: list[dict[str, Any]]) -> str:
-    """The table (last epoch of each contender), each curve's P@1 by epoch, what the
-    network adds (where its ablation ran), skipped ones."""
+    """The table (last epoch of each contender; the mean of its runs when repeated), each
+    curve's P@1 by epoch (by run when repeated), what the network adds (where its
+    ablation ran), skipped ones."""
     ran = [r for r in results if "skipped" not in r]
-    lines = [engine_bench.format_table(ran, COLUMNS)] if ran else []
-    for r in ran:
+    runs = _by_contender(ran)
+    repeated = any(len(rs) > 1 for rs in runs.values())
+    table = [_mean(rs) for rs in runs.values()] if repeated else ran
+    lines = [engine_bench.format_table(table, COLUMNS)] if ran else []
+    if repeated:
+        lines.append(f"means of {max(len(rs) for rs in runs.values())} runs a contender")
+        lines += [_by_run(name, rs) for name, rs in runs.items()]
+    for r in [] if repeated else ran:
         if r.get("curve"):
             points = "  ".join(_point(p) for p in r["curve"])
             per = "member" if "members" in r["curve"][0] else "epoch"
             lines.append(f"{r['contender']} P@1 by {per}: {points}")
-    lines += _network_share(ran)
+    lines += _network_share(runs)
     lines += [f"{r['contender']}: skipped, {r['skipped']}" for r in results if "skipped" in r]
     return "\n".join(lines)
 
 
-def _network_share(ran: list[dict[str, Any]]) -> list[str]:
-    """What the network adds to the fused answer (``engine`` less ``engine-share0``), a
-    line, where both ran."""
-    by = {r["contender"]: r for r in ran}
-    if "engine" not in by or "engine-share0" not in by:
+def _by_contender(ran: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for r in ran:
+        runs.setdefault(r["contender"], []).append(r)
+    return runs
+
+
+def _mean(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A contender's row over its runs: each column's mean, the busiest run's CPU."""
+    row: dict[str, Any] = {"contender": runs[0]["contender"]}
+    for _, key, _ in COLUMNS[1:]:
+        values = [r[key] for r in runs if r.get(key) is not None]
+        row[key] = sum(values) / len(values) if values else None
+    row["other_cpu_cores"] = max((r.get("other_cpu_cores") or 0.0) for r in runs)
+    return row
+
+
+def _by_run(name: str, runs: list[dict[str, Any]]) -> str:
+    """A contender's P@1 in each run (its seed where it takes one) and their spread."""
+    p1 = [r["P@1"] for r in runs]
+    which = [f"run {r['run'] + 1}" if name in SEEDLESS else f"seed {r['seed']}" for r in runs]
+    points = "  ".join(f"{r['P@1']:.4f} ({w})" for r, w in zip(runs, which, strict=True))
+    return f"{name} P@1 by run: {points}  (spread {max(p1) - min(p1):.4f})"
+
+
+def _network_share(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """What the network adds to the fused answer (``engine`` less ``engine-share0``, run
+    by run: the same seed), a line, where both ran."""
+    if "engine" not in runs or "engine-share0" not in runs:
         return []
-    gain = {k: by["engine"][k] - by["engine-share0"][k] for k in ("P@1", "P@5", "PSP@5")}
-    return [
-        "the network's share (engine less engine-share0): "
-        + ", ".join(f"{k} {v:+.4f}" for k, v in gain.items())
-    ]
+    pairs = list(zip(runs["engine"], runs["engine-share0"], strict=False))
+    keys = ("P@1", "P@5", "PSP@5")
+    gain = {k: [a[k] - b[k] for a, b in pairs] for k in keys}
+    line = "the network's share (engine less engine-share0): " + ", ".join(
+        f"{k} {sum(v) / len(v):+.4f}" for k, v in gain.items()
+    )
+    if len(pairs) > 1:
+        line += f" (means; P@1 by run: {', '.join(f'{v:+.4f}' for v in gain['P@1'])})"
+    return [line]
 
 
 def _point(p: dict[str, Any]) -> str:
@@ -69,9 +107,10 @@ def plot_p1(results: list[dict[str, Any]], title: str = "") -> bytes:
     for r in results:
         if "skipped" in r:
             continue
+        label = r["contender"] + (f" {r['run'] + 1}" if r.get("run") else "")
         if r.get("curve"):
             xs, ys = zip(*((p["seconds"], p["P@1"]) for p in r["curve"]), strict=True)
-            ax.plot(xs, ys, marker="o", label=r["contender"])
+            ax.plot(xs, ys, marker="o", label=label)
         else:
             ax.plot(
                 r["train_seconds"],
@@ -79,7 +118,7 @@ def plot_p1(results: list[dict[str, Any]], title: str = "") -> bytes:
                 marker="*",
                 markersize=14,
                 linestyle="",
-                label=r["contender"],
+                label=label,
             )
     ax.set(xlabel="training wall-clock seconds", ylabel="test P@1", title=title)
     ax.set_xlim(left=0)
