@@ -79,11 +79,19 @@ def add_label_rows_parser(sets: argparse._SubParsersAction) -> None:
         "LF- sets: Yf.txt, also called lbl_X_Xf.txt)"
     )
     q = sets.add_parser("label-rows", help=summary, description=summary + ".")
-    q.add_argument("features", metavar="FEATURES", help="label features: N_labels N_features, "
-                   "then a line a label of feature:value (any fsspec URL)")  # fmt: skip
+    q.add_argument(
+        "features",
+        metavar="FEATURES",
+        help="label features: N_labels N_features, then a line a label of feature:value "
+        "(any fsspec URL)",
+    )
     q.add_argument("out", metavar="OUT", help="XC text to write, e.g. DIR/train-label-rows.txt")
-    q.add_argument("--train", required=True, metavar="URL",
-                   help="the training file whose labels and features they must match")  # fmt: skip
+    q.add_argument(
+        "--train",
+        required=True,
+        metavar="URL",
+        help="the training file whose labels and features they must match",
+    )
     add_storage_arguments(q)
     q.set_defaults(func=cmd_label_rows)
 

@@ -18,6 +18,8 @@ from dslide_dask.data.csr import CSR, MAX_COLS
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.xc_text import UNKNOWN_SIZE, parse_header, write_xc
 from dslide_dask.errors import DataError, XCFormatError
+from dslide_dask.kernels.neighbours import normalised
+from dslide_workflows.datasets.xc_build import own_rows
 
 #: The most of a header line read (a training file's, to check its shape: never read whole).
 HEADER_BYTES = 1 << 12
@@ -95,15 +97,9 @@ def _good_pair(token: str, n_cols: int) -> bool:
 
 
 def label_rows(features: CSR) -> XCDataset:
-    """A unit row of each label with features, labelled with it (labels without: none)."""
-    kept = np.flatnonzero(np.diff(features.indptr) > 0)
-    X = features.take_rows(kept)
-    values = X.values().astype(np.float64)
-    norms = np.sqrt(np.add.reduceat(values**2, X.indptr[:-1])) if kept.size else values
-    scale = np.repeat(np.where(norms > 0, 1.0 / np.maximum(norms, 1e-300), 0.0), np.diff(X.indptr))
-    X = CSR(X.indptr, X.indices, (values * scale).astype(np.float32), X.n_cols)
-    n_labels = features.n_rows
-    return XCDataset(X, CSR.from_lists([[int(i)] for i in kept], n_labels))
+    """Each label's features as a unit row labelled with it (labels without: none)."""
+    values = normalised(features.indptr, features.values())
+    return own_rows(CSR(features.indptr, features.indices, values, features.n_cols))
 
 
 def write_label_rows(

@@ -185,8 +185,14 @@ def label_rows(built: Built, label_text: Callable[[str], str]) -> XCDataset:
     X = tfidf_rows(
         [ngram_counts([label_text(lab)]) for lab in built.labels], feature_ids, built.idf
     )
+    return own_rows(X)
+
+
+def own_rows(X: CSR) -> XCDataset:
+    """Row ``l`` of ``X`` (a label's features) labelled with ``l``, for each row with a
+    feature: the others would be points of no words."""
     kept = np.flatnonzero(np.diff(X.indptr) > 0)
-    return XCDataset(X.take_rows(kept), CSR.from_lists([[int(i)] for i in kept], len(built.labels)))
+    return XCDataset(X.take_rows(kept), CSR.from_lists([[int(i)] for i in kept], X.n_rows))
 
 
 def write_dataset(
