@@ -213,10 +213,11 @@ def _list_files(fs, url: str, path: str, so: dict) -> list[tuple[str, str, int]]
     base_path = base_path.rstrip("/")
     files = []
     for name, info in sorted(infos.items()):
-        leaf = name.rstrip("/").rsplit("/", 1)[-1]
-        if info.get("islink") and not leaf.startswith(("_", ".")):
+        if name.rstrip("/").rsplit("/", 1)[-1].startswith(("_", ".")):
+            continue
+        if info.get("islink"):
             info = _link_target(fs, name)  # a listing describes the link, not its file
-        if info.get("type") != "file" or leaf.startswith(("_", ".")):
+        if info.get("type") != "file":
             continue
         if name.startswith(base_path + "/"):
             file_url = base + name[len(base_path) :]

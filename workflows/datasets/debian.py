@@ -114,12 +114,6 @@ def make_dataset(points: list[Point]) -> tuple[Built, dict]:
     return built, statistics(built, label_kind)
 
 
-def label_text(label: str) -> str:
-    """A label's words: a package's name as words (:func:`name_words`), a tag's or a
-    section's own (``devel::library``, ``section:libs``)."""
-    return name_words(label)
-
-
 def build(
     out: str, lists_dir: str = apt_lists.LISTS, arch: str | None = None, label_rows: bool = False
 ) -> dict:
@@ -130,5 +124,5 @@ def build(
     check_long_descriptions(records, long_by_md5, lists_dir)
     built, stats = make_dataset(build_points(records, long_by_md5))
     stats["source"] = {"packages_read": len(records), "translation_files": used}
-    write_dataset(out, built, stats, label_text if label_rows else None)
+    write_dataset(out, built, stats, name_words if label_rows else None)  # a label's words
     return stats
