@@ -32,7 +32,7 @@ def tiny_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, fl
 @pytest.mark.slow
 def test_bench_accuracy_end_to_end(capsys, tmp_path: Path, tiny_files) -> None:
     train, test, popular = tiny_files
-    names = ["engine", "engine-share0", "engine-network", "engine-ensemble"] + [
+    names = ["engine", "engine-share0", "engine-network", "engine-tree", "engine-ensemble"] + [
         name
         for name, module in (("omikuji", "omikuji"), ("dense", "torch"))
         if importlib.util.find_spec(module)
@@ -70,6 +70,9 @@ def test_bench_accuracy_end_to_end(capsys, tmp_path: Path, tiny_files) -> None:
     assert "engine-network P@1 by epoch:" in out
     share = next(line for line in lines if line.startswith("the network's share"))
     assert f"P@1 {engine['P@1'] - share0['P@1']:+.4f}" in share
+    tree = results["engine-tree"]  # the fit's trees alone: one point, the whole fit's seconds
+    assert "curve" not in tree and tree["P@1"] > popular + 0.2 and tree["train_seconds"] > 0
+    assert tree["params"]["label_tree"] == engine["params"]["label_tree"] > 0
     ensemble = results["engine-ensemble"]
     assert [p["members"] for p in ensemble["curve"]] == [1, 2]
     assert "engine-ensemble P@1 by member:" in out
@@ -206,6 +209,10 @@ def test_seedless_runs_are_numbered_and_the_share_pairs_runs() -> None:
         (["--preset", "tiny", "--train", "a", "--test", "b"], ["--preset"]),
         (["--preset", "tiny", "--contenders", "engine,bogus"], ["bogus"]),
         (["--preset", "tiny", "--engine-opt", "K=0"], ["K"]),
+        (
+            ["--preset", "tiny", "--contenders", "engine-tree", "--engine-opt", "label_tree=0"],
+            ["engine-tree", "label_tree"],
+        ),
     ],
 )
 def test_bench_accuracy_bad_parameter(capsys, flags: list[str], words: list[str]) -> None:

@@ -45,6 +45,10 @@ ITERATIONS = 6
 #: hold at least RARE_SHARE of them: a fit left to it then builds two trees
 #: (:func:`trees_for`) and draws fewer negatives (``config.MIN_ACTIVE_RARE``).
 RARE_ROWS, RARE_SHARE = 3, 1 / 3
+#: Leaf nodes a tree's own search opens for a row (:meth:`LabelTree.searched`): on
+#: debian-files-rare with its label rows, its P@1 alone was 0.307 at 3, 0.310 at 10 and
+#: 0.309 for a scan of every label (docs/accuracy.md, ninth look).
+SEARCH_BEAM = 10
 #: The arrays that define a tree (:meth:`LabelTree.state`).
 ARRAYS = ("perm", "bounds", "level_ptr", "child_ptr", "w_ptr", "w_feature", "w_val", "bias")
 
@@ -186,6 +190,26 @@ class LabelTree:
         )
         paths = tree_query.child_paths(self.bounds, self.level_ptr, self.child_ptr)
         return paths, ptr, child, val, n_inner, slot, dense
+
+    @functools.cached_property
+    def leaf_nodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(paths, starts)``: each leaf node's children above the leaves on its path,
+        and its labels' first positions in tree order, then the end (derived)."""
+        levels = len(self.level_ptr) - 1
+        starts = self.bounds[self.level_ptr[levels - 1] : self.level_ptr[levels]]
+        paths = self.served[0][starts[:-1], : levels - 1]
+        return np.ascontiguousarray(paths), starts
+
+    def searched(self, query: tuple[np.ndarray, np.ndarray, np.ndarray], beam: int) -> np.ndarray:
+        """For unit-norm ``query`` rows (CSR): the labels of each row's ``beam`` leaf nodes
+        of least loss above the leaves (-1 past a row's last), the tree's own candidates
+        whatever the other sources propose (:func:`~dslide_dask.kernels.tree_query.best_leaves`)."""
+        ptr, idx, val = sorted_rows(*query)
+        paths, starts = self.leaf_nodes
+        served = self.served
+        nodes = tree_query.best_leaves(ptr, idx, val, paths, self.bias, *served[1:], beam,
+                                       row_chunks())  # fmt: skip
+        return tree_query.node_labels(nodes, starts, self.perm, int(np.diff(starts).max()))
 
     @functools.cached_property
     def hot(self) -> tuple:

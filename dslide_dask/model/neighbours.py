@@ -192,6 +192,19 @@ class NeighbourIndex:
             raise ValueError("the neighbour index has no label tree")
         return tree_shards.mean_losses(self.trees, self._query(X), ids)
 
+    def tree_search(self, X: CSR, beam: int, top: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's ``top`` labels of least mean path loss among those of its ``beam``
+        best leaf nodes in any label tree (:meth:`LabelTree.searched`), and those losses
+        (-1 and ``inf`` past a row's last): the trees' own candidates."""
+        if not self.trees:
+            raise ValueError("the neighbour index has no label tree")
+        query = self._query(X)
+        found = np.concatenate([tree.searched(query, beam) for tree in self.trees], axis=1)
+        found = _distinct(found)
+        losses = np.where(found >= 0, tree_shards.mean_losses(self.trees, query, found), np.inf)
+        order = np.argsort(losses, axis=1, kind="stable")[:, :top]
+        return np.take_along_axis(found, order, 1), np.take_along_axis(losses, order, 1)
+
     def tree_topk_losses(
         self, X: CSR, ids: np.ndarray, scores: np.ndarray, power: float, k: int
     ) -> np.ndarray:

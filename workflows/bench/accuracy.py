@@ -10,6 +10,8 @@ reports it):
 - ``engine-share0`` and ``engine-network``: the same fit with the network's share of the
   fused answer at 0, and the network alone (:data:`ABLATIONS`): what the network adds,
   and what it answers by itself, from one command;
+- ``engine-tree``: the same fit's label trees alone, each test row's labels found by the
+  trees' own search (their best leaf nodes): our best tree, beside the libraries' trees;
 - ``engine-cluster``: the same on a LocalCluster of ``--threads`` one-thread worker
   processes (started before the clock, closed at the end);
 - ``engine-ensemble``: a ``SlideEnsemble`` of ``--members`` differently seeded
@@ -59,7 +61,15 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "engine-share0": {"neighbour_weight": (1.0, 0.0)},
     "engine-network": {"neighbours": 0},
 }
-CONTENDERS = ("engine", *ABLATIONS, "engine-cluster", "engine-ensemble", "dense", *trees.RUNNERS)
+CONTENDERS = (
+    "engine",
+    *ABLATIONS,
+    "engine-tree",
+    "engine-cluster",
+    "engine-ensemble",
+    "dense",
+    *trees.RUNNERS,
+)
 #: The module each contender needs, and how to get it when it is missing.
 REQUIRES = {
     "dense": ("torch", "pip install 'dslide-dask[bench]'"),
@@ -218,6 +228,27 @@ def run_engine(
     }
 
 
+def run_engine_tree(train, test, config: dict[str, Any]) -> dict[str, Any]:
+    """The default fit's label trees alone, each row's labels those of least path loss
+    in the trees' best :data:`~dslide_dask.model.label_tree.SEARCH_BEAM` leaf nodes
+    (:meth:`~dslide_dask.model.neighbours.NeighbourIndex.tree_search`). One point, at
+    the end: the trees are built as the fit ends, so its seconds are the whole fit's."""
+    from dslide_dask.model.label_tree import SEARCH_BEAM
+
+    score = scorer(train, test, config)
+    clf = make_classifier(config["classifier"])
+    t0 = time.perf_counter()
+    clf.fit(train.X, train.Y)
+    seconds = time.perf_counter() - t0
+    fused = clf.fused_model()
+    if fused is None or not fused.index.trees:
+        raise ValueError("engine-tree: the fit built no label tree (neighbours or label_tree 0)")
+    ids, _ = fused.index.tree_search(test.X, SEARCH_BEAM, max(KS))
+    clf.close()
+    params = {k: v for k, v in clf.get_params().items() if k != "client"}
+    return {**trees.tree_result("engine-tree", seconds, score(ids)), "params": params}
+
+
 def run_engine_ensemble(train, test, config: dict[str, Any]) -> dict[str, Any]:
     """A SlideEnsemble of ``members`` classifiers of ``member_epochs`` epochs, scored after
     each member joins (off the clock): P@1 against the time spent on the members so far."""
@@ -284,6 +315,7 @@ def run_dense(train, test, config: dict[str, Any]) -> dict[str, Any]:
 RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {
     "engine": run_engine,
     **{name: functools.partial(run_engine, name=name) for name in ABLATIONS},
+    "engine-tree": run_engine_tree,
     "engine-cluster": run_engine_cluster,
     "engine-ensemble": run_engine_ensemble,
     "dense": run_dense,
@@ -303,6 +335,10 @@ def run(args: argparse.Namespace) -> int:
     clf = make_classifier(params)  # bad parameters fail now, not after reading the data
     for name in ABLATIONS.keys() & set(args.contenders):
         make_classifier({**params, **ABLATIONS[name]})
+    if "engine-tree" in args.contenders and not (clf.neighbours and clf.label_tree):
+        raise ValueError(
+            "engine-tree ranks by the fit's label trees: it needs neighbours and label_tree above 0"
+        )
     config = {
         "classifier": {k: v for k, v in clf.get_params().items() if k != "client"},
         "dense_input": "embedding_bag",

@@ -116,7 +116,7 @@ def run_omikuji(train, test, config: dict[str, Any]) -> dict[str, Any]:
     for i, row in enumerate(omikuji_rows(test.X)):
         pred = model.predict(row, top_k=max(KS))
         topk[i, : len(pred)] = [label for label, _ in pred]
-    return _tree_result("omikuji", seconds, scorer(train, test, config)(topk))
+    return tree_result("omikuji", seconds, scorer(train, test, config)(topk))
 
 
 def run_napkinxc(train, test, config: dict[str, Any]) -> dict[str, Any]:
@@ -134,7 +134,7 @@ def run_napkinxc(train, test, config: dict[str, Any]) -> dict[str, Any]:
     topk = np.full((test.n_points, max(KS)), -1, np.int64)
     for i, labels in enumerate(pred):
         topk[i, : len(labels)] = labels
-    return _tree_result("napkinxc", seconds, scorer(train, test, config)(topk))
+    return tree_result("napkinxc", seconds, scorer(train, test, config)(topk))
 
 
 def run_pecos(train, test, config: dict[str, Any]) -> dict[str, Any]:
@@ -148,7 +148,7 @@ def run_pecos(train, test, config: dict[str, Any]) -> dict[str, Any]:
     pred = model.predict(
         scipy_csr(test.X, np.float32), beam_size=10, only_topk=max(KS), threads=threads
     ).tocsr()
-    return _tree_result("pecos", seconds, scorer(train, test, config)(_csr_topk(pred, max(KS))))
+    return tree_result("pecos", seconds, scorer(train, test, config)(_csr_topk(pred, max(KS))))
 
 
 def train_pecos(train, threads: int, seed: int):
@@ -175,7 +175,7 @@ def _csr_topk(scores, k: int) -> np.ndarray:
     return topk
 
 
-def _tree_result(name: str, seconds: float, scores: dict[str, float]) -> dict[str, Any]:
+def tree_result(name: str, seconds: float, scores: dict[str, float]) -> dict[str, Any]:
     from dslide_workflows.bench.torch_dense import peak_rss_mb
 
     return {"contender": name, "train_seconds": seconds, **scores, "peak_rss_mb": peak_rss_mb()}
