@@ -29,7 +29,7 @@ import numba
 import numpy as np
 
 from dslide_dask.kernels import label_tree as kernels
-from dslide_dask.kernels import tree_inner, tree_query
+from dslide_dask.kernels import tree_inner, tree_query, tree_search
 from dslide_dask.kernels.neighbours import transpose
 from dslide_dask.model.label_centroids import LabelCentroids
 from dslide_dask.model.row_chunks import row_chunks
@@ -203,13 +203,13 @@ class LabelTree:
     def searched(self, query: tuple[np.ndarray, np.ndarray, np.ndarray], beam: int) -> np.ndarray:
         """For unit-norm ``query`` rows (CSR): the labels of each row's ``beam`` leaf nodes
         of least loss above the leaves (-1 past a row's last), the tree's own candidates
-        whatever the other sources propose (:func:`~dslide_dask.kernels.tree_query.best_leaves`)."""
+        whatever the other sources propose (:mod:`~dslide_dask.kernels.tree_search`)."""
         ptr, idx, val = sorted_rows(*query)
         paths, starts = self.leaf_nodes
         served = self.served
-        nodes = tree_query.best_leaves(ptr, idx, val, paths, self.bias, *served[1:], beam,
+        nodes = tree_search.best_leaves(ptr, idx, val, paths, self.bias, *served[1:], beam,
                                        row_chunks())  # fmt: skip
-        return tree_query.node_labels(nodes, starts, self.perm, int(np.diff(starts).max()))
+        return tree_search.node_labels(nodes, starts, self.perm, int(np.diff(starts).max()))
 
     @functools.cached_property
     def hot(self) -> tuple:

@@ -61,15 +61,8 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "engine-share0": {"neighbour_weight": (1.0, 0.0)},
     "engine-network": {"neighbours": 0},
 }
-CONTENDERS = (
-    "engine",
-    *ABLATIONS,
-    "engine-tree",
-    "engine-cluster",
-    "engine-ensemble",
-    "dense",
-    *trees.RUNNERS,
-)
+ENGINES = ("engine", *ABLATIONS, "engine-tree", "engine-cluster", "engine-ensemble")
+CONTENDERS = (*ENGINES, "dense", *trees.RUNNERS)
 #: The module each contender needs, and how to get it when it is missing.
 REQUIRES = {
     "dense": ("torch", "pip install 'dslide-dask[bench]'"),
