@@ -20,7 +20,13 @@ from sklearn.utils import check_random_state
 
 from dslide_dask.data.inputs import labelled_data
 from dslide_dask.estimator import SlideClassifier
-from dslide_dask.metrics import label_counts, topk_indicator, xc_metrics
+from dslide_dask.metrics import (
+    excluded_pairs,
+    label_counts,
+    topk_indicator,
+    topk_without,
+    xc_metrics,
+)
 from dslide_dask.model.config import check_int
 from dslide_dask.not_fitted import NotFittedError
 
@@ -219,7 +225,7 @@ class SlideEnsemble(BaseEstimator):
         """
         return topk_indicator(self.predict_topk(X, top_k, exact=exact), self._n_labels)
 
-    def evaluate(self, X, Y, ks=(1, 3, 5), *, exact: bool = True) -> dict[str, float]:
+    def evaluate(self, X, Y, ks=(1, 3, 5), *, exact: bool = True, exclude=None) -> dict[str, float]:
         """The extreme classification metrics of the fused predictions for ``X``.
 
         Parameters
@@ -232,6 +238,9 @@ class SlideEnsemble(BaseEstimator):
             The cut-offs k.
         exact : bool, default=True
             Members score every label; False: only those their LSH tables retrieve.
+        exclude : like ``Y``, or None, default=None
+            Labels left out of each row's answers before they are scored (the XC
+            Repository's ``filter_labels_test.txt``), ``Y``'s shape.
 
         Returns
         -------
@@ -241,7 +250,11 @@ class SlideEnsemble(BaseEstimator):
         """
         self._check_fitted()
         data = labelled_data(X, Y, self._n_labels)
-        top = self.predict_topk(data.X, max(ks), exact=exact)
+        if exclude is None:
+            top = self.predict_topk(data.X, max(ks), exact=exact)
+        else:
+            gone = excluded_pairs(exclude, data.n_points, self._n_labels)
+            top = topk_without(lambda k: self.predict_topk(data.X, k, exact=exact), gone, max(ks))
         return xc_metrics(top, data.Y, ks, self.label_counts_, self.n_train_)
 
     def score(self, X, Y, sample_weight=None, *, k: int = 1, exact: bool = True) -> float:

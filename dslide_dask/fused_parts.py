@@ -38,6 +38,10 @@ class FusedParts(Protocol):
         """P@k, nDCG@k and PSP@k of the whole model on ``data`` (and, with exact
         answers, the network's own P@k from the same pass: ``network P@k``)."""
 
+    def metric_args(self) -> dict:
+        """PSP@k's label counts for :func:`~dslide_dask.metrics.xc_metrics`, as
+        :meth:`metrics` takes them (on a cluster: brought from the model's worker)."""
+
     def parts(self, storage_options: dict | None = None) -> Any:
         """A parts writer for the trainer's ``save`` (the fused parts, before the commit)."""
 
@@ -64,6 +68,9 @@ class LocalFused:
         self, data: XCDataset, ks: tuple[int, ...] = (1, 3, 5), exact: bool = True
     ) -> dict[str, float]:
         return metrics_with_network(self.fused, self.trainer, data.X, data.Y, ks, exact)
+
+    def metric_args(self) -> dict:
+        return self.fused.metric_args()
 
     def parts(self, storage_options: dict | None = None):
         def write(folder_url: str, meta: dict) -> dict:

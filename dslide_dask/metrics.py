@@ -10,12 +10,12 @@ predicted position is scored on its own, so predictions should be distinct withi
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numba
 import numpy as np
 
-from dslide_dask.data.csr import CSR
+from dslide_dask.data.csr import CSR, as_csr
 
 #: The XC Repository's default propensity parameters (Amazon sets use 0.6/2.6,
 #: Wikipedia sets 0.5/0.4).
@@ -258,6 +258,40 @@ class TrainingLabels:
         if self.rows == 0 or self.n_points == 0:
             return {}
         return {"label_counts": self.counts * (self.n_points / self.rows), "n_train": self.n_points}
+
+
+def excluded_pairs(exclude, n_rows: int, n_labels: int) -> CSR:
+    """``evaluate``'s ``exclude`` (label sets as ``Y`` gives them) as a pattern matrix of
+    the ``n_rows`` rows scored."""
+    gone = as_csr(exclude, n_labels, pattern=True, name="exclude")
+    if gone.n_rows != n_rows:
+        raise ValueError(f"exclude has {gone.n_rows:,} rows, Y {n_rows:,}: one a row")
+    return gone
+
+
+def topk_without(topk_of: Callable[[int], np.ndarray], exclude: CSR, k: int) -> np.ndarray:
+    """The ``k`` best ids a row keeps once ``exclude``'s labels are left out of the answer
+    ``topk_of(width)`` gives: asked for ``k`` plus the most labels any row leaves out."""
+    widest = int(np.diff(exclude.indptr).max(initial=0))
+    return drop_pairs(np.asarray(topk_of(min(k + widest, exclude.n_cols))), exclude, k)
+
+
+def drop_pairs(topk: np.ndarray, exclude: CSR, k: int) -> np.ndarray:
+    """Each row's ids of ``topk`` without the labels ``exclude`` gives that row (the
+    XC Repository's ``filter_labels_test.txt``), the first ``k`` left, best first (-1
+    past the end). ``topk`` should hold ``k`` plus the most any row excludes."""
+    if exclude.n_rows != len(topk):
+        raise ValueError(
+            f"the excluded pairs cover {exclude.n_rows:,} rows, the answers {len(topk):,}"
+        )
+    n = np.int64(max(exclude.n_cols, int(topk.max(initial=-1)) + 1))
+    rows = np.repeat(np.arange(exclude.n_rows, dtype=np.int64), np.diff(exclude.indptr))
+    keys = np.arange(len(topk), dtype=np.int64)[:, None] * n + topk
+    dropped = (topk < 0) | np.isin(keys, rows * n + exclude.indices)
+    order = np.argsort(dropped, axis=1, kind="stable")[:, :k]  # kept ids first, in order
+    return np.where(
+        np.take_along_axis(dropped, order, axis=1), -1, np.take_along_axis(topk, order, axis=1)
+    )
 
 
 def most_frequent_topk(Y: CSR, n_rows: int, k: int) -> np.ndarray:

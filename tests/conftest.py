@@ -72,6 +72,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         )
 
 
+def no_pairs(n_rows: int, n_labels: int):
+    """A filter of ``n_rows`` test rows that leaves no label out (``evaluate(exclude=)``)."""
+    import numpy as np
+
+    from dslide_dask.data.csr import CSR
+
+    return CSR(np.zeros(n_rows + 1, np.int64), np.zeros(0, np.int32), None, n_labels)
+
+
 # -- shared fixtures ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny():

@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 
 from dslide_dask import NotFittedError, SlideClassifier
+from dslide_dask.data.label_pairs import pairs_matrix
 from dslide_dask.ensemble import SlideEnsemble, borda_topk
 from dslide_dask.metrics import most_frequent_topk, precision_at_k
+from tests.conftest import no_pairs
 
 
 def borda_reference(lists: list[np.ndarray], k: int) -> np.ndarray:
@@ -67,6 +69,19 @@ def test_members_differ_by_seed_and_the_ensemble_learns(ensemble, tiny):
     top = ensemble.predict_topk(test.X, 3)
     fused = borda_topk([m.predict_topk(test.X, 10) for m in ensemble.members_], 3)
     np.testing.assert_array_equal(top, fused)
+
+
+def test_the_ensemble_leaves_out_the_pairs_it_is_given(ensemble, tiny):
+    _, test = tiny
+    top = ensemble.predict_topk(test.X, 6)
+    first = pairs_matrix(np.arange(len(top)), top[:, 0], len(top), test.n_labels)
+    got = ensemble.evaluate(test.X, test.Y, exclude=first)
+    assert {name: got[name] for name in ("P@1", "P@5")} == pytest.approx(
+        precision_at_k(top[:, 1:], test.Y, [1, 5])
+    )
+    assert ensemble.evaluate(test.X, test.Y, exclude=no_pairs(len(top), test.n_labels)) == (
+        pytest.approx(ensemble.evaluate(test.X, test.Y))
+    )
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import pytest
 
 from dslide_dask import SlideClassifier
 from dslide_dask.checkpoint import CheckpointError
+from tests.conftest import no_pairs
 
 PSP = ("PSP@1", "PSP@3", "PSP@5", "PSnDCG@5")
 
@@ -39,6 +40,8 @@ def test_psp_after_load_of_a_cluster_model_here_and_on_the_cluster(tiny, client,
     _, test = tiny
     clf = _fit(tiny, client)
     before = clf.evaluate(test.X, test.Y)
+    kept = clf.evaluate(test.X, test.Y, exclude=no_pairs(len(test), test.n_labels))
+    assert kept == pytest.approx(before)  # the counts as the coordinator has them
     clf.save(str(tmp_path / "m"))
     clf.close()
     here = SlideClassifier.load(str(tmp_path / "m")).evaluate(test.X, test.Y)

@@ -20,7 +20,7 @@ from dslide_dask.inference import read_predictions
 from dslide_dask.metrics import xc_metrics
 from dslide_dask.model.fused_build import FUSION_DEFAULTS
 from dslide_workflows.cli import main
-from tests.conftest import BUCKET
+from tests.conftest import BUCKET, no_pairs
 
 
 @pytest.fixture(scope="module")
@@ -158,8 +158,11 @@ def test_a_fit_from_a_url_on_a_cluster_is_the_whole_model(files, client, tmp_pat
     root, _, test = files
     clf = SlideClassifier(epochs=2, client=client, random_state=0).fit(str(root / "train.txt"))
     assert clf.fused_model() is None  # built on a worker, never brought here
-    fused = clf.evaluate(test.X, test.Y)["P@1"]
+    scores = clf.evaluate(test.X, test.Y)
+    fused = scores["P@1"]
     assert fused > clf.trainer_.evaluate(test)["P@1"] + 0.1  # the network alone's
+    kept = clf.evaluate(test.X, test.Y, exclude=no_pairs(len(test), test.n_labels))
+    assert kept == pytest.approx({name: scores[name] for name in kept})  # counts from the worker
     top = clf.predict_topk(test.X, 5)
     assert abs(xc_metrics(top, test.Y, (1,))["P@1"] - fused) < 1e-9
     blocks = clf.predict_topk(_dask(test.X, 400), 5)  # each block answered on that worker

@@ -3,7 +3,9 @@
 Only wiring: the model is :meth:`SlideClassifier.load`'s (the whole model: network and,
 when saved with them, the neighbours' votes, centroids and trees), the metrics
 :meth:`SlideClassifier.evaluate`'s, the file read by the project's readers. Prints P@k,
-nDCG@k and PSP@k with the rows scored; ``--json`` keeps them.
+nDCG@k and PSP@k with the rows scored; ``--json`` keeps them. ``--filter-labels``
+leaves the pairs of the XC Repository's ``filter_labels_test.txt`` out of the answers first,
+as the published figures of its label-feature sets are scored.
 """
 
 from __future__ import annotations
@@ -57,6 +59,13 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
         help="score N rows spread over the file (as dslide train's --eval-points; "
         "default: every row)",
     )
+    p.add_argument(
+        "--filter-labels",
+        metavar="PAIRS",
+        help="leave labels out of each row's answers before scoring: a file of 'row label' "
+        "lines, 0-based (the XC Repository's filter_labels_test.txt, as published figures "
+        "on its label-feature sets are scored)",
+    )
     p.add_argument("--json", metavar="OUT", help="also write the metrics to OUT (path or URL)")
     p.add_argument(
         "--threads", type=positive_int, metavar="T", help="compute threads (default: cores)"
@@ -74,7 +83,9 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from dslide_dask import SlideClassifier
+    from dslide_dask.data.dataset import spread_rows
     from dslide_dask.data.inputs import check_fits
+    from dslide_dask.data.label_pairs import read_label_pairs
     from dslide_dask.data.source import open_source, read_dataset
     from dslide_dask.inference.model_cache import resolve
     from dslide_workflows.secrets import mask_text
@@ -98,12 +109,22 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if len(test) == 0:
         raise ValueError(f"{args.test}: no rows to score")
     total = len(test)
-    test = test.sample(args.max_rows)
-    scores = clf.evaluate(test.X, test.Y, ks=args.k)
+    exclude = None
+    if args.filter_labels:
+        exclude = read_label_pairs(args.filter_labels, total, n_labels, so)
+    rows = spread_rows(total, args.max_rows)
+    if rows is not None:
+        test = test.take(rows)
+        exclude = exclude.take_rows(rows) if exclude is not None else None
+    scores = clf.evaluate(test.X, test.Y, ks=args.k, exclude=exclude)
     seconds = time.perf_counter() - t0
-    rows = f"all {total:,} rows" if len(test) == total else f"{len(test):,} of {total:,} rows"
+    scored = f"all {total:,} rows" if len(test) == total else f"{len(test):,} of {total:,} rows"
     print(f"model: {mask_text(ckpt.url)} ({n_features:,} features, {n_labels:,} labels)")
-    print(f"test:  {mask_text(args.test)}: scored {rows} in {seconds:.1f} s")
+    print(f"test:  {mask_text(args.test)}: scored {scored} in {seconds:.1f} s")
+    if exclude is not None:
+        print(
+            f"left out: {len(exclude.indices):,} row-label pairs of {mask_text(args.filter_labels)}"
+        )
     for family in ("P", "nDCG", "PSP", "PSnDCG"):
         some = {
             f"{family}@{k}": scores[f"{family}@{k}"] for k in args.k if f"{family}@{k}" in scores
@@ -113,7 +134,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if "PSP@1" not in scores:
         print("(no PSP@k: the model was saved without its training label counts)")
     if args.json:
-        _write_json(args.json, so, ckpt.url, args.test, len(test), total, scores)
+        _write_json(args.json, so, ckpt.url, args, len(test), total, scores)
     return 0
 
 
@@ -131,14 +152,15 @@ def _check_writable(url: str, so: dict) -> None:
         raise ValueError(f"--json {url}: a folder, not a file name")
 
 
-def _write_json(url: str, so: dict, model: str, test: str, rows: int, total: int, scores):
+def _write_json(url: str, so: dict, model: str, args, rows: int, total: int, scores):
     import fsspec
 
     from dslide_workflows.secrets import mask_text
 
     record = {
         "model": mask_text(model),
-        "test": mask_text(test),
+        "test": mask_text(args.test),
+        "filter_labels": mask_text(args.filter_labels) if args.filter_labels else None,
         "rows": rows,
         "rows_total": total,
         "metrics": scores,

@@ -50,10 +50,16 @@ class XCDataset:
         """At most ``n`` rows spread evenly over the set, in their order (None: all).
         Not the first ``n``: XC files are often sorted (by label, by name), and a prefix
         then scores a model on one corner of the data."""
-        if n is None or n >= self.n_points:
-            return self
-        return self.take(np.linspace(0, self.n_points - 1, n).round().astype(np.int64))
+        rows = spread_rows(self.n_points, n)
+        return self if rows is None else self.take(rows)
 
     def batches(self, batch_size: int) -> Iterator[XCDataset]:
         for start in range(0, self.n_points, batch_size):
             yield self.slice(start, start + batch_size)
+
+
+def spread_rows(n_points: int, n: int | None) -> np.ndarray | None:
+    """The rows :meth:`XCDataset.sample` keeps of ``n_points`` (None: every row)."""
+    if n is None or n >= n_points:
+        return None
+    return np.linspace(0, n_points - 1, n).round().astype(np.int64)

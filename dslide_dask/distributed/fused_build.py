@@ -271,6 +271,10 @@ class RemoteFused:
 
         return write
 
+    def metric_args(self) -> dict:
+        """PSP@k's label counts (a number a label, brought here once)."""
+        return self._run(_metric_args)
+
     def chosen(self) -> tuple[tuple[float, ...], float]:
         """The fusion weights and tail exponent the fit chose (a few numbers)."""
         return self._run(_chosen)
@@ -311,6 +315,11 @@ def _load(url: str, storage_options: dict | None, trees: bool) -> FusedModel:
 @on_threads
 def _chosen(fused: FusedModel, coordinator, trees) -> tuple[tuple[float, ...], float]:
     return fused.weight, fused.fusion.tail
+
+
+@on_threads
+def _metric_args(fused: FusedModel, coordinator, trees) -> dict:
+    return fused.metric_args()
 
 
 @on_threads

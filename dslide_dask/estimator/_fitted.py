@@ -13,6 +13,7 @@ from dslide_dask.checkpoint.fused import check_fused, load_fused, save_fused
 from dslide_dask.checkpoint.label_counts import give_labels, load_label_counts, parts_with_labels
 from dslide_dask.checkpoint.model import config_of
 from dslide_dask.estimator import collections
+from dslide_dask.estimator._filtered import filtered_metrics
 from dslide_dask.estimator._inputs import _plain
 from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.local_trainer import LocalTrainer
@@ -311,7 +312,7 @@ class FittedMixin(EstimatorState):
         k = _plain(k)
         return self.evaluate(X, y, ks=(k,), exact=exact)[f"P@{k}"]
 
-    def evaluate(self, X, Y, ks=(1, 3, 5), exact: bool = True) -> dict[str, float]:
+    def evaluate(self, X, Y, ks=(1, 3, 5), exact: bool = True, *, exclude=None) -> dict[str, float]:
         """The extreme classification metrics of the predictions for ``X``.
 
         Parameters
@@ -324,6 +325,10 @@ class FittedMixin(EstimatorState):
             The cut-offs k.
         exact : bool, default=True
             Score every label; False: only those the LSH tables retrieve.
+        exclude : like ``Y``, or None, default=None
+            Labels left out of each row's answers before they are scored (the XC
+            Repository's ``filter_labels_test.txt``, read by
+            :func:`~dslide_dask.data.label_pairs.read_label_pairs`), ``Y``'s shape.
 
         Returns
         -------
@@ -334,6 +339,8 @@ class FittedMixin(EstimatorState):
         """
         self._check_fitted()
         ks = tuple(_plain(k) for k in ks)
+        if exclude is not None:
+            return filtered_metrics(self, X, Y, exclude, ks, bool(exact))
         cluster = self._cluster_trainer(X)
         built = getattr(self, "_fused_parts", None)
         remote = built if hasattr(built, "block_metrics") else None  # built on a worker

@@ -223,8 +223,12 @@ class FusedModel:
         """P@k, nDCG@k and PSP@k of the fused top-k of rows ``X`` with true labels ``Y``
         (propensities from the indexed rows)."""
         top, _ = self.topk(net, X, max(ks), exact, trees)
-        index = self.index
-        return xc_metrics(top, Y, ks, label_counts=index.label_counts, n_train=index.n_points)
+        return xc_metrics(top, Y, ks, **self.metric_args())
+
+    def metric_args(self) -> dict:
+        """PSP@k's ``label_counts`` and ``n_train`` for :func:`xc_metrics`: those of the
+        indexed rows (every training row, once the fit is over)."""
+        return {"label_counts": self.index.label_counts, "n_train": self.index.n_points}
 
 
 def served_neighbours(

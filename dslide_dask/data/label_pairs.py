@@ -1,0 +1,72 @@
+"""Pairs of a test row and a label to leave out of its answers: the XC Repository's
+``filter_labels_test.txt``.
+
+The label-feature sets (LF-AmazonTitles-131K, LF-WikiSeeAlso-320K and the like) link
+items to items, and a test item is often a label too: its own label, or one it links to
+both ways, is dropped from its predictions before P@k is taken (as pyxclib-based
+evaluations do), so published figures are filtered ones. The file holds one pair a line,
+``row label``, both 0-based, no header. Read here as a pattern matrix of the test set's
+rows, for :func:`~dslide_dask.metrics.drop_pairs`.
+"""
+
+from __future__ import annotations
+
+import fsspec
+import numpy as np
+
+from dslide_dask.data.csr import CSR
+from dslide_dask.errors import XCFormatError
+from dslide_dask.masking import masked_errors
+
+
+@masked_errors()  # a storage error names the URL: no credentials
+def read_label_pairs(
+    url: str, n_rows: int, n_labels: int, storage_options: dict | None = None
+) -> CSR:
+    """The pairs of ``url`` as a ``(n_rows, n_labels)`` pattern matrix.
+
+    A line that is not two whole numbers, or names a row or label past the test set's,
+    raises :class:`XCFormatError` naming the file and line. Blank lines are skipped and a
+    pair given twice counts once. Memory grows with the pairs read, never with a number
+    the file declares."""
+    rows, labels = [], []
+    opened = fsspec.open(
+        url,
+        "rt",
+        compression="infer",
+        encoding="utf-8",
+        errors="replace",
+        **(storage_options or {}),
+    )
+    with opened as f:
+        for line_no, line in enumerate(f, start=1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):
+                raise XCFormatError(
+                    url,
+                    line_no,
+                    f"expected two whole numbers 'row label', got {line.strip()[:40]!r}",
+                )
+            row, label = int(parts[0]), int(parts[1])
+            if row >= n_rows:
+                raise XCFormatError(
+                    url, line_no, f"row {parts[0][:24]} is past the test set's {n_rows:,} rows"
+                )
+            if label >= n_labels:
+                raise XCFormatError(
+                    url, line_no, f"label {parts[1][:24]} is past the model's {n_labels:,} labels"
+                )
+            rows.append(row)
+            labels.append(label)
+    return pairs_matrix(np.asarray(rows, np.int64), np.asarray(labels, np.int64), n_rows, n_labels)
+
+
+def pairs_matrix(rows: np.ndarray, labels: np.ndarray, n_rows: int, n_labels: int) -> CSR:
+    """``(row, label)`` pairs (in range) as a pattern matrix, each row's labels sorted
+    and given once."""
+    keys = np.unique(rows * np.int64(n_labels) + labels)
+    counts = np.bincount(keys // n_labels, minlength=n_rows)
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    return CSR(indptr, keys % n_labels, None, n_labels)

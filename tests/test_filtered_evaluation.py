@@ -1,0 +1,116 @@
+"""Labels left out of each row's answers before they are scored (the XC Repository's
+``filter_labels_test.txt``): read with the file and line of a bad pair, applied to the
+model's own answer by ``evaluate`` and ``dslide evaluate``, and no pairs score as no
+filter on every path (the fused parts here, the network alone, a cluster's)."""
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dslide_dask import SlideClassifier
+from dslide_dask.data.label_pairs import pairs_matrix, read_label_pairs
+from dslide_dask.data.xc_text import write_xc
+from dslide_dask.errors import XCFormatError
+from dslide_dask.metrics import drop_pairs, xc_metrics
+from dslide_workflows.cli import main
+from tests.conftest import no_pairs
+
+
+def test_pairs_are_read_as_a_matrix_of_the_test_rows(tmp_path):
+    path = tmp_path / "filter_labels_test.txt"
+    path.write_text("0 5\n2 1\n\n0\t3\n0 5\n")
+    pairs = read_label_pairs(str(path), 3, 6)
+    assert pairs.indptr.tolist() == [0, 2, 2, 3] and pairs.indices.tolist() == [3, 5, 1]
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("0 5\n1\n", ":2: expected two whole numbers 'row label', got '1'"),
+        ("0 -5\n", ":1: expected two whole numbers"),
+        ("0 1 2\n", ":1: expected two whole numbers"),
+        ("3 1\n", ":1: row 3 is past the test set's 3 rows"),
+        ("0 6\n", ":1: label 6 is past the model's 6 labels"),
+    ],
+    ids=["one-number", "negative", "three-numbers", "row-past", "label-past"],
+)
+def test_a_bad_pair_names_its_file_and_line(tmp_path, text, says):
+    path = tmp_path / "pairs.txt"
+    path.write_text(text)
+    with pytest.raises(XCFormatError) as err:
+        read_label_pairs(str(path), 3, 6)
+    assert str(err.value).startswith(f"{path}{says}")
+
+
+def test_dropping_pairs_keeps_the_other_answers_in_their_order():
+    rng = np.random.default_rng(0)
+    top = np.stack([rng.permutation(50)[:12] for _ in range(40)])
+    top[3, 9:] = -1  # a row with fewer answers
+    rows, labels = rng.integers(0, 40, 200), rng.integers(0, 50, 200)
+    got = drop_pairs(top, pairs_matrix(rows, labels, 40, 50), 5)
+    pairs = set(zip(rows.tolist(), labels.tolist(), strict=True))
+    for i, answers in enumerate(top.tolist()):
+        want = [a for a in answers if a >= 0 and (i, a) not in pairs][:5]
+        assert got[i].tolist() == want + [-1] * (5 - len(want))
+
+
+@pytest.fixture(scope="module", params=["fused", "network alone"])
+def model(request, tiny):
+    train, _ = tiny
+    alone = {"neighbours": 0} if request.param == "network alone" else {}
+    return SlideClassifier(epochs=1, random_state=0, **alone).fit(train.X, train.Y)
+
+
+def test_no_pairs_score_as_no_filter(model, tiny):
+    _, test = tiny
+    want = model.evaluate(test.X, test.Y)
+    got = model.evaluate(test.X, test.Y, exclude=no_pairs(len(test), test.n_labels))
+    assert {"P@1", "P@5", "nDCG@5", "PSP@1", "PSP@5", "PSnDCG@5"} <= set(got)
+    assert got == pytest.approx({name: want[name] for name in got}, abs=1e-12)
+
+
+def test_each_rows_first_answer_left_out_scores_its_next_five(model, tiny):
+    _, test = tiny
+    top = model.predict_topk(test.X, 6)
+    first = pairs_matrix(np.arange(len(top)), top[:, 0], len(top), test.n_labels)
+    indicator = sp.csr_matrix(  # as a pyxclib user holds it
+        (np.ones(len(top)), first.indices, first.indptr), shape=(len(top), test.n_labels)
+    )
+    got = model.evaluate(test.X, test.Y, exclude=indicator)
+    want = xc_metrics(top[:, 1:], test.Y, (1, 3, 5))
+    assert got["P@1"] < model.evaluate(test.X, test.Y)["P@1"]
+    assert {name: got[name] for name in want} == pytest.approx(want, abs=1e-12)
+
+
+def test_pairs_of_other_rows_are_refused(model, tiny):
+    _, test = tiny
+    with pytest.raises(ValueError, match=f"exclude has 3 rows, Y {len(test):,}"):
+        model.evaluate(test.X, test.Y, exclude=no_pairs(3, test.n_labels))
+
+
+def test_dslide_evaluate_filter_labels_scores_as_the_api(model, tiny, tmp_path, capsys):
+    _, test = tiny
+    folder, test_url = str(tmp_path / "model"), str(tmp_path / "test.txt")
+    model.save(folder)
+    write_xc(test_url, test)
+    rows = np.arange(0, len(test), 2)  # every other row's first answer left out
+    labels = model.predict_topk(test.X, 1)[rows, 0]
+    pairs = tmp_path / "filter_labels_test.txt"
+    pairs.write_text("".join(f"{r} {label}\n" for r, label in zip(rows, labels, strict=True)))
+    exclude = pairs_matrix(rows, labels, len(test), test.n_labels)
+    want = SlideClassifier.load(folder).evaluate(test.X, test.Y, exclude=exclude)
+    argv = ["evaluate", folder, test_url, "--filter-labels", str(pairs)]
+    assert main([*argv, "--json", str(tmp_path / "m.json")]) == 0
+    out = capsys.readouterr().out
+    assert f"left out: {len(rows):,} row-label pairs" in out
+    for name in ("P@1", "P@5", "PSP@5"):
+        assert f"{name} {want[name]:.4f}" in out, (name, out)
+    saved = json.loads((tmp_path / "m.json").read_text())
+    assert saved["filter_labels"] == str(pairs) and saved["metrics"] == pytest.approx(want)
+    pairs.write_text(f"0 {test.n_labels}\n")
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    says = f"{pairs}:1: label {test.n_labels} is past the model's {test.n_labels:,} labels"
+    assert err == [f"dslide: error: {says}"]
