@@ -158,6 +158,50 @@ def test_url_data_are_shuffled_before_the_prefix_is_taken(tmp_path: Path, tiny_f
     assert not np.array_equal(got.Y.indptr, first.Y.indptr)  # not the file's first rows
 
 
+def _first_labels(test: Path, path: Path) -> None:
+    """A filter file leaving out each test row's smallest label id."""
+    from dslide_dask.data.xc_text import read_xc
+
+    Y = read_xc(str(test)).Y
+    rows = [i for i in range(Y.n_rows) if len(Y.row(i))]
+    path.write_text("".join(f"{i} {int(Y.row(i).min())}\n" for i in rows))
+
+
+def test_the_filters_pairs_follow_their_rows_through_the_shuffle(tmp_path: Path, tiny_files):
+    from dslide_workflows.bench.data import load_datasets, load_exclusions
+
+    train, test, _ = tiny_files
+    _first_labels(test, tmp_path / "filter.txt")
+    args = argparse.Namespace(
+        preset=None, train=str(train), test=str(test), train_points=100, test_points=50,
+        data_seed=0, storage_option=[], filter_labels=str(tmp_path / "filter.txt"),
+    )  # fmt: skip
+    path, info = accuracy.prepare_data(args, tmp_path)
+    _, got = load_datasets(path)
+    excluded = load_exclusions(path)
+    assert excluded.n_rows == got.n_points == 50 and info["excluded_pairs"] > 0
+    for i in range(50):
+        labels = got.Y.row(i)
+        assert excluded.row(i).tolist() == ([int(labels.min())] if len(labels) else [])
+
+
+def test_every_true_label_filtered_scores_zero(capsys, tmp_path: Path, tiny_files) -> None:
+    train, test, _ = tiny_files
+    pairs = tmp_path / "filter.txt"
+    from dslide_dask.data.xc_text import read_xc
+
+    Y = read_xc(str(test)).Y
+    pairs.write_text("".join(f"{i} {label}\n" for i in range(Y.n_rows) for label in Y.row(i)))
+    argv = ["bench", "accuracy", "--train", str(train), "--test", str(test)]
+    argv += ["--contenders", "engine-network", "--epochs", "1", "--threads", "1"]
+    code, out, _ = run(
+        capsys, *argv, "--filter-labels", str(pairs), "--json", str(tmp_path / "a.json")
+    )
+    assert code == 0 and f", {Y.nnz} test pairs filtered;" in out
+    (result,) = json.loads((tmp_path / "a.json").read_text())["results"]
+    assert result["P@1"] == result["P@5"] == result["PSP@5"] == 0.0  # only wrong labels left
+
+
 @pytest.mark.slow
 def test_repeats_run_each_contender_with_the_next_seeds(capsys, tmp_path: Path, tiny_files) -> None:
     train, test, _ = tiny_files
@@ -216,6 +260,7 @@ def test_seedless_runs_are_numbered_and_the_share_pairs_runs() -> None:
         (["--preset", "tiny", "--train", "a", "--test", "b"], ["--preset"]),
         (["--preset", "tiny", "--contenders", "engine,bogus"], ["bogus"]),
         (["--preset", "tiny", "--engine-opt", "K=0"], ["K"]),
+        (["--preset", "tiny", "--filter-labels", "f.txt"], ["--filter-labels", "--test"]),
         (
             ["--preset", "tiny", "--contenders", "engine-tree", "--engine-opt", "label_tree=0"],
             ["engine-tree", "label_tree"],

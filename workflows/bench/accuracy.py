@@ -46,10 +46,10 @@ from dslide_workflows.args import add_storage_arguments, positive_int
 from dslide_workflows.bench import engine as engine_bench
 from dslide_workflows.bench import trees
 from dslide_workflows.bench.accuracy_report import format_report, plot_p1
-from dslide_workflows.bench.contender import PRESET_POINTS, prepare_data
+from dslide_workflows.bench.contender import FILTER_HELP, PRESET_POINTS, prepare_data
 from dslide_workflows.bench.data import load_datasets
 from dslide_workflows.bench.flags import add_preset
-from dslide_workflows.bench.trees import KS, scorer
+from dslide_workflows.bench.trees import answer_width, scorer
 from dslide_workflows.classifier import make_classifier
 
 SUMMARY = "time to accuracy: SLIDE engine vs dense PyTorch and label-tree libraries"
@@ -85,6 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             help=f"use the first N points of the shuffled {split} split (default: all of "
             f"a URL's, {n} of a preset's)",
         )
+    d.add_argument("--filter-labels", metavar="URL", help=FILTER_HELP)
     d.add_argument("--data-seed", type=int, default=0, help="shuffle/generator seed (default: 0)")
     d.add_argument("--cache-dir", type=Path, default=None, help="cache of generated presets")
     d.add_argument("--refresh-data", action="store_true", help="regenerate a preset if cached")
@@ -153,10 +154,11 @@ def _contender_list(text: str) -> tuple[str, ...]:
 # -- data --------------------------------------------------------------------------------------
 def _describe(info: dict[str, Any], train, test) -> str:
     name = info.get("preset") or f"{info['train']} / {info['test']}"
+    pairs = f", {info['excluded_pairs']} test pairs filtered" if "excluded_pairs" in info else ""
     return (
         f"{name}: {train.n_points} train / {test.n_points} test points, {train.n_features} "
         f"features, {train.n_labels} labels, {train.Y.nnz / max(train.n_points, 1):.1f} "
-        "labels a point"
+        f"labels a point{pairs}"
     )
 
 
@@ -189,7 +191,7 @@ def run_engine(
             # the model returned, and the whole fit's seconds, replace the epoch's point
             curve.pop()
         t = time.perf_counter()
-        topk = clf.predict_topk(test.X, max(KS))
+        topk = clf.predict_topk(test.X, answer_width(config))
         point = {"epoch": step / steps_per_epoch, "step": step, "samples": seen[0], "fitted": final}
         curve.append({**point, "seconds": t - t0 - paused[0], **score(topk)})
         paused[0] += time.perf_counter() - t
@@ -236,7 +238,7 @@ def run_engine_tree(train, test, config: dict[str, Any]) -> dict[str, Any]:
     fused = clf.fused_model()
     if fused is None or not fused.index.trees:
         raise ValueError("engine-tree: the fit built no label tree (neighbours or label_tree 0)")
-    ids, _ = fused.index.tree_search(test.X, SEARCH_BEAM, max(KS))
+    ids, _ = fused.index.tree_search(test.X, SEARCH_BEAM, answer_width(config))
     clf.close()
     params = {k: v for k, v in clf.get_params().items() if k != "client"}
     return {**trees.tree_result("engine-tree", seconds, score(ids)), "params": params}
@@ -257,7 +259,7 @@ def run_engine_ensemble(train, test, config: dict[str, Any]) -> dict[str, Any]:
         t = time.perf_counter()
         point = {"members": member + 1, "epoch": (member + 1) * base.epochs}
         point["samples"] = point["epoch"] * train.n_points
-        topk = ensemble.predict_topk(test.X, max(KS))
+        topk = ensemble.predict_topk(test.X, answer_width(config))
         curve.append({**point, "seconds": t - t0 - paused[0], **score(topk)})
         paused[0] += time.perf_counter() - t
 
@@ -299,7 +301,9 @@ def run_dense(train, test, config: dict[str, Any]) -> dict[str, Any]:
     curve: list[dict[str, Any]] = []
 
     def on_epoch(epoch: int, seconds: float, topk: Callable) -> None:
-        curve.append({"epoch": epoch, "seconds": seconds, **score(topk(test.X))})
+        curve.append(
+            {"epoch": epoch, "seconds": seconds, **score(topk(test.X, answer_width(config)))}
+        )
 
     out = engine_bench.run_dense(train, test, config, on_epoch=on_epoch)
     return {**out, **curve[-1], "contender": "dense", "curve": curve}
@@ -347,6 +351,7 @@ def run(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="dslide-bench-accuracy-") as tmp:
         data, info = prepare_data(args, Path(tmp))
+        config.update(data=str(data), excluded_widest=info.pop("excluded_widest", 0))
         train, test = load_datasets(data)
         description = _describe(info, train, test)
         if "omikuji" in args.contenders and "omikuji" not in missing:

@@ -17,8 +17,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dslide_workflows.args import storage_options
-from dslide_workflows.bench.data import bench_data, check_data_args, load_datasets, save_datasets
+from dslide_workflows.bench.data import (
+    bench_data,
+    check_data_args,
+    load_datasets,
+    save_datasets,
+    save_exclusions,
+)
 from dslide_workflows.bench.host import busy_cpu_seconds
 from dslide_workflows.errors import JobFailed
 
@@ -111,9 +119,19 @@ def bench_main(
     return 0
 
 
+#: ``--filter-labels``' help.
+FILTER_HELP = (
+    "with --test: 'row label' pairs (0-based) left out of each test row's answers before "
+    "every contender is scored (the XC Repository's filter_labels_test.txt)"
+)
+
+
 def prepare_data(args: argparse.Namespace, folder: Path) -> tuple[Path, dict[str, Any]]:
     """The .npz the contenders load (shuffled prefixes of train and test) and a
-    description; URL data are read once here, presets come from bench engine's cache."""
+    description; URL data are read once here, presets come from bench engine's cache.
+    ``--filter-labels``' pairs are shuffled with their rows and saved beside them."""
+    if getattr(args, "filter_labels", None) and args.preset is not None:
+        raise ValueError("--filter-labels: pairs of the rows of --test, not of a preset")
     if args.preset is not None:
         spec = check_data_args(args.preset, 1, 1)
         n_train = args.train_points or min(PRESET_POINTS[0], spec.n_train)
@@ -122,6 +140,7 @@ def prepare_data(args: argparse.Namespace, folder: Path) -> tuple[Path, dict[str
             args.preset, n_train, n_test, args.data_seed, args.cache_dir, args.refresh_data
         )
     from dslide_dask.data.batches import load
+    from dslide_dask.data.label_pairs import read_label_pairs
 
     t0 = time.perf_counter()
     so = storage_options(args.storage_option) or None
@@ -133,10 +152,20 @@ def prepare_data(args: argparse.Namespace, folder: Path) -> tuple[Path, dict[str
         )
     # real XC files are often sorted by label: shuffle before taking prefixes
     train = train.shuffled(args.data_seed).slice(0, args.train_points or train.n_points)
-    test = test.shuffled(args.data_seed + 1).slice(0, args.test_points or test.n_points)
+    order = np.random.default_rng(args.data_seed + 1).permutation(test.n_points)
+    kept = order[: args.test_points or test.n_points]
+    exclude = None
+    if getattr(args, "filter_labels", None):  # the pairs follow their rows through the shuffle
+        pairs = read_label_pairs(args.filter_labels, test.n_points, test.n_labels, so)
+        exclude = pairs.take_rows(kept)
+    test = test.take(kept)
     path = folder / "data.npz"
     save_datasets(path, train, test)
-    print(f"data: read {args.train} and {args.test} in {time.perf_counter() - t0:.1f} s")
     info = {"train": args.train, "test": args.test, "seed": args.data_seed}
+    if exclude is not None:
+        save_exclusions(path, exclude)
+        info.update(filter_labels=args.filter_labels, excluded_pairs=len(exclude.indices))
+        info["excluded_widest"] = int(np.diff(exclude.indptr).max(initial=0))
+    print(f"data: read {args.train} and {args.test} in {time.perf_counter() - t0:.1f} s")
     info.update(train_points=train.n_points, test_points=test.n_points)
     return path, info

@@ -96,6 +96,26 @@ def save_datasets(path: Path, train, test) -> None:
     os.replace(f.name, path)
 
 
+def save_exclusions(path: Path, exclude) -> None:
+    """The test rows' excluded pairs (``--filter-labels``, a pattern CSR) beside the data
+    sets in ``path``'s folder."""
+    np.savez(
+        _exclusions(path), indptr=exclude.indptr, indices=exclude.indices, n_cols=exclude.n_cols
+    )
+
+
+def load_exclusions(path: Path):
+    """The pattern CSR :func:`save_exclusions` wrote for the data sets at ``path``."""
+    from dslide_dask.data import CSR
+
+    with np.load(_exclusions(path)) as z:
+        return CSR(z["indptr"], z["indices"], None, int(z["n_cols"]))
+
+
+def _exclusions(path: Path) -> Path:
+    return path.with_name(f"{path.stem}-excluded.npz")
+
+
 def load_datasets(path: Path):
     """The (train, test) XCDatasets written by :func:`save_datasets`."""
     from dslide_dask.data import CSR, XCDataset

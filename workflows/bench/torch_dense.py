@@ -23,6 +23,7 @@ Rows without labels add nothing to the loss. Exact top-k for evaluation.
 
 from __future__ import annotations
 
+import functools
 import resource
 import sys
 import time
@@ -178,7 +179,7 @@ def train_dense(
     seed: int = 0,
     input_layer: str = "embedding_bag",
     progress: Callable[[int, int], None] | None = None,
-    on_epoch: Callable[[int, float, Callable[[CSR], np.ndarray]], None] | None = None,
+    on_epoch: Callable[[int, float, Callable[..., np.ndarray]], None] | None = None,
 ) -> dict[str, Any]:
     """Train the dense baseline on ``train`` and evaluate P@1/3/5 on ``test``.
 
@@ -186,7 +187,7 @@ def train_dense(
     reshuffle. ``train_seconds`` covers model construction and all epochs, not evaluation;
     ``first_batch_seconds`` is construction plus the first batch. ``progress(step,
     samples)`` is called after every batch; ``on_epoch(epoch, train_seconds, topk)``
-    after every epoch, with ``topk(X)`` the top-5 labels of rows ``X``; its time is not
+    after every epoch, with ``topk(X, k=5)`` the top-k labels of rows ``X``; its time is not
     counted as training time.
     """
     torch = _import_torch()
@@ -220,7 +221,7 @@ def train_dense(
                 progress(n_batches, samples)
         if on_epoch is not None:
             paused, cpu_paused = time.perf_counter(), time.process_time()
-            on_epoch(epoch + 1, paused - start, lambda X: predict_topk(model, X, 5))
+            on_epoch(epoch + 1, paused - start, functools.partial(predict_topk, model))
             start += time.perf_counter() - paused  # evaluating is not training
             cpu_start += time.process_time() - cpu_paused
     train_seconds = time.perf_counter() - start

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,12 +44,26 @@ INSTALL = {
 PECOS_BOUNDS = {"numpy": (2, 0), "scipy": (1, 14)}
 
 
+def answer_width(config: dict[str, Any]) -> int:
+    """The labels each contender answers a test row with: the largest k, and as many more
+    as any row's excluded pairs (``--filter-labels``) take out again."""
+    return max(KS) + int(config.get("excluded_widest", 0))
+
+
 def scorer(train, test, config: dict[str, Any]) -> Callable[[np.ndarray], dict[str, float]]:
-    """Top-k predictions on ``test`` -> metrics, with propensities from ``train``."""
-    from dslide_dask.metrics import label_counts, xc_metrics
+    """Top-k predictions on ``test`` -> metrics, with propensities from ``train``, each
+    row's excluded pairs (``--filter-labels``) left out of its answer first."""
+    from dslide_dask.metrics import drop_pairs, label_counts, xc_metrics
+    from dslide_workflows.bench.data import load_exclusions
 
     counts, (A, B) = label_counts(train.Y), config["propensity"]
-    return lambda topk: xc_metrics(topk, test.Y, KS, counts, train.n_points, A, B)
+    exclude = load_exclusions(Path(config["data"])) if config.get("excluded_widest") else None
+
+    def score(topk: np.ndarray) -> dict[str, float]:
+        kept = topk if exclude is None else drop_pairs(topk, exclude, max(KS))
+        return xc_metrics(kept, test.Y, KS, counts, train.n_points, A, B)
+
+    return score
 
 
 def pecos_conflict(versions: dict[str, str] | None = None) -> str | None:
@@ -112,9 +127,10 @@ def run_omikuji(train, test, config: dict[str, Any]) -> dict[str, Any]:
         )
     seconds = time.perf_counter() - t0
     model.init_prediction_thread_pool(threads)
-    topk = np.full((test.n_points, max(KS)), -1, np.int64)
+    width = answer_width(config)
+    topk = np.full((test.n_points, width), -1, np.int64)
     for i, row in enumerate(omikuji_rows(test.X)):
-        pred = model.predict(row, top_k=max(KS))
+        pred = model.predict(row, top_k=width)
         topk[i, : len(pred)] = [label for label, _ in pred]
     return tree_result("omikuji", seconds, scorer(train, test, config)(topk))
 
@@ -130,8 +146,8 @@ def run_napkinxc(train, test, config: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         model.fit(X, Y)
         seconds = time.perf_counter() - t0
-        pred = model.predict(scipy_csr(test.X), top_k=max(KS))
-    topk = np.full((test.n_points, max(KS)), -1, np.int64)
+        pred = model.predict(scipy_csr(test.X), top_k=answer_width(config))
+    topk = np.full((test.n_points, answer_width(config)), -1, np.int64)
     for i, labels in enumerate(pred):
         topk[i, : len(labels)] = labels
     return tree_result("napkinxc", seconds, scorer(train, test, config)(topk))
@@ -145,10 +161,11 @@ def run_pecos(train, test, config: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     model = train_pecos(train, threads, seed)
     seconds = time.perf_counter() - t0
+    width = answer_width(config)
     pred = model.predict(
-        scipy_csr(test.X, np.float32), beam_size=10, only_topk=max(KS), threads=threads
+        scipy_csr(test.X, np.float32), beam_size=10, only_topk=width, threads=threads
     ).tocsr()
-    return tree_result("pecos", seconds, scorer(train, test, config)(_csr_topk(pred, max(KS))))
+    return tree_result("pecos", seconds, scorer(train, test, config)(_csr_topk(pred, width)))
 
 
 def train_pecos(train, threads: int, seed: int):
