@@ -260,6 +260,25 @@ class TrainingLabels:
         return {"label_counts": self.counts * (self.n_points / self.rows), "n_train": self.n_points}
 
 
+#: The most labels a row may leave out of its answer: every row's answer is widened by
+#: the most any row leaves out (rows x that many ids), so one row's list sizes the whole.
+MAX_EXCLUDED = 1000
+
+
+def widest_exclusion(exclude: CSR) -> int:
+    """The most labels a row of ``exclude`` leaves out, at most :data:`MAX_EXCLUDED`."""
+    counts = np.diff(exclude.indptr)
+    widest = int(counts.max(initial=0))
+    if widest > MAX_EXCLUDED:
+        row = int(np.argmax(counts))
+        raise ValueError(
+            f"row {row} leaves {widest:,} labels out of its answer, more than the "
+            f"{MAX_EXCLUDED:,} a row may: every row's answer is widened by the most any "
+            "row leaves out"
+        )
+    return widest
+
+
 def excluded_pairs(exclude, n_rows: int, n_labels: int) -> CSR:
     """``evaluate``'s ``exclude`` (label sets as ``Y`` gives them) as a pattern matrix of
     the ``n_rows`` rows scored."""
@@ -272,8 +291,8 @@ def excluded_pairs(exclude, n_rows: int, n_labels: int) -> CSR:
 def topk_without(topk_of: Callable[[int], np.ndarray], exclude: CSR, k: int) -> np.ndarray:
     """The ``k`` best ids a row keeps once ``exclude``'s labels are left out of the answer
     ``topk_of(width)`` gives: asked for ``k`` plus the most labels any row leaves out."""
-    widest = int(np.diff(exclude.indptr).max(initial=0))
-    return drop_pairs(np.asarray(topk_of(min(k + widest, exclude.n_cols))), exclude, k)
+    width = min(k + widest_exclusion(exclude), exclude.n_cols)
+    return drop_pairs(np.asarray(topk_of(width)), exclude, k)
 
 
 def drop_pairs(topk: np.ndarray, exclude: CSR, k: int) -> np.ndarray:

@@ -44,6 +44,21 @@ def test_a_bad_pair_names_its_file_and_line(tmp_path, text, says):
     assert str(err.value).startswith(f"{path}{says}")
 
 
+def test_a_row_leaving_out_more_than_a_thousand_labels_is_refused(tmp_path, model, tiny):
+    path = tmp_path / "pairs.txt"
+    path.write_text("".join(f"1 {label}\n" for label in range(1001)))
+    with pytest.raises(XCFormatError, match=r"pairs.txt: row 1 leaves 1,001 labels out .* 1,000"):
+        read_label_pairs(str(path), 3, 2000)
+    _, test = tiny  # 1,000 labels: a row leaving out all of them is within the bound
+    every = pairs_matrix(
+        np.zeros(test.n_labels, np.int64), np.arange(test.n_labels), len(test), test.n_labels
+    )
+    top = model.predict_topk(test.X, 5)
+    top[0] = -1  # row 0 answers nothing
+    got = model.evaluate(test.X, test.Y, exclude=every)
+    assert got["P@1"] == pytest.approx(xc_metrics(top, test.Y, (1,))["P@1"], abs=1e-12)
+
+
 def test_dropping_pairs_keeps_the_other_answers_in_their_order():
     rng = np.random.default_rng(0)
     top = np.stack([rng.permutation(50)[:12] for _ in range(40)])

@@ -17,6 +17,7 @@ import numpy as np
 from dslide_dask.data.csr import CSR
 from dslide_dask.errors import XCFormatError
 from dslide_dask.masking import masked_errors
+from dslide_dask.metrics import widest_exclusion
 
 
 @masked_errors()  # a storage error names the URL: no credentials
@@ -26,9 +27,10 @@ def read_label_pairs(
     """The pairs of ``url`` as a ``(n_rows, n_labels)`` pattern matrix.
 
     A line that is not two whole numbers, or names a row or label past the test set's,
-    raises :class:`XCFormatError` naming the file and line. Blank lines are skipped and a
-    pair given twice counts once. Memory grows with the pairs read, never with a number
-    the file declares."""
+    raises :class:`XCFormatError` naming the file and line, and so does a row that leaves
+    out more than :data:`~dslide_dask.metrics.MAX_EXCLUDED` labels. Blank lines are
+    skipped and a pair given twice counts once. Memory grows with the pairs read, never
+    with a number the file declares."""
     rows, labels = [], []
     opened = fsspec.open(
         url,
@@ -60,7 +62,12 @@ def read_label_pairs(
                 )
             rows.append(row)
             labels.append(label)
-    return pairs_matrix(np.asarray(rows, np.int64), np.asarray(labels, np.int64), n_rows, n_labels)
+    pairs = pairs_matrix(np.asarray(rows, np.int64), np.asarray(labels, np.int64), n_rows, n_labels)
+    try:
+        widest_exclusion(pairs)
+    except ValueError as e:
+        raise XCFormatError(url, None, str(e)) from None
+    return pairs
 
 
 def pairs_matrix(rows: np.ndarray, labels: np.ndarray, n_rows: int, n_labels: int) -> CSR:

@@ -141,6 +141,7 @@ def prepare_data(args: argparse.Namespace, folder: Path) -> tuple[Path, dict[str
         )
     from dslide_dask.data.batches import load
     from dslide_dask.data.label_pairs import read_label_pairs
+    from dslide_dask.metrics import widest_exclusion
 
     t0 = time.perf_counter()
     so = storage_options(args.storage_option) or None
@@ -165,7 +166,7 @@ def prepare_data(args: argparse.Namespace, folder: Path) -> tuple[Path, dict[str
     if exclude is not None:
         save_exclusions(path, exclude)
         info.update(filter_labels=args.filter_labels, excluded_pairs=len(exclude.indices))
-        info["excluded_widest"] = int(np.diff(exclude.indptr).max(initial=0))
+        info["excluded_widest"] = widest_exclusion(exclude)
     print(f"data: read {args.train} and {args.test} in {time.perf_counter() - t0:.1f} s")
     info.update(train_points=train.n_points, test_points=test.n_points)
     return path, info
