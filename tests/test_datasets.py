@@ -17,7 +17,7 @@ from dslide_workflows.datasets.features import (
     tfidf_rows,
     tokenize,
 )
-from dslide_workflows.datasets.xc_build import LABEL_ROWS, Point, is_train, prune
+from dslide_workflows.datasets.xc_build import FILTER_TEST, LABEL_ROWS, Point, is_train, prune
 
 ARCH = "amd64"
 PACKAGES = f"deb.example.org_debian_dists_stable_main_binary-{ARCH}_Packages"
@@ -192,6 +192,24 @@ def test_debian_builder_end_to_end(tmp_path):
     debian.build(str(again), str(tmp_path / "lists"), ARCH)
     for name in ("train.txt", "test.txt", "labels.txt", "features.txt", "stats.json"):
         assert (out / name).read_bytes() == (again / name).read_bytes()
+
+
+def test_a_test_row_that_is_a_label_is_paired_with_it_to_filter(tmp_path):
+    owners = write_lists(tmp_path / "lists")
+    debian.build(str(tmp_path / "plain"), str(tmp_path / "lists"), ARCH)
+    assert not (tmp_path / "plain" / FILTER_TEST).exists()  # no test row is a label
+    test_names = sorted(p for p, s in owners.items() if not is_train(s))
+    own = test_names[1]
+    packages = tmp_path / "lists" / PACKAGES  # everything depends on a test package too
+    packages.write_text(packages.read_text().replace("Depends: libc6", f"Depends: {own}, libc6"))
+    out = tmp_path / "out"
+    stats = debian.build(str(out), str(tmp_path / "lists"), ARCH)
+    labels = (out / "labels.txt").read_text().split("\n")[:-1]
+    lines = (out / FILTER_TEST).read_text().splitlines()
+    assert lines == [f"1 {labels.index(own)}"] and stats["filter_labels_test"] == 1
+    test = read_xc(str(out / "test.txt"))
+    assert labels.index(own) not in test.Y.row(1)  # never its own label
+    assert labels.index(own) in test.Y.row(0)  # a true label of the others
 
 
 def test_split_keeps_the_binaries_of_a_source_together():

@@ -32,6 +32,9 @@ TRAIN_PERCENT = 80
 QUANTILES = (0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1)
 #: The labels' own rows (:func:`label_rows`): train on ``train*.txt`` to have them.
 LABEL_ROWS = "train-label-rows.txt"
+#: Each test row's own item among the labels (:func:`own_label_pairs`), as the XC
+#: Repository's label-feature sets name it.
+FILTER_TEST = "filter_labels_test.txt"
 
 
 @dataclass
@@ -195,11 +198,22 @@ def own_rows(X: CSR) -> XCDataset:
     return XCDataset(X.take_rows(kept), CSR.from_lists([[int(i)] for i in kept], X.n_rows))
 
 
+def own_label_pairs(built: Built) -> list[tuple[int, int]]:
+    """``(test row, label)`` where the label is the test row's own package: never a true
+    label of it, and the one a model that reads the labels' names is drawn to. The XC
+    Repository's label-feature sets, whose items are labels too, ship these pairs as
+    ``filter_labels_test.txt`` and score without them; so do sets built here."""
+    label_ids = {lab: i for i, lab in enumerate(built.labels)}
+    test = [p for p in built.points if not p.train]  # assemble's order of the test rows
+    return [(row, label_ids[p.name]) for row, p in enumerate(test) if p.name in label_ids]
+
+
 def write_dataset(
     out: str, built: Built, stats: dict, label_text: Callable[[str], str] | None = None
 ) -> None:
     """train.txt, test.txt, labels.txt, features.txt and stats.json under ``out``; given
-    ``label_text`` (a label's words), train-label-rows.txt too (:func:`label_rows`)."""
+    ``label_text`` (a label's words), train-label-rows.txt too (:func:`label_rows`); where
+    test rows are labels too, filter_labels_test.txt (:func:`own_label_pairs`)."""
     os.makedirs(out, exist_ok=True)
     write_xc(os.path.join(out, "train.txt"), built.train)
     if label_text is not None:
@@ -207,6 +221,10 @@ def write_dataset(
         write_xc(os.path.join(out, LABEL_ROWS), rows)
         stats["label_rows"] = rows.n_points
     write_xc(os.path.join(out, "test.txt"), built.test)
+    if pairs := own_label_pairs(built):
+        with open(os.path.join(out, FILTER_TEST), "w", encoding="utf-8") as f:
+            f.writelines(f"{row} {label}\n" for row, label in pairs)
+        stats["filter_labels_test"] = len(pairs)
     for name, items in (("labels.txt", built.labels), ("features.txt", built.features)):
         with open(os.path.join(out, name), "w", encoding="utf-8") as f:
             f.writelines(item + "\n" for item in items)
