@@ -10,6 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 from dslide_dask import SlideClassifier
+from dslide_dask.data.dataset import spread_rows
 from dslide_dask.data.label_pairs import pairs_matrix, read_label_pairs
 from dslide_dask.data.xc_text import write_xc
 from dslide_dask.errors import XCFormatError
@@ -124,6 +125,13 @@ def test_dslide_evaluate_filter_labels_scores_as_the_api(model, tiny, tmp_path, 
         assert f"{name} {want[name]:.4f}" in out, (name, out)
     saved = json.loads((tmp_path / "m.json").read_text())
     assert saved["filter_labels"] == str(pairs) and saved["metrics"] == pytest.approx(want)
+    kept = spread_rows(len(test), 101)  # --max-rows: the pairs of the rows scored
+    sub = test.take(kept)
+    some = SlideClassifier.load(folder).evaluate(sub.X, sub.Y, exclude=exclude.take_rows(kept))
+    assert main([*argv, "--max-rows", "101", "--json", str(tmp_path / "m.json")]) == 0
+    assert json.loads((tmp_path / "m.json").read_text())["metrics"] == pytest.approx(some)
+    assert some["P@1"] != pytest.approx(want["P@1"])  # other rows than the whole set's
+    capsys.readouterr()
     pairs.write_text(f"0 {test.n_labels}\n")
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
