@@ -45,8 +45,8 @@ def filtered_metrics(
             "gives one class per row"
         )
     n_labels = estimator.trainer_.n_labels
-    truth = as_csr(_here(Y, "Y", n_labels), n_labels, pattern=True, name="Y")
-    gone = excluded_pairs(_here(exclude, "exclude", n_labels), truth.n_rows, n_labels)
+    truth = as_csr(estimator._labels(Y), n_labels, pattern=True, name="Y")
+    gone = excluded_pairs(estimator._labels(exclude, "exclude"), truth.n_rows, n_labels)
 
     def topk_of(width: int) -> np.ndarray:
         top = estimator.predict_topk(X, width, exact=exact)
@@ -54,12 +54,3 @@ def filtered_metrics(
 
     top = topk_without(topk_of, gone, max(ks))
     return xc_metrics(top, truth, ks, **metric_args(estimator))
-
-
-def _here(labels, name: str, n_labels: int):
-    """Label sets given as ``fit`` takes them, in this process."""
-    if collections.is_dask_collection(labels):
-        return collections.csr_here(labels, name, pattern=True, n_cols=n_labels)
-    if not hasattr(labels, "indptr") and hasattr(labels, "__array__"):
-        return np.asarray(labels)
-    return labels

@@ -119,8 +119,9 @@ class InputsMixin(EstimatorState):
             )
         return Y
 
-    def _labels(self, Y):
-        """Labels to score against the fitted model: class labels mapped to their ids."""
+    def _labels(self, Y, name: str = "Y"):
+        """Labels to score against the fitted model: class labels mapped to their ids
+        (``name``: the argument errors name)."""
         if self._multiclass:
             classes = _one_d(Y)
             if classes is None:
@@ -131,7 +132,7 @@ class InputsMixin(EstimatorState):
             indptr = np.concatenate([[0], np.cumsum(known)])
             return CSR(indptr, ids[known], None, len(self.classes_))
         if collections.is_dask_collection(Y):
-            return collections.csr_here(Y, "Y", pattern=True, n_cols=len(self.classes_))
+            return collections.csr_here(Y, name, pattern=True, n_cols=len(self.classes_))
         if not _is_sparse(Y) and hasattr(Y, "__array__"):
             return np.asarray(Y)
         return Y
