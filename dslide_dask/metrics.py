@@ -267,10 +267,16 @@ MAX_EXCLUDED = 1000
 
 def widest_exclusion(exclude: CSR) -> int:
     """The most labels a row of ``exclude`` leaves out, at most :data:`MAX_EXCLUDED`."""
-    counts = np.diff(exclude.indptr)
+    return widest_count(np.diff(exclude.indptr))
+
+
+def widest_count(counts: np.ndarray, rows: np.ndarray | None = None) -> int:
+    """The largest of the labels each row leaves out (``counts``, of the ``rows`` named,
+    else of rows 0, 1, ...), at most :data:`MAX_EXCLUDED`."""
     widest = int(counts.max(initial=0))
     if widest > MAX_EXCLUDED:
-        row = int(np.argmax(counts))
+        at = int(np.argmax(counts))
+        row = int(rows[at]) if rows is not None else at
         raise ValueError(
             f"row {row} leaves {widest:,} labels out of its answer, more than the "
             f"{MAX_EXCLUDED:,} a row may: every row's answer is widened by the most any "
@@ -299,6 +305,25 @@ def drop_pairs(topk: np.ndarray, exclude: CSR, k: int) -> np.ndarray:
     """Each row's ids of ``topk`` without the labels ``exclude`` gives that row (the
     XC Repository's ``filter_labels_test.txt``), the first ``k`` left, best first (-1
     past the end). ``topk`` should hold ``k`` plus the most any row excludes."""
+    order, dropped = _kept(topk, exclude, k)
+    return np.where(dropped, -1, np.take_along_axis(topk, order, axis=1))
+
+
+def drop_scored_pairs(
+    ids: np.ndarray, scores: np.ndarray, exclude: CSR, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`drop_pairs` with each id's score kept beside it (``-inf`` past the end)."""
+    order, dropped = _kept(ids, exclude, k)
+    kept = np.take_along_axis(scores, order, axis=1)
+    return (
+        np.where(dropped, -1, np.take_along_axis(ids, order, axis=1)),
+        np.where(dropped, np.float32(-np.inf), kept).astype(scores.dtype, copy=False),
+    )
+
+
+def _kept(topk: np.ndarray, exclude: CSR, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each row, the positions of the first ``k`` answers ``exclude`` keeps (then the
+    dropped ones), and whether each of those is dropped."""
     if exclude.n_rows != len(topk):
         raise ValueError(
             f"the excluded pairs cover {exclude.n_rows:,} rows, the answers {len(topk):,}"
@@ -308,9 +333,7 @@ def drop_pairs(topk: np.ndarray, exclude: CSR, k: int) -> np.ndarray:
     keys = np.arange(len(topk), dtype=np.int64)[:, None] * n + topk
     dropped = (topk < 0) | np.isin(keys, rows * n + exclude.indices)
     order = np.argsort(dropped, axis=1, kind="stable")[:, :k]  # kept ids first, in order
-    return np.where(
-        np.take_along_axis(dropped, order, axis=1), -1, np.take_along_axis(topk, order, axis=1)
-    )
+    return order, np.take_along_axis(dropped, order, axis=1)
 
 
 def most_frequent_topk(Y: CSR, n_rows: int, k: int) -> np.ndarray:

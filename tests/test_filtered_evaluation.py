@@ -1,7 +1,8 @@
 """Labels left out of each row's answers before they are scored (the XC Repository's
 ``filter_labels_test.txt``): read with the file and line of a bad pair, applied to the
 model's own answer by ``evaluate`` and ``dslide evaluate``, and no pairs score as no
-filter on every path (the fused parts here, the network alone, a cluster's)."""
+filter on every path (the fused parts here, the network alone, a cluster's); ``dslide
+predict --filter-labels`` writes each row's answers without its pairs."""
 
 import json
 
@@ -137,3 +138,49 @@ def test_dslide_evaluate_filter_labels_scores_as_the_api(model, tiny, tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     says = f"{pairs}:1: label {test.n_labels} is past the model's {test.n_labels:,} labels"
     assert err == [f"dslide: error: {says}"]
+
+
+def test_dslide_predict_filter_labels_writes_the_answers_left(
+    model, tiny, tmp_path, client, capsys
+):
+    """The pairs follow their rows over the input's part files, each row still answers k
+    labels with their scores, and a row past the input leaves no output that looks done."""
+    from dslide_dask.inference import read_predictions
+    from dslide_dask.metrics import drop_scored_pairs
+
+    _, test = tiny
+    test = test.slice(0, 300)
+    folder, inputs, out = str(tmp_path / "model"), tmp_path / "test", tmp_path / "out"
+    model.save(folder)
+    inputs.mkdir()
+    write_xc(str(inputs / "part-0.txt"), test.slice(0, 120))  # rows 120.. in the second file
+    write_xc(str(inputs / "part-1.txt"), test.slice(120, 300))
+    top = SlideClassifier.load(folder).predict_topk(test.X, 3)
+    rows = np.concatenate([np.arange(0, 300, 7), [250, 250]])  # row 250: its 2nd and 3rd
+    labels = np.concatenate([top[np.arange(0, 300, 7), 0], top[250, 1:]])
+    pairs = tmp_path / "filter_labels_test.txt"
+    pairs.write_text("".join(f"{r} {label}\n" for r, label in zip(rows, labels, strict=True)))
+    ids, scores = SlideClassifier.load(folder).predict_topk(test.X, 8, return_scores=True)
+    want = drop_scored_pairs(ids, scores, pairs_matrix(rows, labels, 300, test.n_labels), 5)
+    argv = ["predict", folder, str(inputs), str(out), "--filter-labels", str(pairs)]
+    argv += ["--scheduler-address", client.scheduler.address, "--no-progress"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert f"left out: {len(rows):,} row-label pairs of {pairs}" in capsys.readouterr().out
+    got = read_predictions(str(out))
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
+    assert got[0].shape == (300, 5) and (got[0] >= 0).all()  # k answers still
+    assert got[0][250, 0] == top[250, 0] and not np.isin(top[250, 1:], got[0][250]).any()
+    assert top[7, 0] not in got[0][7]
+    manifest = json.loads((out / "predictions.json").read_text())
+    assert manifest["k"] == 5 and manifest["filter_labels"] == str(pairs)
+
+    pairs.write_text("0 1\n300 2\n")  # row 300: past the 300 rows read
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"dslide: error: {pairs}:2: row 300 is past the input's 300 rows"]
+    assert not (out / "predictions.json").exists()  # the parts answer 6: not a finished output
+    pairs.write_text("0 1\n1 x\n")  # read before a cluster is asked for
+    assert main([*argv[:6], "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"dslide: error: {pairs}:2: expected two whole numbers 'row label', got '1 x'"]

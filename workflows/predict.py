@@ -45,6 +45,13 @@ def add_predict_parser(sub: argparse._SubParsersAction) -> None:
         "row of label:score pairs best first, as XC tools write (converted here from the "
         "parts, one at a time)",
     )
+    p.add_argument(
+        "--filter-labels",
+        metavar="PAIRS",
+        help="leave labels out of each row's answers, k still given: a file of 'row label' "
+        "lines, 0-based, rows in input order (the XC Repository's filter_labels_test.txt: "
+        "a label-feature set's item is not its own answer)",
+    )
     p.add_argument("--lsh", action="store_true", help="LSH top-k instead of exact")
     p.add_argument(
         "--tables",
@@ -107,12 +114,14 @@ def add_predict_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_predict(args: argparse.Namespace) -> int:
     from distributed import Client, LocalCluster
 
+    from dslide_dask.data.label_pairs import read_pairs
     from dslide_dask.data.source import open_source
     from dslide_dask.inference import PredictSpec, predict_to_storage
     from dslide_dask.inference.graph import check_input
     from dslide_dask.inference.model_cache import resolve
-    from dslide_dask.inference.output import check_output
+    from dslide_dask.inference.output import check_output, filter_predictions
     from dslide_dask.inference.spec import MAX_INDEX_CANDIDATES
+    from dslide_workflows.secrets import mask_text
     from dslide_workflows.security import client_security, connect_client, local_cluster_options
 
     if args.index and (args.lsh or args.mips or args.table):
@@ -125,9 +134,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
             f"index was built), got {args.candidates}"
         )
     so = storage_options(args.storage_option)
+    ckpt = resolve(args.model, so)
+    pairs, widest = None, 0
+    if args.filter_labels:  # read, and each line checked, before a cluster starts
+        pairs = read_pairs(args.filter_labels, int(ckpt.meta["n_labels"]), so)
+        widest = pairs.widest()
     spec = PredictSpec(
-        resolve(args.model, so).url,
-        k=args.k,
+        ckpt.url,
+        k=min(args.k + widest, int(ckpt.meta["n_labels"])) if widest else args.k,
         exact=not (args.lsh or args.index),
         tables=args.tables,
         candidates=args.candidates,
@@ -163,13 +177,19 @@ def cmd_predict(args: argparse.Namespace) -> int:
         )
         seconds = time.perf_counter() - t0
     n = meta["n_points"]
+    if pairs is not None:
+        left_out = filter_predictions(
+            args.output, pairs, args.k, {"filter_labels": mask_text(pairs.url)}, so
+        )
     way = "index" if spec.output_index else "exact" if spec.exact else "lsh"
     way = f"fused; the network's candidates {way}" if meta.get("fused") else way
     print(
-        f"predicted top-{spec.k} ({way}) of {n} rows in "
+        f"predicted top-{args.k} ({way}) of {n} rows in "
         f"{len(meta['parts'])} partitions in {seconds:.1f} s ({n / max(seconds, 1e-9):.0f} "
         f"rows/s) -> {args.output}"
     )
+    if pairs is not None:
+        print(f"left out: {left_out:,} row-label pairs of {mask_text(pairs.url)}")
     if args.format == "xc":
         from dslide_dask.inference.xc_output import write_xc_predictions
 

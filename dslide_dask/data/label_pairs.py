@@ -11,13 +11,50 @@ rows, for :func:`~dslide_dask.metrics.drop_pairs`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import fsspec
 import numpy as np
 
 from dslide_dask.data.csr import CSR
 from dslide_dask.errors import XCFormatError
 from dslide_dask.masking import masked_errors
-from dslide_dask.metrics import widest_exclusion
+from dslide_dask.metrics import widest_count
+
+
+@dataclass(frozen=True)
+class LabelPairs:
+    """The pairs of a file, read before the rows they name are counted (``dslide predict``
+    counts its input as the workers read it): each pair's ``line`` is kept to name it."""
+
+    url: str
+    rows: np.ndarray
+    labels: np.ndarray
+    lines: np.ndarray
+    n_labels: int
+
+    def widest(self) -> int:
+        """The most labels a row leaves out (a pair given twice counts once); past
+        :data:`~dslide_dask.metrics.MAX_EXCLUDED`, :class:`XCFormatError` naming the row."""
+        keys = np.unique(self.rows * np.int64(self.n_labels) + self.labels)
+        rows, counts = np.unique(keys // self.n_labels, return_counts=True)
+        try:
+            return widest_count(counts, rows)
+        except ValueError as e:
+            raise XCFormatError(self.url, None, str(e)) from None
+
+    def matrix(self, n_rows: int, rows_of: str = "the test set's") -> CSR:
+        """The pairs as a ``(n_rows, n_labels)`` pattern matrix; a row past ``n_rows``
+        raises :class:`XCFormatError` naming its line."""
+        past = np.flatnonzero(self.rows >= n_rows)
+        if len(past):
+            first = past[np.argmin(self.lines[past])]
+            raise XCFormatError(
+                self.url,
+                int(self.lines[first]),
+                f"row {self.rows[first]} is past {rows_of} {n_rows:,} rows",
+            )
+        return pairs_matrix(self.rows, self.labels, n_rows, self.n_labels)
 
 
 @masked_errors()  # a storage error names the URL: no credentials
@@ -31,7 +68,18 @@ def read_label_pairs(
     out more than :data:`~dslide_dask.metrics.MAX_EXCLUDED` labels. Blank lines are
     skipped and a pair given twice counts once. Memory grows with the pairs read, never
     with a number the file declares."""
-    rows, labels = [], []
+    pairs = read_pairs(url, n_labels, storage_options, n_rows)
+    pairs.widest()
+    return pairs.matrix(n_rows)
+
+
+@masked_errors()
+def read_pairs(
+    url: str, n_labels: int, storage_options: dict | None = None, n_rows: int | None = None
+) -> LabelPairs:
+    """The pairs of ``url``, each checked as :func:`read_label_pairs` checks it; their
+    rows against ``n_rows`` as they are read, if it is known."""
+    rows, labels, lines = [], [], []
     opened = fsspec.open(
         url,
         "rt",
@@ -52,7 +100,7 @@ def read_label_pairs(
                     f"expected two whole numbers 'row label', got {line.strip()[:40]!r}",
                 )
             row, label = int(parts[0]), int(parts[1])
-            if row >= n_rows:
+            if n_rows is not None and row >= n_rows:
                 raise XCFormatError(
                     url, line_no, f"row {parts[0][:24]} is past the test set's {n_rows:,} rows"
                 )
@@ -62,12 +110,14 @@ def read_label_pairs(
                 )
             rows.append(row)
             labels.append(label)
-    pairs = pairs_matrix(np.asarray(rows, np.int64), np.asarray(labels, np.int64), n_rows, n_labels)
-    try:
-        widest_exclusion(pairs)
-    except ValueError as e:
-        raise XCFormatError(url, None, str(e)) from None
-    return pairs
+            lines.append(line_no)
+    return LabelPairs(
+        url,
+        np.asarray(rows, np.int64),
+        np.asarray(labels, np.int64),
+        np.asarray(lines, np.int64),
+        n_labels,
+    )
 
 
 def pairs_matrix(rows: np.ndarray, labels: np.ndarray, n_rows: int, n_labels: int) -> CSR:

@@ -24,6 +24,8 @@ from collections.abc import Iterator
 import fsspec
 import numpy as np
 
+from dslide_dask.data.label_pairs import LabelPairs
+from dslide_dask.metrics import drop_scored_pairs
 from dslide_dask.paths import guard_read, guard_write, inside, is_local, read_small
 
 FORMAT = "dslide-predictions"
@@ -31,6 +33,8 @@ VERSION = 1
 MANIFEST = "predictions.json"
 #: Largest predictions.json read (a few hundred bytes a partition).
 MANIFEST_MAX_BYTES = 64 << 20
+#: What :func:`write_manifest` writes of its own (the rest is the caller's ``info``).
+_OWN = ("format", "version", "n_points", "parts")
 
 
 def part_name(index: int) -> str:
@@ -119,7 +123,7 @@ def read_predictions(
 
 
 def _manifest(url: str, storage_options: dict | None) -> tuple:
-    """``(fs, path, where, k, parts)`` of a prediction folder's manifest, checked."""
+    """``(fs, path, where, k, parts, meta)`` of a prediction folder's manifest, checked."""
     fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
     where = fs.unstrip_protocol(posixpath.join(path, MANIFEST))
     try:
@@ -140,15 +144,21 @@ def _manifest(url: str, storage_options: dict | None) -> tuple:
         isinstance(p, dict) and isinstance(p.get("n_points"), int) for p in parts
     ):
         raise ValueError(f"{where}: parts must be a list of {{file, n_points}} entries")
-    return fs, path, where, k, parts
+    return fs, path, where, k, parts, meta
 
 
 def iter_predictions(
     url: str, storage_options: dict | None = None
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """``(ids, scores)`` of each part of a prediction folder in input order, one part
-    read at a time (:func:`~dslide_dask.inference.read_predictions` reads them all)."""
-    fs, path, where, k, parts = _manifest(url, storage_options)
+    read at a time (:func:`~dslide_dask.inference.read_predictions` reads them all). The
+    manifest is read at the call, the parts as they are asked for."""
+    return _parts(*_manifest(url, storage_options)[:5])
+
+
+def _parts(
+    fs, path: str, where: str, k: int, parts: list
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     for entry in parts:
         name = guard_read(fs, path, inside(path, entry.get("file"), where))
         try:
@@ -168,3 +178,26 @@ def iter_predictions(
                 f"the manifest says ({entry['n_points']}, {k})"
             )
         yield ids, scores
+
+
+def filter_predictions(
+    url: str, pairs: LabelPairs, k: int, info: dict, storage_options: dict
+) -> int:
+    """Leave ``pairs`` (rows in input order) out of a prediction folder's answers: each
+    part rewritten with its first ``k`` left, the manifest last, with ``info`` added; the
+    pairs left out. The parts should answer ``k`` plus the most labels a row leaves out.
+    From the first write on, the folder has no manifest until it is done (as while
+    predicting): a pair past the rows predicted, named with its line, leaves it so."""
+    manifest = _manifest(url, storage_options)
+    meta = manifest[5]
+    clear_manifest(url, storage_options)  # the parts answer more than k: not a finished output
+    exclude = pairs.matrix(sum(p["n_points"] for p in manifest[4]), rows_of="the input's")
+    written, start = [], 0
+    for index, (ids, scores) in enumerate(_parts(*manifest[:5])):
+        stop = start + len(ids)
+        kept = drop_scored_pairs(ids, scores, exclude.slice_rows(start, stop), k)
+        written.append(write_part(url, index, kept, storage_options))
+        start = stop
+    rest = {key: v for key, v in meta.items() if key not in _OWN}
+    write_manifest(url, written, {**rest, **info, "k": k}, storage_options)
+    return len(exclude.indices)
