@@ -6,7 +6,8 @@ items to items, and a test item is often a label too: its own label, or one it l
 both ways, is dropped from its predictions before P@k is taken (as pyxclib-based
 evaluations do), so published figures are filtered ones. The file holds one pair a line,
 ``row label``, both 0-based, no header. Read here as a pattern matrix of the test set's
-rows, for :func:`~dslide_dask.metrics.drop_pairs`.
+rows, for :func:`~dslide_dask.metrics.drop_pairs`, or as :class:`LabelPairs` where the
+rows are counted later (``dslide predict --filter-labels``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ input partition, in input order. ``predictions.json``, written last, lists them:
 
 Why npz (as the converted layout's chunks): one GET a part, opened by ``np.load``
 anywhere, no new dependency; Parquet would need pyarrow for two fixed-width columns.
-:func:`read_predictions` reads it all back in one call.
+:func:`read_predictions` reads it all back in one call; :func:`filter_predictions`
+rewrites a folder's parts without a ``filter_labels_test.txt``'s pairs.
 """
 
 from __future__ import annotations
