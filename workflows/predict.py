@@ -178,9 +178,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
         seconds = time.perf_counter() - t0
     n = meta["n_points"]
     if pairs is not None:
+        t1 = time.perf_counter()
         left_out = filter_predictions(
             args.output, pairs, args.k, {"filter_labels": mask_text(pairs.url)}, so
         )
+        rewrite_seconds = time.perf_counter() - t1
     way = "index" if spec.output_index else "exact" if spec.exact else "lsh"
     way = f"fused; the network's candidates {way}" if meta.get("fused") else way
     print(
@@ -189,7 +191,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         f"rows/s) -> {args.output}"
     )
     if pairs is not None:
-        print(f"left out: {left_out:,} row-label pairs of {mask_text(pairs.url)}")
+        print(
+            f"left out: {left_out:,} row-label pairs of {mask_text(pairs.url)} (the parts "
+            f"rewritten in {rewrite_seconds:.1f} s)"
+        )
     if args.format == "xc":
         from dslide_dask.inference.xc_output import write_xc_predictions
 
