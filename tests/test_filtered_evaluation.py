@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 from dslide_dask import SlideClassifier
 from dslide_dask.data.dataset import spread_rows
-from dslide_dask.data.label_pairs import pairs_matrix, read_label_pairs
+from dslide_dask.data.label_pairs import pairs_matrix, read_label_pairs, read_pairs
 from dslide_dask.data.xc_text import write_xc
 from dslide_dask.errors import XCFormatError
 from dslide_dask.metrics import drop_pairs, xc_metrics
@@ -44,6 +44,20 @@ def test_a_bad_pair_names_its_file_and_line(tmp_path, text, says):
     with pytest.raises(XCFormatError) as err:
         read_label_pairs(str(path), 3, 6)
     assert str(err.value).startswith(f"{path}{says}")
+
+
+def test_a_row_number_too_large_for_any_input_names_its_line(tmp_path):
+    """Before the input is counted (``dslide predict``) a row is bounded by the int64 keys
+    the pairs are sorted by: not an overflow, nor a key that wraps."""
+    path = tmp_path / "pairs.txt"
+    path.write_text("0 1\n99999999999999999999999 2\n")
+    with pytest.raises(XCFormatError, match=r"pairs.txt:2: row 9{23} is past the most ids"):
+        read_pairs(str(path), 6)
+    path.write_text(f"{(2**63 - 1) // 6} 2\n")  # its key would wrap: refused
+    with pytest.raises(XCFormatError, match=r"pairs.txt:1: row \d+ is past the most ids"):
+        read_pairs(str(path), 6)
+    path.write_text(f"{(2**63 - 1) // 6 - 1} 5\n")  # the largest key there is
+    assert read_pairs(str(path), 6).widest() == 1
 
 
 def test_a_row_leaving_out_more_than_a_thousand_labels_is_refused(tmp_path, model, tiny):

@@ -79,7 +79,10 @@ def read_pairs(
     url: str, n_labels: int, storage_options: dict | None = None, n_rows: int | None = None
 ) -> LabelPairs:
     """The pairs of ``url``, each checked as :func:`read_label_pairs` checks it; their
-    rows against ``n_rows`` as they are read, if it is known."""
+    rows against ``n_rows`` as they are read, if it is known, else against the most that
+    a row id and a label id make a key of (``row * n_labels + label`` in int64)."""
+    most = n_rows if n_rows is not None else np.iinfo(np.int64).max // max(n_labels, 1)
+    past = "the test set's" if n_rows is not None else "the most ids of any input,"
     rows, labels, lines = [], [], []
     opened = fsspec.open(
         url,
@@ -101,9 +104,9 @@ def read_pairs(
                     f"expected two whole numbers 'row label', got {line.strip()[:40]!r}",
                 )
             row, label = int(parts[0]), int(parts[1])
-            if n_rows is not None and row >= n_rows:
+            if row >= most:
                 raise XCFormatError(
-                    url, line_no, f"row {parts[0][:24]} is past the test set's {n_rows:,} rows"
+                    url, line_no, f"row {parts[0][:24]} is past {past} {most:,} rows"
                 )
             if label >= n_labels:
                 raise XCFormatError(
