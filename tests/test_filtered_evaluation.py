@@ -60,6 +60,20 @@ def test_a_row_number_too_large_for_any_input_names_its_line(tmp_path):
     assert read_pairs(str(path), 6).widest() == 1
 
 
+def test_a_partitions_pairs_are_its_slice_of_the_file(tmp_path):
+    """Read once, each pair once: a partition's rows, wherever it starts, get their own
+    pairs (``dslide predict`` drops them on the worker that answers the partition)."""
+    path = tmp_path / "pairs.txt"
+    path.write_text("7 2\n0 5\n3 1\n0 5\n3 0\n9 4\n")
+    pairs = read_pairs(str(path), 6)
+    assert pairs.rows.tolist() == [0, 3, 3, 7, 9] and pairs.lines.tolist() == [2, 5, 3, 1, 6]
+    part = pairs.rows_between(3, 8)  # rows 3..7 as rows 0..4
+    assert part.indptr.tolist() == [0, 2, 2, 2, 2, 3] and part.indices.tolist() == [0, 1, 2]
+    assert pairs.rows_between(10, 12).indptr.tolist() == [0, 0, 0]
+    with pytest.raises(XCFormatError, match=r"pairs.txt:1: row 7 is past the input's 5 rows"):
+        pairs.check_rows(5, "the input's")
+
+
 def test_a_row_leaving_out_more_than_a_thousand_labels_is_refused(tmp_path, model, tiny):
     path = tmp_path / "pairs.txt"
     path.write_text("".join(f"1 {label}\n" for label in range(1001)))

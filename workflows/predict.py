@@ -119,7 +119,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from dslide_dask.inference import PredictSpec, predict_to_storage
     from dslide_dask.inference.graph import check_input
     from dslide_dask.inference.model_cache import resolve
-    from dslide_dask.inference.output import check_output, filter_predictions
+    from dslide_dask.inference.output import check_output
     from dslide_dask.inference.spec import MAX_INDEX_CANDIDATES
     from dslide_workflows.secrets import mask_text
     from dslide_workflows.security import client_security, connect_client, local_cluster_options
@@ -135,13 +135,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
         )
     so = storage_options(args.storage_option)
     ckpt = resolve(args.model, so)
-    pairs, widest = None, 0
+    pairs = None
     if args.filter_labels:  # read, and each line checked, before a cluster starts
         pairs = read_pairs(args.filter_labels, int(ckpt.meta["n_labels"]), so)
-        widest = pairs.widest()
+        pairs.widest()  # a row that leaves out too many labels: refused here too
     spec = PredictSpec(
         ckpt.url,
-        k=min(args.k + widest, int(ckpt.meta["n_labels"])) if widest else args.k,
+        k=args.k,
         exact=not (args.lsh or args.index),
         tables=args.tables,
         candidates=args.candidates,
@@ -173,16 +173,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(f"dashboard: {client.dashboard_link}")
         t0 = time.perf_counter()
         meta = predict_to_storage(
-            client, spec, source, args.output, show_progress=not args.no_progress
+            client, spec, source, args.output, show_progress=not args.no_progress, exclude=pairs
         )
         seconds = time.perf_counter() - t0
     n = meta["n_points"]
-    if pairs is not None:
-        t1 = time.perf_counter()
-        left_out = filter_predictions(
-            args.output, pairs, args.k, {"filter_labels": mask_text(pairs.url)}, so
-        )
-        rewrite_seconds = time.perf_counter() - t1
     way = "index" if spec.output_index else "exact" if spec.exact else "lsh"
     way = f"fused; the network's candidates {way}" if meta.get("fused") else way
     print(
@@ -191,10 +185,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         f"rows/s) -> {args.output}"
     )
     if pairs is not None:
-        print(
-            f"left out: {left_out:,} row-label pairs of {mask_text(pairs.url)} (the parts "
-            f"rewritten in {rewrite_seconds:.1f} s)"
-        )
+        print(f"left out: {meta['left_out']:,} row-label pairs of {mask_text(pairs.url)}")
     if args.format == "xc":
         from dslide_dask.inference.xc_output import write_xc_predictions
 

@@ -25,8 +25,10 @@ from dslide_dask.metrics import widest_count
 
 @dataclass(frozen=True)
 class LabelPairs:
-    """The pairs of a file, read before the rows they name are counted (``dslide predict``
-    counts its input as the workers read it): each pair's ``line`` is kept to name it."""
+    """The distinct pairs of a file, sorted by row then label, read before the rows they
+    name are counted (``dslide predict`` counts its input as the workers read it): each
+    pair's first ``line`` is kept to name it. Sorted, a partition's pairs are one slice
+    (:meth:`rows_between`), wherever the partition starts."""
 
     url: str
     rows: np.ndarray
@@ -35,18 +37,16 @@ class LabelPairs:
     n_labels: int
 
     def widest(self) -> int:
-        """The most labels a row leaves out (a pair given twice counts once); past
-        :data:`~dslide_dask.metrics.MAX_EXCLUDED`, :class:`XCFormatError` naming the row."""
-        keys = np.unique(self.rows * np.int64(self.n_labels) + self.labels)
-        rows, counts = np.unique(keys // self.n_labels, return_counts=True)
+        """The most labels a row leaves out; past :data:`~dslide_dask.metrics.MAX_EXCLUDED`,
+        :class:`XCFormatError` naming the row."""
+        rows, counts = np.unique(self.rows, return_counts=True)
         try:
             return widest_count(counts, rows)
         except ValueError as e:
             raise XCFormatError(self.url, None, str(e)) from None
 
-    def matrix(self, n_rows: int, rows_of: str = "the test set's") -> CSR:
-        """The pairs as a ``(n_rows, n_labels)`` pattern matrix; a row past ``n_rows``
-        raises :class:`XCFormatError` naming its line."""
+    def check_rows(self, n_rows: int, rows_of: str = "the test set's") -> None:
+        """:class:`XCFormatError` naming the first line whose row is past ``n_rows``."""
         past = np.flatnonzero(self.rows >= n_rows)
         if len(past):
             first = past[np.argmin(self.lines[past])]
@@ -55,7 +55,20 @@ class LabelPairs:
                 int(self.lines[first]),
                 f"row {self.rows[first]} is past {rows_of} {n_rows:,} rows",
             )
-        return pairs_matrix(self.rows, self.labels, n_rows, self.n_labels)
+
+    def matrix(self, n_rows: int, rows_of: str = "the test set's") -> CSR:
+        """The pairs as a ``(n_rows, n_labels)`` pattern matrix; a row past ``n_rows``
+        raises :class:`XCFormatError` naming its line."""
+        self.check_rows(n_rows, rows_of)
+        return self.rows_between(0, n_rows)
+
+    def rows_between(self, start: int, stop: int) -> CSR:
+        """The pairs of rows ``start`` to ``stop - 1`` as a pattern matrix of those rows
+        (row ``start`` is its row 0)."""
+        lo, hi = np.searchsorted(self.rows, (start, stop))
+        counts = np.bincount(self.rows[lo:hi] - start, minlength=stop - start)
+        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return CSR(indptr, self.labels[lo:hi], None, self.n_labels)
 
 
 @masked_errors()  # a storage error names the URL: no credentials
@@ -115,12 +128,11 @@ def read_pairs(
             rows.append(row)
             labels.append(label)
             lines.append(line_no)
+    width = np.int64(max(n_labels, 1))
+    keys = np.asarray(rows, np.int64) * width + np.asarray(labels, np.int64)
+    keys, first = np.unique(keys, return_index=True)  # sorted by row, then label
     return LabelPairs(
-        url,
-        np.asarray(rows, np.int64),
-        np.asarray(labels, np.int64),
-        np.asarray(lines, np.int64),
-        n_labels,
+        url, keys // width, keys % width, np.asarray(lines, np.int64)[first], n_labels
     )
 
 

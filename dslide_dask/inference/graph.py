@@ -1,7 +1,8 @@
 """Prediction graphs: per input partition, named tasks that run on workers.
 
 ``read-rows-<token>-i -> hidden-<token>-i -> shard-topk-<token>-i-s (every shard s) ->
-merge-write-<token>-i``, then one ``write-manifest-<token>`` over the small entries.
+merge-write-<token>-i``, then one ``write-manifest-<token>`` over the small entries
+(with pairs left out of the answers: ``merge-<token>-i -> write-kept-<token>-i``).
 Rows are read from storage and results written to storage by the tasks themselves:
 nothing but the manifest's entries (a few numbers a partition) reaches the client. The
 key prefixes are what the dashboard's task stream and progress bars show.
@@ -22,13 +23,15 @@ from dslide_dask.checkpoint.model import config_of
 from dslide_dask.checkpoint.output_index import check_output_index
 from dslide_dask.current_client import current_client
 from dslide_dask.data.csr import as_csr
+from dslide_dask.data.label_pairs import LabelPairs
 from dslide_dask.data.source import DataSource
 from dslide_dask.distributed.liveness import workers_now
 from dslide_dask.inference import model_cache, tasks
 from dslide_dask.inference.output import check_output, clear_manifest, write_manifest
 from dslide_dask.inference.serving import RANGES, check_ranges, serving_config
-from dslide_dask.inference.spec import PredictSpec
+from dslide_dask.inference.spec import LeftOut, PredictSpec
 from dslide_dask.inference.worker_memory import check_room, worker_bytes
+from dslide_dask.masking import mask_text
 
 
 def check_input(spec: PredictSpec, source: DataSource) -> int:
@@ -54,47 +57,112 @@ def check_input(spec: PredictSpec, source: DataSource) -> int:
 def prediction_graph(spec: PredictSpec, source: DataSource, out_url: str, n_shards: int):
     """The delayed manifest of predicting every partition of ``source`` into ``out_url``
     (``spec.model_url`` must already be resolved, see :func:`predict_to_storage`)."""
+    entries, info = part_entries(spec, source, out_url, n_shards)
     token = dask.base.tokenize(spec, source, out_url)
-    entries = []
-    for i, part in enumerate(source.partitions):
-        rows = delayed(tasks.read_rows)(part, dask_key_name=f"read-rows-{token}-{i}")
-        if spec.fused:  # the whole model answers on one worker
-            write = delayed(tasks.fused_write)
-            entries.append(write(spec, rows, out_url, i, dask_key_name=f"fused-write-{token}-{i}"))
-            continue
-        h = delayed(tasks.hidden)(spec, rows, dask_key_name=f"hidden-{token}-{i}")
-        tops = [
-            delayed(tasks.shard_topk)(spec, h, s, dask_key_name=f"shard-topk-{token}-{i}-{s}")
-            for s in range(n_shards)
-        ]
-        entries.append(
-            delayed(tasks.merge_write)(spec, tops, out_url, i,
-                                       dask_key_name=f"merge-write-{token}-{i}")
-        )  # fmt: skip
-    names = ("k", "exact", "tables", "candidates", "mips", "output_index", "fused")
-    info = {name: getattr(spec, name) for name in names} | {"index": dict(spec.index)}
-    info.update(model=spec.model_url, input=source.url)
     return delayed(write_manifest)(
         out_url, entries, info, spec.storage_options, dask_key_name=f"write-manifest-{token}"
     )
 
 
+def part_entries(
+    spec: PredictSpec,
+    source: DataSource,
+    out_url: str,
+    n_shards: int,
+    left_out: LeftOut | None = None,
+) -> tuple[list, dict]:
+    """Each partition's delayed manifest entry, its answers written, and the manifest's
+    ``info``. ``left_out`` given, each partition's ``spec.k`` answers lose their rows'
+    pairs on the worker and keep ``left_out.k``: a partition's first row is the rows
+    counted before it, a chain of ``start-<token>-i`` tasks of one number each."""
+    token = dask.base.tokenize(spec, source, out_url, left_out)
+    entries, start = [], 0
+    for i, part in enumerate(source.partitions):
+        rows = delayed(tasks.read_rows)(part, dask_key_name=f"read-rows-{token}-{i}")
+        if left_out is not None:
+            if spec.fused:
+                answers = delayed(tasks.fused_topk_scores)(
+                    spec, rows, dask_key_name=f"fused-topk-{token}-{i}"
+                )
+            else:
+                answers = delayed(tasks.merge)(
+                    spec, _shard_tops(spec, rows, n_shards, token, i),
+                    dask_key_name=f"merge-{token}-{i}",
+                )  # fmt: skip
+            entries.append(
+                delayed(tasks.write_kept)(
+                    spec, answers, start, left_out.pairs, left_out.k, out_url, i,
+                    dask_key_name=f"write-kept-{token}-{i}",
+                )
+            )  # fmt: skip
+            n_rows = delayed(tasks.count_rows)(rows, dask_key_name=f"count-rows-{token}-{i}")
+            start = delayed(tasks.next_start)(start, n_rows, dask_key_name=f"start-{token}-{i}")
+        elif spec.fused:  # the whole model answers on one worker
+            write = delayed(tasks.fused_write)
+            entries.append(write(spec, rows, out_url, i, dask_key_name=f"fused-write-{token}-{i}"))
+        else:
+            entries.append(
+                delayed(tasks.merge_write)(spec, _shard_tops(spec, rows, n_shards, token, i),
+                                           out_url, i, dask_key_name=f"merge-write-{token}-{i}")
+            )  # fmt: skip
+    names = ("k", "exact", "tables", "candidates", "mips", "output_index", "fused")
+    info = {name: getattr(spec, name) for name in names} | {"index": dict(spec.index)}
+    info.update(model=spec.model_url, input=source.url)
+    if left_out is not None:
+        info.update(k=left_out.k, filter_labels=left_out.url)
+    return entries, info
+
+
+def _shard_tops(spec: PredictSpec, rows, n_shards: int, token: str, i: int) -> list:
+    """Each shard's delayed top-k of partition ``i``'s rows (their hidden vectors once)."""
+    h = delayed(tasks.hidden)(spec, rows, dask_key_name=f"hidden-{token}-{i}")
+    return [
+        delayed(tasks.shard_topk)(spec, h, s, dask_key_name=f"shard-topk-{token}-{i}-{s}")
+        for s in range(n_shards)
+    ]
+
+
 def predict_to_storage(
-    client: Client, spec: PredictSpec, source: DataSource, out_url: str, *, show_progress=False
+    client: Client,
+    spec: PredictSpec,
+    source: DataSource,
+    out_url: str,
+    *,
+    show_progress=False,
+    exclude: LabelPairs | None = None,
 ) -> dict:
     """Predict every row of ``source`` on the cluster into folder ``out_url`` (see
-    :mod:`dslide_dask.inference.output`); returns the manifest written."""
+    :mod:`dslide_dask.inference.output`); returns the manifest written. ``exclude``
+    (rows in input order): each row's ``spec.k`` answers are those left once its pairs
+    are dropped, on the workers (the pairs scattered once). The rows are counted as
+    they are read, so a pair past them is found at the end: it raises
+    :class:`~dslide_dask.errors.XCFormatError` naming its line, here (not in a task,
+    whose worker would log it), and the folder gets no manifest."""
     ckpt = model_cache.resolve(spec.model_url, spec.storage_options)
     # workers cache by the URL; a model without fused parts is answered shard by shard
     spec = replace(spec, model_url=ckpt.url, fused=spec.fused and has_fused(ckpt))
+    k = spec.k
+    if exclude is not None:  # each row answers k past the most any row leaves out
+        widest = min(k + exclude.widest(), max(k, int(ckpt.meta["n_labels"])))
+        spec = replace(spec, k=widest)
     n_shards = check_input(spec, source)
     check_room(worker_bytes(ckpt, spec), workers_now(client))
     check_output(out_url, len(source.partitions), spec.storage_options)
     clear_manifest(out_url, spec.storage_options)
-    future = client.compute(prediction_graph(spec, source, out_url, n_shards))
+    if exclude is None:
+        future = client.compute(prediction_graph(spec, source, out_url, n_shards))
+        if show_progress:
+            progress(future)
+        return future.result()
+    left_out = LeftOut(client.scatter(exclude), k, mask_text(exclude.url))
+    entries, info = part_entries(spec, source, out_url, n_shards, left_out)
+    futures = client.compute(entries)
     if show_progress:
-        progress(future)
-    return future.result()
+        progress(futures)
+    parts = client.gather(futures)
+    exclude.check_rows(sum(p["n_points"] for p in parts), rows_of="the input's")
+    return write_manifest(out_url, parts, {**info, "left_out": len(exclude.rows)},
+                          spec.storage_options)  # fmt: skip
 
 
 def _block_topk(block, spec: PredictSpec) -> np.ndarray:

@@ -9,8 +9,9 @@ input partition, in input order. ``predictions.json``, written last, lists them:
 
 Why npz (as the converted layout's chunks): one GET a part, opened by ``np.load``
 anywhere, no new dependency; Parquet would need pyarrow for two fixed-width columns.
-:func:`read_predictions` reads it all back in one call; :func:`filter_predictions`
-rewrites a folder's parts without a ``filter_labels_test.txt``'s pairs.
+:func:`read_predictions` reads it all back in one call. With a
+``filter_labels_test.txt``'s pairs left out, the manifest also holds ``filter_labels`` and
+``left_out`` (the pairs' count).
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ from collections.abc import Iterator
 import fsspec
 import numpy as np
 
-from dslide_dask.data.label_pairs import LabelPairs
-from dslide_dask.metrics import drop_scored_pairs
 from dslide_dask.paths import guard_read, guard_write, inside, is_local, read_small
 
 FORMAT = "dslide-predictions"
@@ -179,26 +178,3 @@ def _parts(
                 f"the manifest says ({entry['n_points']}, {k})"
             )
         yield ids, scores
-
-
-def filter_predictions(
-    url: str, pairs: LabelPairs, k: int, info: dict, storage_options: dict
-) -> int:
-    """Leave ``pairs`` (rows in input order) out of a prediction folder's answers: each
-    part rewritten with its first ``k`` left, the manifest last, with ``info`` added; the
-    pairs left out. The parts should answer ``k`` plus the most labels a row leaves out.
-    From the first write on, the folder has no manifest until it is done (as while
-    predicting): a pair past the rows predicted, named with its line, leaves it so."""
-    manifest = _manifest(url, storage_options)
-    meta = manifest[5]
-    clear_manifest(url, storage_options)  # the parts answer more than k: not a finished output
-    exclude = pairs.matrix(sum(p["n_points"] for p in manifest[4]), rows_of="the input's")
-    written, start = [], 0
-    for index, (ids, scores) in enumerate(_parts(*manifest[:5])):
-        stop = start + len(ids)
-        kept = drop_scored_pairs(ids, scores, exclude.slice_rows(start, stop), k)
-        written.append(write_part(url, index, kept, storage_options))
-        start = stop
-    rest = {key: v for key, v in meta.items() if key not in _OWN}
-    write_manifest(url, written, {**rest, **info, "k": k}, storage_options)
-    return len(exclude.indices)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass, field
+from typing import Any
 
 from dslide_dask.model.lsh_index import LSHQuery
 
@@ -53,3 +54,15 @@ class PredictSpec:
 
     def query(self) -> LSHQuery:
         return LSHQuery(self.k, self.tables, self.candidates)
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """Pairs of a row and a label left out of its answers, as a prediction graph's tasks
+    drop them: ``pairs`` (a :class:`~dslide_dask.data.label_pairs.LabelPairs`, or a
+    future of one scattered to the cluster), the ``k`` answers a row keeps, and the pairs'
+    URL, masked, for the manifest."""
+
+    pairs: Any
+    k: int
+    url: str

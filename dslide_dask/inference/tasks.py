@@ -13,10 +13,12 @@ from dataclasses import replace
 import numpy as np
 
 from dslide_dask.data.csr import CSR, SCORE_ROWS, row_ranges
+from dslide_dask.data.label_pairs import LabelPairs
 from dslide_dask.data.source import Partition, read_partition
 from dslide_dask.inference import model_cache
 from dslide_dask.inference.output import write_part
 from dslide_dask.inference.spec import PredictSpec
+from dslide_dask.metrics import drop_scored_pairs
 from dslide_dask.model.network import SlideNetwork
 from dslide_dask.model.wide_shard import merge_topk_scores
 
@@ -50,6 +52,37 @@ def shard_topk(
 def merge_write(spec: PredictSpec, parts: list, out_url: str, index: int) -> dict:
     """Merge every shard's top-k of partition ``index`` and write them under ``out_url``."""
     return write_part(out_url, index, merge_topk_scores(parts, spec.k), spec.storage_options)
+
+
+def merge(spec: PredictSpec, parts: list) -> tuple[np.ndarray, np.ndarray]:
+    """Every shard's top-k of one partition merged: its rows' top-k ``(ids, scores)``."""
+    return merge_topk_scores(parts, spec.k)
+
+
+def count_rows(X: CSR) -> int:
+    return X.n_rows
+
+
+def next_start(start: int, n_rows: int) -> int:
+    """The first row of the partition after one of ``n_rows`` rows from ``start``."""
+    return start + n_rows
+
+
+def write_kept(
+    spec: PredictSpec,
+    answers: tuple[np.ndarray, np.ndarray],
+    start: int,
+    pairs: LabelPairs,
+    k: int,
+    out_url: str,
+    index: int,
+) -> dict:
+    """Partition ``index``'s answers (its first row the input's row ``start``) without
+    their rows' ``pairs``, the first ``k`` of each row written under ``out_url``."""
+    ids, scores = answers
+    exclude = pairs.rows_between(start, start + len(ids))
+    return write_part(out_url, index, drop_scored_pairs(ids, scores, exclude, k),
+                      spec.storage_options)  # fmt: skip
 
 
 class ServedNetwork:
