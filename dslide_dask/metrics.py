@@ -285,12 +285,12 @@ def widest_count(counts: np.ndarray, rows: np.ndarray | None = None) -> int:
     return widest
 
 
-def excluded_pairs(exclude, n_rows: int, n_labels: int) -> CSR:
+def excluded_pairs(exclude, n_rows: int, n_labels: int, rows_of: str = "Y") -> CSR:
     """``evaluate``'s ``exclude`` (label sets as ``Y`` gives them) as a pattern matrix of
-    the ``n_rows`` rows scored."""
+    the ``n_rows`` rows of ``rows_of`` (the argument an error names)."""
     gone = as_csr(exclude, n_labels, pattern=True, name="exclude")
     if gone.n_rows != n_rows:
-        raise ValueError(f"exclude has {gone.n_rows:,} rows, Y {n_rows:,}: one a row")
+        raise ValueError(f"exclude has {gone.n_rows:,} rows, {rows_of} {n_rows:,}: one a row")
     return gone
 
 

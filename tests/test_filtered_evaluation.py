@@ -129,6 +129,27 @@ def test_each_rows_first_answer_left_out_scores_its_next_five(model, tiny):
     assert {name: got[name] for name in want} == pytest.approx(want, abs=1e-12)
 
 
+def test_predict_topk_leaves_each_rows_pairs_out(model, tiny):
+    """The API's answer is the one ``evaluate`` scores: each row's k best of the labels
+    it may answer, with their scores, widened as far as the row that drops most."""
+    _, test = tiny
+    ids, scores = model.predict_topk(test.X, 9, return_scores=True)
+    rows = np.concatenate([np.arange(0, len(test), 3), [4, 4, 4, 4]])  # row 4: its top 4
+    labels = np.concatenate([ids[::3, 0], ids[4, :4]])
+    exclude = pairs_matrix(rows, labels, len(test), test.n_labels)
+    top = model.predict_topk(test.X, 5, exclude=exclude)
+    np.testing.assert_array_equal(top, drop_pairs(ids, exclude, 5))
+    assert top[4].tolist() == ids[4, 4:9].tolist() and (top[1] == ids[1, :5]).all()
+    got = model.predict_topk(test.X, 5, exclude=exclude, return_scores=True)
+    np.testing.assert_array_equal(got[0], top)
+    np.testing.assert_allclose(got[1][4], scores[4, 4:9], rtol=1e-5)
+    want = xc_metrics(top, test.Y, (1, 5))
+    got = model.evaluate(test.X, test.Y, ks=(1, 5), exclude=exclude)
+    assert (got["P@1"], got["P@5"]) == pytest.approx((want["P@1"], want["P@5"]), abs=1e-12)
+    with pytest.raises(ValueError, match=f"exclude has 3 rows, X {len(test):,}"):
+        model.predict_topk(test.X, 5, exclude=no_pairs(3, test.n_labels))
+
+
 def test_pairs_of_other_rows_are_refused(model, tiny):
     _, test = tiny
     with pytest.raises(ValueError, match=f"exclude has 3 rows, Y {len(test):,}"):

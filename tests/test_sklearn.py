@@ -136,6 +136,8 @@ def test_multiclass_y_is_a_list_of_classes():
     assert clf.score(X, y) == pytest.approx(np.mean(pred == np.asarray(y)))
     with pytest.raises(ValueError, match="top_k must be 1"):
         clf.predict(X, 3)
+    with pytest.raises(ValueError, match="exclude= leaves labels out of a multi-label model"):
+        clf.predict_topk(X, 2, exclude=[[0]] * 120)
     with pytest.raises(ValueError, match="Unknown label type: continuous"):
         SlideClassifier(**SMALL).fit(X, rng.random(120))
 
@@ -248,6 +250,15 @@ def test_dask_collections_on_a_cluster_stay_on_the_workers(tiny, client):
     assert isinstance(top, da.Array) and top.chunks == ((100, 100, 100), (5,))
     np.testing.assert_array_equal(top.compute(), ref.predict_topk(Xt, 5))
     assert fitted.score(dXt, dYt, k=3) == pytest.approx(ref.score(Xt, Yt, k=3))
+    firsts = scipy.sparse.csr_matrix(  # rows 95-204's first answers left out, over three blocks
+        (np.ones(110), top.compute()[95:205, 0], np.r_[np.zeros(96), np.arange(1, 111),
+                                                       np.full(95, 110)].astype(int)),
+        shape=(300, Yt.shape[1]),
+    )  # fmt: skip
+    kept = fitted.predict_topk(dXt, 5, exclude=firsts)
+    assert isinstance(kept, da.Array) and kept.chunks == ((100, 100, 100), (5,))
+    np.testing.assert_array_equal(kept.compute(), ref.predict_topk(Xt, 5, exclude=firsts))
+    assert (kept.compute()[95:205, :4] == top.compute()[95:205, 1:]).all()
     ids, scores = fitted.predict_topk(Xt, 5, return_scores=True)  # scores from a cluster model
     np.testing.assert_array_equal(ids, ref.predict_topk(Xt, 5))
     assert (np.diff(scores, axis=1) <= 0).all()

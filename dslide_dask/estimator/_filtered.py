@@ -1,10 +1,12 @@
-"""``evaluate(..., exclude=...)``: P@k with labels left out of each row's answers.
+"""``predict_topk(..., exclude=...)`` and ``evaluate(..., exclude=...)``: answers, and
+P@k, with labels left out of each row's answers.
 
 The XC Repository's label-feature sets ship ``filter_labels_test.txt``: for each test
 row, labels (its own item, or one linked both ways) that published evaluations drop from
 its predictions before P@k is taken. Every path ``evaluate`` takes (in this process, a
 cluster's network, fused parts on a worker, the output index) answers ``predict_topk``,
-so the filter is applied to that one answer, widened by the most labels any row drops.
+so the filter is applied to that one answer, widened by the most labels any row drops;
+a dask array's answer block by block, on the workers, each block its own rows' pairs.
 """
 
 from __future__ import annotations
@@ -14,9 +16,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dslide_dask.checkpoint.label_counts import training_labels
-from dslide_dask.data.csr import as_csr
+from dslide_dask.data.csr import CSR, as_csr
 from dslide_dask.estimator import collections
-from dslide_dask.metrics import excluded_pairs, topk_without, xc_metrics
+from dslide_dask.metrics import (
+    drop_pairs,
+    drop_scored_pairs,
+    excluded_pairs,
+    widest_exclusion,
+    xc_metrics,
+)
 
 if TYPE_CHECKING:
     from dslide_dask.estimator._state import EstimatorState
@@ -35,22 +43,56 @@ def metric_args(estimator: EstimatorState) -> dict:
     return labels.metric_args() if labels is not None else {}
 
 
-def filtered_metrics(
-    estimator: EstimatorState, X, Y, exclude, ks: tuple[int, ...], exact: bool
-) -> dict[str, float]:
-    """``evaluate``'s metrics of the answers without each row's ``exclude`` labels."""
+def filtered_topk(estimator: EstimatorState, X, k: int, exclude, exact: bool, scores: bool):
+    """``predict_topk``'s answer without each row's ``exclude`` labels (``X``'s rows)."""
+    _multi_label_only(estimator)
+    n_labels = estimator.trainer_.n_labels
+    gone = excluded_pairs(estimator._labels(exclude, "exclude"), _n_rows(X), n_labels, "X")
+    width = min(k + widest_exclusion(gone), n_labels)
+    got = estimator.predict_topk(X, width, exact=exact, return_scores=scores)
+    if scores:
+        ids, values = got
+        return drop_scored_pairs(ids, values, gone, k)
+    if collections.is_dask_collection(got):
+        return got.map_blocks(
+            _drop_block, gone, k, dtype=got.dtype, chunks=(got.chunks[0], (k,)),
+            meta=np.empty((0, 0), got.dtype),
+        )  # fmt: skip
+    return drop_pairs(got, gone, k)
+
+
+def _multi_label_only(estimator: EstimatorState) -> None:
     if estimator._multiclass:
         raise ValueError(
             "exclude= leaves labels out of a multi-label model's answers; this model "
             "gives one class per row"
         )
+
+
+def _drop_block(block: np.ndarray, exclude: CSR, k: int, block_info=None) -> np.ndarray:
+    start, stop = block_info[0]["array-location"][0]
+    return drop_pairs(block, exclude.slice_rows(start, stop), k)
+
+
+def _n_rows(X) -> int:
+    """The rows of ``X`` (a matrix, a dask array or a list of rows), before any is read."""
+    shape = getattr(X, "shape", None)
+    n = shape[0] if shape is not None else len(X)
+    if not isinstance(n, int | np.integer):  # a dask array of unknown chunks
+        raise ValueError(
+            "exclude= needs X's row count: X has unknown chunk sizes (X.compute_chunk_sizes())"
+        )
+    return int(n)
+
+
+def filtered_metrics(
+    estimator: EstimatorState, X, Y, exclude, ks: tuple[int, ...], exact: bool
+) -> dict[str, float]:
+    """``evaluate``'s metrics of the answers without each row's ``exclude`` labels."""
+    _multi_label_only(estimator)
     n_labels = estimator.trainer_.n_labels
     truth = as_csr(estimator._labels(Y), n_labels, pattern=True, name="Y")
     gone = excluded_pairs(estimator._labels(exclude, "exclude"), truth.n_rows, n_labels)
-
-    def topk_of(width: int) -> np.ndarray:
-        top = estimator.predict_topk(X, width, exact=exact)
-        return top.compute() if collections.is_dask_collection(top) else top
-
-    top = topk_without(topk_of, gone, max(ks))
+    top = filtered_topk(estimator, X, max(ks), gone, exact, scores=False)
+    top = top.compute() if collections.is_dask_collection(top) else top
     return xc_metrics(top, truth, ks, **metric_args(estimator))

@@ -13,7 +13,7 @@ from dslide_dask.checkpoint.fused import check_fused, load_fused, save_fused
 from dslide_dask.checkpoint.label_counts import give_labels, load_label_counts, parts_with_labels
 from dslide_dask.checkpoint.model import config_of
 from dslide_dask.estimator import collections
-from dslide_dask.estimator._filtered import filtered_metrics
+from dslide_dask.estimator._filtered import filtered_metrics, filtered_topk
 from dslide_dask.estimator._inputs import _plain
 from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.local_trainer import LocalTrainer
@@ -184,7 +184,9 @@ class FittedMixin(EstimatorState):
         return clf
 
     # -- inference -------------------------------------------------------------------------
-    def predict_topk(self, X, k: int = 5, *, exact: bool = True, return_scores: bool = False):
+    def predict_topk(
+        self, X, k: int = 5, *, exact: bool = True, return_scores: bool = False, exclude=None
+    ):
         """The ``k`` best labels of each row, best first, optionally with their scores.
 
         A dask array ``X`` given to a model on a cluster gives a dask array of the whole
@@ -204,6 +206,11 @@ class FittedMixin(EstimatorState):
             -1, or None for classes, where fewer than ``k`` are found).
         return_scores : bool, default=False
             Also return the labels' scores.
+        exclude : like ``Y``, or None, default=None
+            Labels each row may not answer (the XC Repository's
+            ``filter_labels_test.txt``, read by
+            :func:`~dslide_dask.data.label_pairs.read_label_pairs`), one row a row of
+            ``X``: each row's ``k`` best of the rest (a multi-label model only).
 
         Returns
         -------
@@ -220,6 +227,8 @@ class FittedMixin(EstimatorState):
         self._check_fitted()
         k = _plain(k)
         check_int("k", k, 1, self.trainer_.n_labels)
+        if exclude is not None:
+            return filtered_topk(self, X, k, exclude, bool(exact), bool(return_scores))
         cluster = self._cluster_trainer(X)
         built = getattr(self, "_fused_parts", None)
         remote = built if hasattr(built, "topk_array") else None  # built on a worker
