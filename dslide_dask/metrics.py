@@ -323,17 +323,26 @@ def drop_scored_pairs(
 
 def _kept(topk: np.ndarray, exclude: CSR, k: int) -> tuple[np.ndarray, np.ndarray]:
     """For each row, the positions of the first ``k`` answers ``exclude`` keeps (then the
-    dropped ones), and whether each of those is dropped."""
+    dropped ones), and whether each of those is dropped. Only the rows with pairs (or
+    with an answer missing among their first ``k``) are searched: most rows keep their
+    first ``k`` as they are."""
     if exclude.n_rows != len(topk):
         raise ValueError(
             f"the excluded pairs cover {exclude.n_rows:,} rows, the answers {len(topk):,}"
         )
-    n = np.int64(max(exclude.n_cols, int(topk.max(initial=-1)) + 1))
-    rows = np.repeat(np.arange(exclude.n_rows, dtype=np.int64), np.diff(exclude.indptr))
-    keys = np.arange(len(topk), dtype=np.int64)[:, None] * n + topk
-    dropped = (topk < 0) | np.isin(keys, rows * n + exclude.indices)
-    order = np.argsort(dropped, axis=1, kind="stable")[:, :k]  # kept ids first, in order
-    return order, np.take_along_axis(dropped, order, axis=1)
+    width = min(k, topk.shape[1])
+    order = np.broadcast_to(np.arange(width), (len(topk), width)).copy()
+    dropped = topk[:, :width] < 0
+    work = np.flatnonzero((np.diff(exclude.indptr) > 0) | dropped.any(axis=1))
+    if len(work):
+        some, gone = topk[work], exclude.take_rows(work)
+        n = np.int64(max(gone.n_cols, int(some.max(initial=-1)) + 1))
+        rows = np.repeat(np.arange(len(work), dtype=np.int64), np.diff(gone.indptr))
+        keys = np.arange(len(work), dtype=np.int64)[:, None] * n + some
+        out = (some < 0) | np.isin(keys, rows * n + gone.indices)
+        order[work] = np.argsort(out, axis=1, kind="stable")[:, :width]  # kept ids first
+        dropped[work] = np.take_along_axis(out, order[work], axis=1)
+    return order, dropped
 
 
 def most_frequent_topk(Y: CSR, n_rows: int, k: int) -> np.ndarray:
