@@ -143,8 +143,8 @@ def predict_to_storage(
     spec = replace(spec, model_url=ckpt.url, fused=spec.fused and has_fused(ckpt))
     k = spec.k
     if exclude is not None:  # each row answers k past the most any row leaves out
-        widest = min(k + exclude.widest(), max(k, int(ckpt.meta["n_labels"])))
-        spec = replace(spec, k=widest)
+        wide = min(k + exclude.widest(), max(k, int(ckpt.meta["n_labels"])))
+        spec = replace(spec, k=wide)
     n_shards = check_input(spec, source)
     check_room(worker_bytes(ckpt, spec), workers_now(client))
     check_output(out_url, len(source.partitions), spec.storage_options)
