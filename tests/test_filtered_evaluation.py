@@ -148,6 +148,8 @@ def test_predict_topk_leaves_each_rows_pairs_out(model, tiny):
     assert (got["P@1"], got["P@5"]) == pytest.approx((want["P@1"], want["P@5"]), abs=1e-12)
     with pytest.raises(ValueError, match=f"exclude has 3 rows, X {len(test):,}"):
         model.predict_topk(test.X, 5, exclude=no_pairs(3, test.n_labels))
+    with pytest.raises(TypeError, match="exclude: cannot use str as a sparse matrix"):
+        model.predict_topk(test.X, 5, exclude="filter_labels_test.txt")
 
 
 def test_pairs_of_other_rows_are_refused(model, tiny):

@@ -315,7 +315,7 @@ def _csr_from_array_like(matrix, name: str = "matrix") -> CSR:
         _check_row_ids(m.indptr, m.indices, m.shape[1], name)
         m.sort_indices()
         return CSR(m.indptr, m.indices, m.data, m.shape[1])
-    raise TypeError(f"cannot use {type(matrix).__name__} as a sparse matrix")
+    raise TypeError(f"{name}: cannot use {type(matrix).__name__} as a sparse matrix")
 
 
 def _check_shape(shape, name: str) -> None:
