@@ -152,6 +152,30 @@ def test_predict_topk_leaves_each_rows_pairs_out(model, tiny):
         model.predict_topk(test.X, 5, exclude="filter_labels_test.txt")
 
 
+def test_the_pairs_as_read_for_a_cluster_serve_the_api_too(model, tiny, tmp_path):
+    """``read_pairs``' pairs (what ``predict_to_storage`` takes) answer as their matrix."""
+    _, test = tiny
+    top = model.predict_topk(test.X, 2)
+    path = tmp_path / "pairs.txt"
+    path.write_text("".join(f"{r} {top[r, 0]}\n" for r in range(0, len(test), 4)))
+    pairs = read_pairs(str(path), test.n_labels)
+    want = model.predict_topk(
+        test.X, 5, exclude=read_label_pairs(str(path), len(test), test.n_labels)
+    )
+    np.testing.assert_array_equal(model.predict_topk(test.X, 5, exclude=pairs), want)
+    got = model.evaluate(test.X, test.Y, exclude=pairs)
+    assert got == model.evaluate(
+        test.X, test.Y, exclude=read_label_pairs(str(path), len(test), test.n_labels)
+    )
+    path.write_text(f"0 1\n{len(test)} 2\n")
+    with pytest.raises(
+        XCFormatError, match=f"pairs.txt:2: row {len(test)} is past X's {len(test):,} rows"
+    ):
+        model.predict_topk(test.X, 5, exclude=read_pairs(str(path), test.n_labels))
+    with pytest.raises(ValueError, match="exclude: pairs read for 7 labels, the model has"):
+        model.predict_topk(test.X, 5, exclude=read_pairs(str(path), 7))
+
+
 def test_pairs_of_other_rows_are_refused(model, tiny):
     _, test = tiny
     with pytest.raises(ValueError, match=f"exclude has 3 rows, Y {len(test):,}"):

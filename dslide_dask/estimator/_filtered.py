@@ -17,6 +17,7 @@ import numpy as np
 
 from dslide_dask.checkpoint.label_counts import training_labels
 from dslide_dask.data.csr import CSR, as_csr
+from dslide_dask.data.label_pairs import LabelPairs
 from dslide_dask.estimator import collections
 from dslide_dask.metrics import (
     drop_pairs,
@@ -47,7 +48,7 @@ def filtered_topk(estimator: EstimatorState, X, k: int, exclude, exact: bool, sc
     """``predict_topk``'s answer without each row's ``exclude`` labels (``X``'s rows)."""
     _multi_label_only(estimator)
     n_labels = estimator.trainer_.n_labels
-    gone = excluded_pairs(estimator._labels(exclude, "exclude"), _n_rows(X), n_labels, "X")
+    gone = _pairs(estimator, exclude, _n_rows(X), "X")
     width = min(k + widest_exclusion(gone), n_labels)
     got = estimator.predict_topk(X, width, exact=exact, return_scores=scores)
     if scores:
@@ -59,6 +60,20 @@ def filtered_topk(estimator: EstimatorState, X, k: int, exclude, exact: bool, sc
             meta=np.empty((0, 0), got.dtype),
         )  # fmt: skip
     return drop_pairs(got, gone, k)
+
+
+def _pairs(estimator: EstimatorState, exclude, n_rows: int, rows_of: str) -> CSR:
+    """``exclude`` as a pattern matrix of ``n_rows`` rows: label sets as ``Y`` gives them,
+    or the :class:`~dslide_dask.data.label_pairs.LabelPairs` of ``read_pairs`` (a pair
+    past the rows named with its line)."""
+    n_labels = estimator.trainer_.n_labels
+    if isinstance(exclude, LabelPairs):
+        if exclude.n_labels != n_labels:
+            raise ValueError(
+                f"exclude: pairs read for {exclude.n_labels:,} labels, the model has {n_labels:,}"
+            )
+        return exclude.matrix(n_rows, rows_of=f"{rows_of}'s")
+    return excluded_pairs(estimator._labels(exclude, "exclude"), n_rows, n_labels, rows_of)
 
 
 def _multi_label_only(estimator: EstimatorState) -> None:
@@ -92,7 +107,7 @@ def filtered_metrics(
     _multi_label_only(estimator)
     n_labels = estimator.trainer_.n_labels
     truth = as_csr(estimator._labels(Y), n_labels, pattern=True, name="Y")
-    gone = excluded_pairs(estimator._labels(exclude, "exclude"), truth.n_rows, n_labels)
+    gone = _pairs(estimator, exclude, truth.n_rows, "Y")
     top = filtered_topk(estimator, X, max(ks), gone, exact, scores=False)
     top = top.compute() if collections.is_dask_collection(top) else top
     return xc_metrics(top, truth, ks, **metric_args(estimator))

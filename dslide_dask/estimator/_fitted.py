@@ -206,11 +206,12 @@ class FittedMixin(EstimatorState):
             -1, or None for classes, where fewer than ``k`` are found).
         return_scores : bool, default=False
             Also return the labels' scores.
-        exclude : like ``Y``, or None, default=None
+        exclude : like ``Y``, LabelPairs or None, default=None
             Labels each row may not answer (the XC Repository's
             ``filter_labels_test.txt``, read by
-            :func:`~dslide_dask.data.label_pairs.read_label_pairs`), one row a row of
-            ``X``: each row's ``k`` best of the rest (a multi-label model only).
+            :func:`~dslide_dask.data.label_pairs.read_label_pairs` or ``read_pairs``),
+            one row a row of ``X``: each row's ``k`` best of the rest (a multi-label
+            model only).
 
         Returns
         -------
@@ -334,10 +335,11 @@ class FittedMixin(EstimatorState):
             The cut-offs k.
         exact : bool, default=True
             Score every label; False: only those the LSH tables retrieve.
-        exclude : like ``Y``, or None, default=None
+        exclude : like ``Y``, LabelPairs or None, default=None
             Labels left out of each row's answers before they are scored (the XC
             Repository's ``filter_labels_test.txt``, read by
-            :func:`~dslide_dask.data.label_pairs.read_label_pairs`), ``Y``'s shape.
+            :func:`~dslide_dask.data.label_pairs.read_label_pairs` or ``read_pairs``),
+            one row a row of ``Y``.
 
         Returns
         -------
