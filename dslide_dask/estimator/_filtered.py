@@ -90,12 +90,14 @@ def _drop_block(block: np.ndarray, exclude: CSR, k: int, block_info=None) -> np.
 
 
 def _n_rows(X) -> int:
-    """The rows of ``X`` (a matrix, a dask array or a list of rows), before any is read."""
+    """The rows of ``X`` (a matrix, a dask collection or a list of rows), before any is
+    read: the pairs are checked against them first."""
     shape = getattr(X, "shape", None)
     n = shape[0] if shape is not None else len(X)
-    if not isinstance(n, int | np.integer):  # a dask array of unknown chunks
+    if not isinstance(n, int | np.integer):  # a dask collection of unknown length
         raise ValueError(
-            "exclude= needs X's row count: X has unknown chunk sizes (X.compute_chunk_sizes())"
+            "exclude= needs X's row count before it is read, and X's is unknown (a dask "
+            "array of unknown chunk sizes: X.compute_chunk_sizes())"
         )
     return int(n)
 
