@@ -234,6 +234,56 @@ def xc_metrics(
     return out
 
 
+def metric_sums(
+    topk: np.ndarray,
+    Y: CSR,
+    ks: Iterable[int] = (1, 3, 5),
+    label_counts: np.ndarray | None = None,
+    n_train: int | None = None,
+    A: float = PROPENSITY_A,
+    B: float = PROPENSITY_B,
+) -> dict[str, float]:
+    """What :func:`xc_metrics` divides, summed over the rows (``rows``, and each PS
+    metric's best beside it): blocks of rows scored apart, a cluster's partitions, add
+    up, and :func:`metrics_of_sums` of the total is :func:`xc_metrics` of all the rows."""
+    topk, ks = _check(topk, Y, ks)
+    width = topk.shape[1]
+    hits = _hits(topk, Y.indptr, Y.indices)
+    cum = np.cumsum(hits, axis=1)
+    ideal = _ideal_dcg(Y, width)
+    ndcg = np.cumsum(hits * _discount(width), axis=1) / ideal
+    out = {"rows": float(Y.n_rows)}
+    out.update({f"P@{k}": float(cum[:, k - 1].sum() / k) for k in ks})
+    out.update({f"nDCG@{k}": float(ndcg[:, k - 1].sum()) for k in ks})
+    if label_counts is not None:
+        if n_train is None:
+            raise ValueError("PSP@k needs n_train (training points) with label_counts")
+        gains, best = _ps_gains(topk, Y, _inverse(propensity(label_counts, n_train, A, B), Y))
+        sums = {
+            "PSP": (gains.sum(axis=0).cumsum(), best.sum(axis=0).cumsum()),
+            "PSnDCG": tuple(
+                (np.cumsum(g * _discount(width), axis=1) / ideal).sum(axis=0) for g in (gains, best)
+            ),
+        }
+        for name, (got, top) in sums.items():
+            for k in ks:
+                out[f"{name}@{k}"], out[f"{name}@{k} best"] = float(got[k - 1]), float(top[k - 1])
+    return out
+
+
+def metrics_of_sums(sums: dict[str, float]) -> dict[str, float]:
+    """The metrics of :func:`metric_sums`' sums (of one block, or added over several)."""
+    rows, out = sums["rows"], {}
+    for name, value in sums.items():
+        if name == "rows" or name.endswith(" best"):
+            continue
+        if name.startswith("PS"):
+            out[name] = _ratio(value, sums[f"{name} best"])
+        else:
+            out[name] = float(value / rows) if rows else float("nan")
+    return out
+
+
 class TrainingLabels:
     """How often each label occurred in the rows a model trained on: the N_l and N of
     PSP@k's propensities, gathered as batches go by (training data streamed from storage

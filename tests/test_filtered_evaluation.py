@@ -259,3 +259,41 @@ def test_dslide_predict_filter_labels_writes_the_answers_left(
     assert main([*argv[:6], "--workers", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"dslide: error: {pairs}:2: expected two whole numbers 'row label', got '1 x'"]
+
+
+def test_dslide_evaluate_on_a_cluster_scores_as_in_this_process(
+    model, tiny, tmp_path, client, capsys
+):
+    """Each worker scores its partitions (here two files, the pairs' rows offset across
+    them) and only sums come back: the metrics are this process's, filtered or not."""
+    _, test = tiny
+    test = test.slice(0, 300)
+    folder, inputs = str(tmp_path / "model"), tmp_path / "test"
+    model.save(folder)
+    inputs.mkdir()
+    write_xc(str(inputs / "part-0.txt"), test.slice(0, 130))
+    write_xc(str(inputs / "part-1.txt"), test.slice(130, 300))
+    top = model.predict_topk(test.X, 1)[:, 0]
+    pairs = tmp_path / "filter_labels_test.txt"
+    pairs.write_text("".join(f"{r} {top[r]}\n" for r in range(0, 300, 3)))
+    cluster = ["--scheduler-address", client.scheduler.address, "--no-progress"]
+    p_at_1 = []
+    for extra in ([], ["--filter-labels", str(pairs)]):
+        got = []
+        for where in ([], cluster):
+            out = tmp_path / f"m{len(where)}.json"
+            argv = ["evaluate", folder, str(inputs), *extra, *where, "--json", str(out)]
+            assert main(argv) == 0, capsys.readouterr().err
+            got.append(json.loads(out.read_text()))
+        here, there = got
+        assert here["rows"] == there["rows"] == 300
+        assert set(here["metrics"]) == set(there["metrics"]) >= {"P@5", "PSP@5", "PSnDCG@5"}
+        assert there["metrics"] == pytest.approx(here["metrics"], abs=1e-12)
+        p_at_1.append(there["metrics"]["P@1"])
+    assert p_at_1[1] < p_at_1[0]  # the pairs were left out
+    pairs.write_text("0 1\n300 2\n")
+    assert main(["evaluate", folder, str(inputs), "--filter-labels", str(pairs), *cluster]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"dslide: error: {pairs}:2: row 300 is past the test set's 300 rows"]
+    assert main(["evaluate", folder, str(inputs), "--max-rows", "10", *cluster]) == 2
+    assert "--max-rows is for scoring in this process" in capsys.readouterr().err

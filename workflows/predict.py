@@ -22,7 +22,7 @@ from dslide_workflows.args import (
 
 
 def add_predict_parser(sub: argparse._SubParsersAction) -> None:
-    from dslide_workflows.security import add_security_arguments
+    from dslide_workflows.security import add_cluster_arguments
 
     p = sub.add_parser(
         "predict",
@@ -95,24 +95,12 @@ def add_predict_parser(sub: argparse._SubParsersAction) -> None:
         help="refuse a compressed input file that decompresses to more, e.g. "
         "2GiB (default: a quarter of the reader's free memory)",
     )
-    p.add_argument(
-        "--scheduler-address",
-        metavar="ADDR",
-        help="connect to this scheduler (default: $DASK_SCHEDULER_ADDRESS, "
-        "else a new LocalCluster)",
-    )
-    p.add_argument(
-        "--workers", type=positive_int, metavar="N", help="LocalCluster workers (default: cores)"
-    )
-    p.add_argument("--threads-per-worker", type=positive_int, default=1, metavar="T")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_security_arguments(p.add_argument_group("TLS and dashboard"))
+    add_cluster_arguments(p)
     add_storage_arguments(p)
     p.set_defaults(func=cmd_predict)
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from distributed import Client, LocalCluster
 
     from dslide_dask.data.label_pairs import read_pairs
     from dslide_dask.data.source import open_source
@@ -122,7 +110,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from dslide_dask.inference.output import check_output
     from dslide_dask.inference.spec import MAX_INDEX_CANDIDATES
     from dslide_workflows.secrets import mask_text
-    from dslide_workflows.security import client_security, connect_client, local_cluster_options
+    from dslide_workflows.security import cli_client
 
     if args.index and (args.lsh or args.mips or args.table):
         raise ValueError(
@@ -158,19 +146,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         _check_text_output(args.output, so)
     address = args.scheduler_address or os.environ.get("DASK_SCHEDULER_ADDRESS")
     with ExitStack() as stack:
-        if address:
-            security = client_security(args, address)
-            client = stack.enter_context(connect_client(address, security, args.connect_timeout))
-        else:
-            cluster = stack.enter_context(
-                LocalCluster(
-                    n_workers=args.workers,
-                    threads_per_worker=args.threads_per_worker,
-                    **local_cluster_options(args),
-                )
-            )
-            client = stack.enter_context(Client(cluster))
-        print(f"dashboard: {client.dashboard_link}")
+        client = cli_client(stack, args, address)
         t0 = time.perf_counter()
         meta = predict_to_storage(
             client, spec, source, args.output, show_progress=not args.no_progress, exclude=pairs

@@ -194,3 +194,44 @@ def local_cluster_options(settings) -> dict:
 
         options.update(security=Security.temporary(), protocol="tls://")
     return options
+
+
+def add_cluster_arguments(
+    p: argparse.ArgumentParser,
+    address_default: str = "$DASK_SCHEDULER_ADDRESS, else a new LocalCluster",
+    workers_help: str = "LocalCluster workers (default: cores)",
+):
+    """``--scheduler-address``, ``--workers``, ``--threads-per-worker``, ``--no-progress``
+    and the TLS and dashboard flags of a command that runs its work on a cluster."""
+    from dslide_workflows.args import positive_int
+
+    p.add_argument(
+        "--scheduler-address",
+        metavar="ADDR",
+        help=f"connect to this scheduler (default: {address_default})",
+    )
+    p.add_argument("--workers", type=positive_int, metavar="N", help=workers_help)
+    p.add_argument("--threads-per-worker", type=positive_int, default=1, metavar="T")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_security_arguments(p.add_argument_group("TLS and dashboard"))
+
+
+def cli_client(stack, args, address: str | None):
+    """The Client of a command's cluster, entered on ``stack``: the scheduler at
+    ``address``, else a new LocalCluster of ``--workers`` (its dashboard printed)."""
+    from distributed import Client, LocalCluster
+
+    if address:
+        security = client_security(args, address)
+        client = stack.enter_context(connect_client(address, security, args.connect_timeout))
+    else:
+        cluster = stack.enter_context(
+            LocalCluster(
+                n_workers=args.workers,
+                threads_per_worker=args.threads_per_worker,
+                **local_cluster_options(args),
+            )
+        )
+        client = stack.enter_context(Client(cluster))
+    print(f"dashboard: {client.dashboard_link}")
+    return client

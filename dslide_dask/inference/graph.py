@@ -32,6 +32,7 @@ from dslide_dask.inference.serving import RANGES, check_ranges, serving_config
 from dslide_dask.inference.spec import LeftOut, PredictSpec
 from dslide_dask.inference.worker_memory import check_room, worker_bytes
 from dslide_dask.masking import mask_text
+from dslide_dask.metrics import metrics_of_sums
 
 
 def check_input(spec: PredictSpec, source: DataSource) -> int:
@@ -80,23 +81,13 @@ def part_entries(
     for i, part in enumerate(source.partitions):
         rows = delayed(tasks.read_rows)(part, dask_key_name=f"read-rows-{token}-{i}")
         if left_out is not None:
-            if spec.fused:
-                answers = delayed(tasks.fused_topk_scores)(
-                    spec, rows, dask_key_name=f"fused-topk-{token}-{i}"
-                )
-            else:
-                answers = delayed(tasks.merge)(
-                    spec, _shard_tops(spec, rows, n_shards, token, i),
-                    dask_key_name=f"merge-{token}-{i}",
-                )  # fmt: skip
             entries.append(
                 delayed(tasks.write_kept)(
-                    spec, answers, start, left_out.pairs, left_out.k, out_url, i,
-                    dask_key_name=f"write-kept-{token}-{i}",
+                    spec, _answers(spec, rows, n_shards, token, i), start, left_out.pairs,
+                    left_out.k, out_url, i, dask_key_name=f"write-kept-{token}-{i}",
                 )
             )  # fmt: skip
-            n_rows = delayed(tasks.count_rows)(rows, dask_key_name=f"count-rows-{token}-{i}")
-            start = delayed(tasks.next_start)(start, n_rows, dask_key_name=f"start-{token}-{i}")
+            start = _next_start(start, rows, token, i)
         elif spec.fused:  # the whole model answers on one worker
             write = delayed(tasks.fused_write)
             entries.append(write(spec, rows, out_url, i, dask_key_name=f"fused-write-{token}-{i}"))
@@ -111,6 +102,82 @@ def part_entries(
     if left_out is not None:
         info.update(k=left_out.k, filter_labels=left_out.url)
     return entries, info
+
+
+def _answers(spec: PredictSpec, rows, n_shards: int, token: str, i: int):
+    """Partition ``i``'s delayed top-k ``(ids, scores)``: the whole model on one worker,
+    or the network's shards' merged."""
+    if spec.fused:
+        return delayed(tasks.fused_topk_scores)(spec, rows, dask_key_name=f"fused-topk-{token}-{i}")
+    tops = _shard_tops(spec, rows, n_shards, token, i)
+    return delayed(tasks.merge)(spec, tops, dask_key_name=f"merge-{token}-{i}")
+
+
+def _next_start(start, rows, token: str, i: int):
+    """The delayed first row of partition ``i + 1``: ``start`` (partition ``i``'s) and
+    the rows it read, one number a task."""
+    n_rows = delayed(tasks.count_rows)(rows, dask_key_name=f"count-rows-{token}-{i}")
+    return delayed(tasks.next_start)(start, n_rows, dask_key_name=f"start-{token}-{i}")
+
+
+def metric_sums_graph(
+    spec: PredictSpec,
+    source: DataSource,
+    ks: tuple[int, ...],
+    n_shards: int,
+    pairs=None,
+) -> list:
+    """Each partition's delayed metric sums (:func:`~dslide_dask.metrics.metric_sums`):
+    its rows and labels read, answered and scored on a worker, ``pairs`` (a
+    :class:`~dslide_dask.data.label_pairs.LabelPairs`, or a future of one) left out
+    first; ``read-data -> fused-topk (or the shards') -> score``."""
+    token = dask.base.tokenize(spec, source, ks, pairs)
+    sums, start = [], 0
+    for i, part in enumerate(source.partitions):
+        data = delayed(tasks.read_data)(part, dask_key_name=f"read-data-{token}-{i}")
+        rows = delayed(tasks.features)(data, dask_key_name=f"features-{token}-{i}")
+        answers = _answers(spec, rows, n_shards, token, i)
+        sums.append(
+            delayed(tasks.score_part)(spec, answers, data, ks, start, pairs,
+                                      dask_key_name=f"score-{token}-{i}")
+        )  # fmt: skip
+        if pairs is not None:
+            start = _next_start(start, rows, token, i)
+    return sums
+
+
+def evaluate_on_cluster(
+    client: Client,
+    spec: PredictSpec,
+    source: DataSource,
+    ks: tuple[int, ...],
+    *,
+    exclude: LabelPairs | None = None,
+    show_progress: bool = False,
+) -> tuple[dict[str, float], int]:
+    """``evaluate``'s metrics of the model ``spec`` names on every row of ``source``, on
+    the cluster, and the rows scored: each worker reads its partitions' rows and labels
+    and answers them with its cached model (``spec.k``: the most of ``ks``), and only
+    each partition's metric sums reach the client. ``exclude`` (rows in input order) as
+    :func:`predict_to_storage` takes it."""
+    ckpt = model_cache.resolve(spec.model_url, spec.storage_options)
+    spec = replace(spec, model_url=ckpt.url, fused=spec.fused and has_fused(ckpt), k=max(ks))
+    if exclude is not None:
+        wide = min(spec.k + exclude.widest(), max(spec.k, int(ckpt.meta["n_labels"])))
+        spec = replace(spec, k=wide)
+    n_shards = check_input(spec, source)
+    check_room(worker_bytes(ckpt, spec), workers_now(client))
+    pairs = client.scatter(exclude) if exclude is not None else None
+    futures = client.compute(metric_sums_graph(spec, source, ks, n_shards, pairs))
+    if show_progress:
+        progress(futures)
+    parts = client.gather(futures)
+    total = {name: sum(p[name] for p in parts) for name in parts[0]} if parts else {"rows": 0.0}
+    if not total["rows"]:
+        raise ValueError(f"{source.url}: no rows to score")
+    if exclude is not None:
+        exclude.check_rows(int(total["rows"]), rows_of="the test set's")
+    return metrics_of_sums(total), int(total["rows"])
 
 
 def _shard_tops(spec: PredictSpec, rows, n_shards: int, token: str, i: int) -> list:

@@ -12,13 +12,16 @@ from dataclasses import replace
 
 import numpy as np
 
+from dslide_dask.checkpoint import open_checkpoint
+from dslide_dask.checkpoint.label_counts import load_label_counts
 from dslide_dask.data.csr import CSR, SCORE_ROWS, row_ranges
+from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.label_pairs import LabelPairs
 from dslide_dask.data.source import Partition, read_partition
 from dslide_dask.inference import model_cache
 from dslide_dask.inference.output import write_part
 from dslide_dask.inference.spec import PredictSpec
-from dslide_dask.metrics import drop_scored_pairs
+from dslide_dask.metrics import drop_pairs, drop_scored_pairs, metric_sums
 from dslide_dask.model.network import SlideNetwork
 from dslide_dask.model.wide_shard import merge_topk_scores
 
@@ -27,6 +30,53 @@ def read_rows(part: Partition) -> CSR:
     """The feature rows of one input partition (labels, if any, are dropped)."""
     data, _ = read_partition(part)
     return data.X
+
+
+def read_data(part: Partition) -> XCDataset:
+    """The rows and labels of one partition of a test set."""
+    data, _ = read_partition(part)
+    return data
+
+
+def features(data: XCDataset) -> CSR:
+    return data.X
+
+
+def score_part(
+    spec: PredictSpec,
+    answers: tuple[np.ndarray, np.ndarray],
+    data: XCDataset,
+    ks: tuple[int, ...],
+    start: int = 0,
+    pairs: LabelPairs | None = None,
+) -> dict[str, float]:
+    """The metric sums (:func:`~dslide_dask.metrics.metric_sums`) of one partition's
+    answers, its rows' ``pairs`` left out first (its first row the input's ``start``),
+    with PSP@k's label counts from the model, as ``evaluate`` takes them."""
+    ids = answers[0]
+    if pairs is not None:
+        ids = drop_pairs(ids, pairs.rows_between(start, start + len(ids)), max(ks))
+    args = _metric_args(spec)
+    Y = data.Y  # as wide as the model's labels (a test file may declare fewer)
+    Y = CSR(Y.indptr, Y.indices, None, len(args["label_counts"])) if args else Y
+    return metric_sums(ids[:, : max(ks)], Y, ks, **args)
+
+
+def _metric_args(spec: PredictSpec) -> dict:
+    """PSP@k's label counts of the model: its fused parts' indexed rows, else the rows
+    its network trained on ({}: none saved, no PSP@k), read once per process."""
+    key = (spec.model_url, spec.fused)
+    if key not in _label_args:
+        fused = model_cache.fused(spec)
+        if fused is not None:
+            _label_args[key] = fused.metric_args()
+        else:
+            labels = load_label_counts(open_checkpoint(spec.model_url, spec.storage_options))
+            _label_args[key] = labels.metric_args() if labels is not None else {}
+    return _label_args[key]
+
+
+_label_args: dict[tuple, dict] = {}
 
 
 def hidden(spec: PredictSpec, X: CSR) -> np.ndarray:
