@@ -8,6 +8,8 @@ import pytest
 from dslide_dask.data import CSR
 from dslide_dask.metrics import (
     label_counts,
+    metric_sums,
+    metrics_of_sums,
     ndcg_at_k,
     precision_at_k,
     propensity,
@@ -180,3 +182,21 @@ def test_metrics_equal_napkinxc_implementation():
     ]
     for want, got in pairs:
         np.testing.assert_allclose(list(got.values()), want, rtol=1e-9)
+
+
+def test_metric_sums_of_row_blocks_add_up_to_the_whole():
+    """A cluster scores its partitions apart: their sums, added, give every metric of
+    all the rows at once (an empty block adds nothing)."""
+    rng = np.random.default_rng(3)
+    Y = csr_of([sorted(rng.choice(40, rng.integers(0, 4), replace=False)) for _ in range(90)], 40)
+    top = np.stack([rng.permutation(40)[:7] for _ in range(90)])
+    top[5, 4:] = -1
+    counts = label_counts(Y) + 1
+    want = xc_metrics(top, Y, KS, counts, 200)
+    blocks = [(0, 0), (0, 31), (31, 32), (32, 90)]
+    sums = [metric_sums(top[a:b], Y.slice_rows(a, b), KS, counts, 200) for a, b in blocks]
+    total = {name: sum(s[name] for s in sums) for name in sums[0]}
+    got = metrics_of_sums(total)
+    assert set(got) == set(want) and total["rows"] == 90
+    assert got == pytest.approx(want, abs=1e-12)
+    assert metrics_of_sums(metric_sums(top, Y, KS)) == pytest.approx(xc_metrics(top, Y, KS))
