@@ -296,4 +296,4 @@ def test_dslide_evaluate_on_a_cluster_scores_as_in_this_process(
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"dslide: error: {pairs}:2: row 300 is past the test set's 300 rows"]
     assert main(["evaluate", folder, str(inputs), "--max-rows", "10", *cluster]) == 2
-    assert "--max-rows is for scoring in this process" in capsys.readouterr().err
+    assert "--max-rows samples rows in this process" in capsys.readouterr().err

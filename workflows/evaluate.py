@@ -169,12 +169,11 @@ def _on_cluster(args, so: dict, ckpt) -> tuple:
     from dslide_dask.inference.graph import check_input, evaluate_on_cluster
     from dslide_workflows.security import cli_client
 
-    for flag, value in (("--max-rows", args.max_rows), ("--threads", args.threads)):
-        if value:
-            raise ValueError(
-                f"{flag} is for scoring in this process: a cluster scores every row, "
-                "--threads-per-worker threads a worker"
-            )
+    if args.max_rows:
+        raise ValueError("--max-rows samples rows in this process: a cluster scores every row")
+    if args.threads:
+        raise ValueError("--threads threads this process: a cluster's workers take "
+                         "--threads-per-worker")  # fmt: skip
     pairs = None
     if args.filter_labels:  # read, and each line checked, before a cluster starts
         pairs = read_pairs(args.filter_labels, int(ckpt.meta["n_labels"]), so)
