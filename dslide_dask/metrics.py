@@ -3,7 +3,10 @@ reports them: P@k, nDCG@k, and propensity-scored PSP@k and PSnDCG@k (Jain, Prabh
 Varma, KDD 2016).
 
 Everything works from the predicted top-k label ids and the CSR label matrix; nothing is
-densified (label counts reach millions). A point without labels scores 0 in every metric
+densified (label counts reach millions). Over 400 lines: the metrics, their sums over row
+blocks (:func:`metric_sums`, what a cluster adds up) and the answers with pairs left out
+share one set of scoring helpers, so that a cluster's figures and this process's cannot
+drift apart. A point without labels scores 0 in every metric
 and still counts in the mean, as in the repository's own evaluation code (pyxclib). Each
 predicted position is scored on its own, so predictions should be distinct within a row.
 """
