@@ -226,29 +226,21 @@ def xc_metrics(
         ``P@k`` and ``nDCG@k`` for each k and, with ``label_counts`` and ``n_train``,
         ``PSP@k`` and ``PSnDCG@k``.
     """
-    ks = list(ks)
-    out = {**precision_at_k(topk, Y, ks), **ndcg_at_k(topk, Y, ks)}
+    p = None
     if label_counts is not None:
         if n_train is None:
             raise ValueError("PSP@k needs n_train (training points) with label_counts")
         p = propensity(label_counts, n_train, A, B)
-        out.update(psp_at_k(topk, Y, p, ks))
-        out.update(psndcg_at_k(topk, Y, p, ks))
-    return out
+    return metrics_of_sums(metric_sums(topk, Y, ks, p))
 
 
 def metric_sums(
-    topk: np.ndarray,
-    Y: CSR,
-    ks: Iterable[int] = (1, 3, 5),
-    label_counts: np.ndarray | None = None,
-    n_train: int | None = None,
-    A: float = PROPENSITY_A,
-    B: float = PROPENSITY_B,
+    topk: np.ndarray, Y: CSR, ks: Iterable[int], propensities: np.ndarray | None = None
 ) -> dict[str, float]:
     """What :func:`xc_metrics` divides, summed over the rows (``rows``, and each PS
-    metric's best beside it): blocks of rows scored apart, a cluster's partitions, add
-    up, and :func:`metrics_of_sums` of the total is :func:`xc_metrics` of all the rows."""
+    metric's best beside it; PSP@k and PSnDCG@k with ``propensities``): blocks of rows
+    scored apart, a cluster's partitions, add up (:func:`add_sums`), and
+    :func:`metrics_of_sums` of the total is :func:`xc_metrics` of all the rows."""
     topk, ks = _check(topk, Y, ks)
     width = topk.shape[1]
     hits = _hits(topk, Y.indptr, Y.indices)
@@ -258,10 +250,8 @@ def metric_sums(
     out = {"rows": float(Y.n_rows)}
     out.update({f"P@{k}": float(cum[:, k - 1].sum() / k) for k in ks})
     out.update({f"nDCG@{k}": float(ndcg[:, k - 1].sum()) for k in ks})
-    if label_counts is not None:
-        if n_train is None:
-            raise ValueError("PSP@k needs n_train (training points) with label_counts")
-        gains, best = _ps_gains(topk, Y, _inverse(propensity(label_counts, n_train, A, B), Y))
+    if propensities is not None:
+        gains, best = _ps_gains(topk, Y, _inverse(propensities, Y))
         sums = {
             "PSP": (gains.sum(axis=0).cumsum(), best.sum(axis=0).cumsum()),
             "PSnDCG": tuple(
@@ -272,6 +262,12 @@ def metric_sums(
             for k in ks:
                 out[f"{name}@{k}"], out[f"{name}@{k} best"] = float(got[k - 1]), float(top[k - 1])
     return out
+
+
+def add_sums(parts: Iterable[dict[str, float]]) -> dict[str, float]:
+    """The :func:`metric_sums` of several blocks of rows, added (no block: no rows)."""
+    parts = list(parts)
+    return {name: sum(p[name] for p in parts) for name in parts[0]} if parts else {"rows": 0.0}
 
 
 def metrics_of_sums(sums: dict[str, float]) -> dict[str, float]:
@@ -338,6 +334,13 @@ def widest_count(counts: np.ndarray, rows: np.ndarray | None = None) -> int:
     return widest
 
 
+def widened(k: int, widest: int, n_labels: int) -> int:
+    """How many answers a row is asked for so that ``k`` are left once it drops up to
+    ``widest`` labels: at most the model's ``n_labels`` (unless ``k`` is past them, for
+    the caller's own check to refuse)."""
+    return min(k + widest, max(k, n_labels))
+
+
 def excluded_pairs(exclude, n_rows: int, n_labels: int, rows_of: str = "Y") -> CSR:
     """``evaluate``'s ``exclude`` (label sets as ``Y`` gives them) as a pattern matrix of
     the ``n_rows`` rows of ``rows_of`` (the argument an error names)."""
@@ -350,7 +353,7 @@ def excluded_pairs(exclude, n_rows: int, n_labels: int, rows_of: str = "Y") -> C
 def topk_without(topk_of: Callable[[int], np.ndarray], exclude: CSR, k: int) -> np.ndarray:
     """The ``k`` best ids a row keeps once ``exclude``'s labels are left out of the answer
     ``topk_of(width)`` gives: asked for ``k`` plus the most labels any row leaves out."""
-    width = min(k + widest_exclusion(exclude), exclude.n_cols)
+    width = widened(k, widest_exclusion(exclude), exclude.n_cols)
     return drop_pairs(np.asarray(topk_of(width)), exclude, k)
 
 

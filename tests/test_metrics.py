@@ -7,6 +7,7 @@ import pytest
 
 from dslide_dask.data import CSR
 from dslide_dask.metrics import (
+    add_sums,
     label_counts,
     metric_sums,
     metrics_of_sums,
@@ -194,8 +195,8 @@ def test_metric_sums_of_row_blocks_add_up_to_the_whole():
     counts = label_counts(Y) + 1
     want = xc_metrics(top, Y, KS, counts, 200)
     blocks = [(0, 0), (0, 31), (31, 32), (32, 90)]
-    sums = [metric_sums(top[a:b], Y.slice_rows(a, b), KS, counts, 200) for a, b in blocks]
-    total = {name: sum(s[name] for s in sums) for name in sums[0]}
+    p = propensity(counts, 200)
+    total = add_sums(metric_sums(top[a:b], Y.slice_rows(a, b), KS, p) for a, b in blocks)
     got = metrics_of_sums(total)
     assert set(got) == set(want) and total["rows"] == 90
     assert got == pytest.approx(want, abs=1e-12)

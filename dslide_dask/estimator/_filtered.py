@@ -23,6 +23,7 @@ from dslide_dask.metrics import (
     drop_pairs,
     drop_scored_pairs,
     excluded_pairs,
+    widened,
     widest_exclusion,
     xc_metrics,
 )
@@ -49,7 +50,7 @@ def filtered_topk(estimator: EstimatorState, X, k: int, exclude, exact: bool, sc
     _multi_label_only(estimator)
     n_labels = estimator.trainer_.n_labels
     gone = _pairs(estimator, exclude, _n_rows(X), "X")
-    width = min(k + widest_exclusion(gone), n_labels)
+    width = widened(k, widest_exclusion(gone), n_labels)
     got = estimator.predict_topk(X, width, exact=exact, return_scores=scores)
     if scores:
         ids, values = got

@@ -32,7 +32,7 @@ from dslide_dask.inference.serving import RANGES, check_ranges, serving_config
 from dslide_dask.inference.spec import LeftOut, PredictSpec
 from dslide_dask.inference.worker_memory import check_room, worker_bytes
 from dslide_dask.masking import mask_text
-from dslide_dask.metrics import metrics_of_sums
+from dslide_dask.metrics import add_sums, metrics_of_sums, widened
 
 
 def check_input(spec: PredictSpec, source: DataSource) -> int:
@@ -160,24 +160,33 @@ def evaluate_on_cluster(
     and answers them with its cached model (``spec.k``: the most of ``ks``), and only
     each partition's metric sums reach the client. ``exclude`` (rows in input order) as
     :func:`predict_to_storage` takes it."""
-    ckpt = model_cache.resolve(spec.model_url, spec.storage_options)
-    spec = replace(spec, model_url=ckpt.url, fused=spec.fused and has_fused(ckpt), k=max(ks))
-    if exclude is not None:
-        wide = min(spec.k + exclude.widest(), max(spec.k, int(ckpt.meta["n_labels"])))
-        spec = replace(spec, k=wide)
-    n_shards = check_input(spec, source)
-    check_room(worker_bytes(ckpt, spec), workers_now(client))
+    spec, n_shards = _answering(client, replace(spec, k=max(ks)), source, exclude)
     pairs = client.scatter(exclude) if exclude is not None else None
     futures = client.compute(metric_sums_graph(spec, source, ks, n_shards, pairs))
     if show_progress:
         progress(futures)
-    parts = client.gather(futures)
-    total = {name: sum(p[name] for p in parts) for name in parts[0]} if parts else {"rows": 0.0}
+    total = add_sums(client.gather(futures))
     if not total["rows"]:
         raise ValueError(f"{source.url}: no rows to score")
     if exclude is not None:
         exclude.check_rows(int(total["rows"]), rows_of="the test set's")
     return metrics_of_sums(total), int(total["rows"])
+
+
+def _answering(
+    client: Client, spec: PredictSpec, source: DataSource, exclude: LabelPairs | None
+) -> tuple[PredictSpec, int]:
+    """``spec`` as the workers answer it, and the model's shard count: its model resolved
+    (workers cache by the URL), the fused parts asked only where the model has them (else
+    the network answers shard by shard), ``k`` widened past the most labels a row of
+    ``exclude`` leaves out; the input and the workers' room checked."""
+    ckpt = model_cache.resolve(spec.model_url, spec.storage_options)
+    spec = replace(spec, model_url=ckpt.url, fused=spec.fused and has_fused(ckpt))
+    if exclude is not None:
+        spec = replace(spec, k=widened(spec.k, exclude.widest(), int(ckpt.meta["n_labels"])))
+    n_shards = check_input(spec, source)
+    check_room(worker_bytes(ckpt, spec), workers_now(client))
+    return spec, n_shards
 
 
 def _shard_tops(spec: PredictSpec, rows, n_shards: int, token: str, i: int) -> list:
@@ -205,15 +214,8 @@ def predict_to_storage(
     they are read, so a pair past them is found at the end: it raises
     :class:`~dslide_dask.errors.XCFormatError` naming its line, here (not in a task,
     whose worker would log it), and the folder gets no manifest."""
-    ckpt = model_cache.resolve(spec.model_url, spec.storage_options)
-    # workers cache by the URL; a model without fused parts is answered shard by shard
-    spec = replace(spec, model_url=ckpt.url, fused=spec.fused and has_fused(ckpt))
     k = spec.k
-    if exclude is not None:  # each row answers k past the most any row leaves out
-        wide = min(k + exclude.widest(), max(k, int(ckpt.meta["n_labels"])))
-        spec = replace(spec, k=wide)
-    n_shards = check_input(spec, source)
-    check_room(worker_bytes(ckpt, spec), workers_now(client))
+    spec, n_shards = _answering(client, spec, source, exclude)
     check_output(out_url, len(source.partitions), spec.storage_options)
     clear_manifest(out_url, spec.storage_options)
     if exclude is None:

@@ -11,13 +11,17 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+import numpy as np
+
 from dslide_dask.checkpoint.arrays import CheckpointError
 from dslide_dask.checkpoint.fused import load_fused
+from dslide_dask.checkpoint.label_counts import load_label_counts
 from dslide_dask.checkpoint.model import load_network
 from dslide_dask.checkpoint.output_index import load_output_index
 from dslide_dask.checkpoint.store import Checkpoint, open_checkpoint
 from dslide_dask.inference.serving import reindex
 from dslide_dask.inference.spec import PredictSpec
+from dslide_dask.metrics import propensity
 from dslide_dask.model.fused import FusedModel
 from dslide_dask.model.network import SlideNetwork
 
@@ -82,3 +86,22 @@ def served(
                 _models.popitem(last=False)
         _models.move_to_end(key)
         return entry
+
+
+def propensities(spec: PredictSpec) -> np.ndarray | None:
+    """PSP@k's label propensities of the model, as ``evaluate`` takes them: from its
+    fused parts' indexed rows, else from the rows its network trained on (None: saved
+    without counts, no PSP@k); worked out once per process."""
+    key = (spec.model_url, spec.fused)
+    if key not in _propensities:  # two threads at once work out the same numbers
+        fused_parts = fused(spec)
+        if fused_parts is not None:
+            args = fused_parts.metric_args()
+        else:
+            labels = load_label_counts(open_checkpoint(spec.model_url, spec.storage_options))
+            args = labels.metric_args() if labels is not None else {}
+        _propensities[key] = propensity(args["label_counts"], args["n_train"]) if args else None
+    return _propensities[key]
+
+
+_propensities: dict[tuple, np.ndarray | None] = {}

@@ -12,8 +12,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from dslide_dask.checkpoint import open_checkpoint
-from dslide_dask.checkpoint.label_counts import load_label_counts
 from dslide_dask.data.csr import CSR, SCORE_ROWS, row_ranges
 from dslide_dask.data.dataset import XCDataset
 from dslide_dask.data.label_pairs import LabelPairs
@@ -56,27 +54,10 @@ def score_part(
     ids = answers[0]
     if pairs is not None:
         ids = drop_pairs(ids, pairs.rows_between(start, start + len(ids)), max(ks))
-    args = _metric_args(spec)
+    p = model_cache.propensities(spec)
     Y = data.Y  # as wide as the model's labels (a test file may declare fewer)
-    Y = CSR(Y.indptr, Y.indices, None, len(args["label_counts"])) if args else Y
-    return metric_sums(ids[:, : max(ks)], Y, ks, **args)
-
-
-def _metric_args(spec: PredictSpec) -> dict:
-    """PSP@k's label counts of the model: its fused parts' indexed rows, else the rows
-    its network trained on ({}: none saved, no PSP@k), read once per process."""
-    key = (spec.model_url, spec.fused)
-    if key not in _label_args:
-        fused = model_cache.fused(spec)
-        if fused is not None:
-            _label_args[key] = fused.metric_args()
-        else:
-            labels = load_label_counts(open_checkpoint(spec.model_url, spec.storage_options))
-            _label_args[key] = labels.metric_args() if labels is not None else {}
-    return _label_args[key]
-
-
-_label_args: dict[tuple, dict] = {}
+    Y = CSR(Y.indptr, Y.indices, None, len(p)) if p is not None else Y
+    return metric_sums(ids[:, : max(ks)], Y, ks, p)
 
 
 def hidden(spec: PredictSpec, X: CSR) -> np.ndarray:
