@@ -14,6 +14,7 @@ from dslide_dask import SlideClassifier
 from dslide_dask.checkpoint.model import load_network
 from dslide_dask.checkpoint.neighbours import stored_bytes
 from dslide_dask.checkpoint.store import open_checkpoint
+from dslide_dask.data.csr import CSR
 from dslide_dask.data.synthetic import make_synthetic
 from dslide_dask.data.xc_text import write_xc
 from dslide_dask.distributed.memory_plan import RUNTIME_BYTES
@@ -107,11 +108,15 @@ def test_a_worker_does_not_read_a_network_the_fused_parts_never_ask(tmp_path):
     clf = SlideClassifier(epochs=1, neighbour_weight=(1.0, 0.0), client=False, **PARAMS)
     url = clf.fit(train.X, train.Y).save(str(tmp_path / "model"))
     X = test.X.slice_rows(0, 200)
+    X = CSR(np.append(X.indptr, X.indptr[-1]), X.indices, X.data, X.n_cols)  # + a row of no words
     want = SlideClassifier.load(url).predict_topk(X, 5, return_scores=True)
     spec = PredictSpec(url, k=5)
     got = tasks.fused_topk_scores(spec, X)
     assert model_cache.served(spec)[0] is None  # the output layer was never read
     np.testing.assert_array_equal(got[0], want[0])
+    frequent = np.argsort(-np.bincount(train.Y.indices, minlength=train.n_labels), kind="stable")
+    np.testing.assert_array_equal(got[0][-1], frequent[:5])  # no neighbour: still 5 answers
+    assert (got[0] >= 0).all()
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
     assert model_cache.model(spec).n_labels == train.n_labels  # read when asked
     arrays = open_checkpoint(url).meta["arrays"].items()

@@ -6,7 +6,7 @@ import pytest
 
 from dslide_dask.data.csr import CSR
 from dslide_dask.kernels import fusion as fusion_kernels
-from dslide_dask.model.fusion import choose_weights, fused_topk, softmax_of_top
+from dslide_dask.model.fusion import choose_weights, filled, fused_topk, softmax_of_top
 from tests.test_neighbours import _random_csr
 
 
@@ -248,3 +248,24 @@ def test_tree_rescored_is_the_head_of_a_stable_sort_ties_and_nan_included(loss_d
         want = np.take_along_axis(rescored, order, 1).astype(np.float32)
         assert got.dtype == np.float32
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_row_left_short_is_filled_below_its_answers_without_repeating_one():
+    ids = np.array([[4, 2, -1, -1], [1, 0, 3, 2], [-1, -1, -1, -1], [5, -1, -1, -1]])
+    scores = np.array(
+        [
+            [0.9, 0.5, -np.inf, -np.inf],
+            [4, 3, 2, 1],
+            [-np.inf] * 4,
+            [-0.5, -np.inf, -np.inf, -np.inf],
+        ],
+        np.float32,
+    )
+    short = np.array([0, 2, 3])
+    frequent = np.broadcast_to(np.array([2, 6, 4, 0]), (3, 4))
+    got, got_scores = filled(ids, scores, short, frequent)
+    np.testing.assert_array_equal(got, [[4, 2, 6, 0], [1, 0, 3, 2], [2, 6, 4, 0], [5, 2, 6, 4]])
+    np.testing.assert_array_equal(got_scores[0], np.float32([0.9, 0.5, 0.0, 0.0]))
+    np.testing.assert_array_equal(got_scores[2], [0.0] * 4)
+    np.testing.assert_array_equal(got_scores[3], [-0.5] * 4)  # never above an answer
+    assert ids[0, 2] == -1  # the caller's arrays are left as they were

@@ -88,6 +88,38 @@ def rescored_top(ids: np.ndarray, scores: np.ndarray, factors: np.ndarray, k: in
     return out_ids, out_scores
 
 
+@numba.njit(cache=True, nogil=True)
+def fill_short(ids: np.ndarray, scores: np.ndarray, rows: np.ndarray, extra: np.ndarray):
+    """Rows ``rows`` of a top-k (``ids``, -1 past a row's answers; ``scores``) completed
+    in place from ``extra[r]``, another source's best labels for row ``rows[r]`` (-1:
+    none), passing over labels the row already answers. A label filled in scored nothing
+    from the sources that ranked the row: it gets the row's lowest score, or 0 if lower."""
+    k = ids.shape[1]
+    for r in range(rows.shape[0]):
+        i = rows[r]
+        n = 0
+        while n < k and ids[i, n] >= 0:
+            n += 1
+        low = np.float32(0.0)
+        if n > 0 and scores[i, n - 1] < low:
+            low = scores[i, n - 1]
+        for j in range(extra.shape[1]):
+            if n == k:
+                break
+            label = extra[r, j]
+            if label < 0:
+                continue
+            answered = False
+            for q in range(n):
+                if ids[i, q] == label:
+                    answered = True
+                    break
+            if not answered:
+                ids[i, n] = label
+                scores[i, n] = low
+                n += 1
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
 def _beats(a, b) -> bool:
     """Whether ``a`` ranks before ``b`` (later in a list) in a descending stable sort

@@ -24,6 +24,7 @@ from dslide_dask.model.fusion import (
     CENTROID_WEIGHTS,
     TAILS,
     candidate_union,
+    filled,
     fused_topk,
     tree_rescored,
 )
@@ -203,13 +204,13 @@ class FusedModel:
         power = self.fusion.tree_power if index.trees or trees is not None else 0.0
         width = max(k, RERANKED) if power else k
         top, scores = fused_topk(ids, logits, votes, weight, width, tail, index.inverse_propensity)
-        if not power:
-            return top, scores
-        if trees is not None:  # inf: out of the k best
-            losses = trees.topk_losses(X, top, scores, power=power, k=k)
-        else:
-            losses = index.tree_topk_losses(X, top, scores, power, k)
-        return tree_rescored(top, scores, losses, power, k)
+        if power:
+            if trees is not None:  # inf: out of the k best
+                losses = trees.topk_losses(X, top, scores, power=power, k=k)
+            else:
+                losses = index.tree_topk_losses(X, top, scores, power, k)
+            top, scores = tree_rescored(top, scores, losses, power, k)
+        return _filled(top, scores, index.by_frequency)
 
     def metrics(
         self,
@@ -247,6 +248,18 @@ def served_neighbours(
         settings = settings or IndexSettings()
         index = index.with_search(IndexSettings(seed=settings.seed, threads=settings.threads))
     return index
+
+
+def _filled(top: np.ndarray, scores: np.ndarray, by_frequency: np.ndarray) -> Votes:
+    """``top`` (and its ``scores``) with the rows its sources left short of k labels
+    completed from ``by_frequency``, the labels most training points have first: a row
+    far from every point, the network unasked, still gets k answers where the model has
+    k labels. Not the network's: a model that weighs it 0 is served without reading it."""
+    short = np.flatnonzero(top[:, -1] < 0) if top.shape[1] else np.empty(0, np.int64)
+    if not short.size:
+        return top, scores
+    frequent = by_frequency[: top.shape[1]]
+    return filled(top, scores, short, np.broadcast_to(frequent, (len(short), len(frequent))))
 
 
 def _none(X: CSR) -> Votes:

@@ -91,6 +91,17 @@ def tree_rescored(
     return kernels.rescored_top(ids, scores, np.exp(-np.float32(power) * losses), k)
 
 
+def filled(
+    ids: np.ndarray, scores: np.ndarray, rows: np.ndarray, extra: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Copies of a top-k (``ids``, -1 past a row's answers; ``scores``) whose ``rows``
+    are completed from ``extra`` (one row of another source's best labels for each),
+    the labels filled in below every answer the row had."""
+    ids, scores = ids.copy(), scores.copy()
+    kernels.fill_short(ids, scores, _kernel_array(rows, np.int64), _kernel_array(extra, np.int64))
+    return ids, scores
+
+
 def choose_weights(
     net_ids: np.ndarray,
     net_logits: np.ndarray,

@@ -243,6 +243,12 @@ class NeighbourIndex:
         return np.bincount(self.y_idx, minlength=self.n_labels)
 
     @functools.cached_property
+    def by_frequency(self) -> np.ndarray:
+        """The labels, those most indexed points carry first (ties by id): what a row
+        with no other evidence most likely has."""
+        return np.argsort(-self.label_counts, kind="stable")
+
+    @functools.cached_property
     def inverse_propensity(self) -> np.ndarray:
         """Each label's ``1 / p_l`` from :attr:`label_counts` (>= 1; rare labels highest)."""
         return (1.0 / propensity(self.label_counts, max(self.n_points, 1))).astype(np.float32)
