@@ -34,6 +34,7 @@ from dslide_dask.data.source import read_partition
 from dslide_dask.distributed.cluster_data import ClusterData
 from dslide_dask.distributed.fused_worker import idle_threads, on_threads, watched
 from dslide_dask.distributed.tree_shards import ShardNodes, ShardTrees, start_shards
+from dslide_dask.metrics import add_sums, metrics_of_sums
 from dslide_dask.model.fused import FusedModel
 from dslide_dask.model.fused_build import FusedBuild, Report, Stages
 from dslide_dask.model.fused_size import RowStats, block_counts, summed
@@ -248,14 +249,19 @@ class RemoteFused:
             )
 
     def block_metrics(self, data: ClusterData, ks: tuple[int, ...], exact: bool = True):
-        """:meth:`metrics` of a data set whose blocks are on the cluster (stacked on the
-        model's worker)."""
+        """:meth:`metrics` of a data set whose blocks are on the cluster: each block
+        scored by a task of its own on the model's worker (blocks travel there, never
+        stacked into one), their sums added here."""
         shape = (data.n_features, data.n_labels)
-        return self._watched(self.client.submit(
-            _blocks_metrics, self.future, self.coordinator, *data.parts, shape=shape, ks=ks,
-            exact=exact, trees=self._trees(), threads=self.threads, pure=False,
-            workers=[self.worker],
-        ))  # fmt: skip
+        futures = [
+            self.client.submit(
+                _block_sums, self.future, self.coordinator, part, shape=shape, ks=ks,
+                exact=exact, trees=self._trees(), threads=self.threads, pure=False,
+                workers=[self.worker],
+            )
+            for part in data.parts
+        ]  # fmt: skip
+        return metrics_of_sums(add_sums(self._watched(future) for future in futures))
 
     def parts(self, storage_options: dict | None = None):
         """A parts writer for the trainer's ``save``: the worker writes the fused parts
@@ -299,10 +305,10 @@ def _block_topk(block, fused: FusedModel, coordinator, *, k, exact, n_cols, tree
 
 
 @on_threads
-def _blocks_metrics(fused: FusedModel, coordinator, *blocks, shape, ks, exact, trees) -> dict:
-    data = stack_datasets(blocks, *shape)
+def _block_sums(fused: FusedModel, coordinator, block, *, shape, ks, exact, trees) -> dict:
+    data = stack_datasets([block], *shape)  # as wide as the whole set's widest block
     net = CoordinatorNetwork(coordinator)
-    return fused.metrics(net, data.X, data.Y, tuple(ks), exact, _losses(trees))
+    return fused.metric_sums(net, data.X, data.Y, tuple(ks), exact, _losses(trees))
 
 
 def _load(url: str, storage_options: dict | None, trees: bool) -> FusedModel:

@@ -18,7 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from dslide_dask.data.csr import CSR
-from dslide_dask.metrics import xc_metrics
+from dslide_dask.metrics import metric_sums, metrics_of_sums, propensity
 from dslide_dask.model.config import check_float, check_int
 from dslide_dask.model.fusion import (
     CENTROID_WEIGHTS,
@@ -223,8 +223,22 @@ class FusedModel:
     ) -> dict:
         """P@k, nDCG@k and PSP@k of the fused top-k of rows ``X`` with true labels ``Y``
         (propensities from the indexed rows)."""
+        return metrics_of_sums(self.metric_sums(net, X, Y, ks, exact, trees))
+
+    def metric_sums(
+        self,
+        net: Network,
+        X: CSR,
+        Y: CSR,
+        ks: tuple[int, ...],
+        exact: bool,
+        trees: TreeLosses | None = None,
+    ) -> dict:
+        """What :meth:`metrics` divides, summed over rows ``X``: blocks of rows scored
+        apart add up (:func:`~dslide_dask.metrics.add_sums`)."""
         top, _ = self.topk(net, X, max(ks), exact, trees)
-        return xc_metrics(top, Y, ks, **self.metric_args())
+        index = self.index
+        return metric_sums(top, Y, ks, propensity(index.label_counts, index.n_points))
 
     def metric_args(self) -> dict:
         """PSP@k's ``label_counts`` and ``n_train`` for :func:`xc_metrics`: those of the
