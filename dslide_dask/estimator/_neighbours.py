@@ -22,6 +22,7 @@ from dslide_dask.data.held import HeldRows
 from dslide_dask.estimator._inputs import _plain
 from dslide_dask.estimator._state import EstimatorState
 from dslide_dask.fused_parts import build_fused_parts
+from dslide_dask.metrics import metrics_of_sums
 from dslide_dask.model.config import check_float, check_int
 from dslide_dask.model.fused import MAX_TREE_POWER, FusedModel, Fusion
 from dslide_dask.model.fused_build import FusedBuild, FusedRecipe, given_weight, held_split
@@ -248,8 +249,8 @@ class NeighboursMixin(EstimatorState):
         if built is not None:
             return built.metrics(data, ks, exact)
         weight, tail = self._choose_weight()
-        fused = self._fused(weight, tail)
-        return fused.metrics(_EstimatorNetwork(self), data.X, data.Y, ks, exact)
+        fused, net = self._fused(weight, tail), _EstimatorNetwork(self)
+        return metrics_of_sums(fused.metric_sums(net, data.X, data.Y, ks, exact))
 
 
 class _EstimatorNetwork:

@@ -18,7 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from dslide_dask.data.csr import CSR
-from dslide_dask.metrics import metric_sums, metrics_of_sums, propensity
+from dslide_dask.metrics import metric_sums, propensity
 from dslide_dask.model.config import check_float, check_int
 from dslide_dask.model.fusion import (
     CENTROID_WEIGHTS,
@@ -212,19 +212,6 @@ class FusedModel:
             top, scores = tree_rescored(top, scores, losses, power, k)
         return _filled(top, scores, index.by_frequency)
 
-    def metrics(
-        self,
-        net: Network,
-        X: CSR,
-        Y: CSR,
-        ks: tuple[int, ...],
-        exact: bool,
-        trees: TreeLosses | None = None,
-    ) -> dict:
-        """P@k, nDCG@k and PSP@k of the fused top-k of rows ``X`` with true labels ``Y``
-        (propensities from the indexed rows)."""
-        return metrics_of_sums(self.metric_sums(net, X, Y, ks, exact, trees))
-
     def metric_sums(
         self,
         net: Network,
@@ -234,8 +221,10 @@ class FusedModel:
         exact: bool,
         trees: TreeLosses | None = None,
     ) -> dict:
-        """What :meth:`metrics` divides, summed over rows ``X``: blocks of rows scored
-        apart add up (:func:`~dslide_dask.metrics.add_sums`)."""
+        """What P@k, nDCG@k and PSP@k (propensities from the indexed rows) of the fused
+        top-k of rows ``X`` with true labels ``Y`` divide, summed over the rows: blocks of
+        rows scored apart add up (:func:`~dslide_dask.metrics.add_sums`), and
+        :func:`~dslide_dask.metrics.metrics_of_sums` gives the metrics."""
         top, _ = self.topk(net, X, max(ks), exact, trees)
         index = self.index
         return metric_sums(top, Y, ks, propensity(index.label_counts, index.n_points))

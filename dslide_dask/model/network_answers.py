@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from dslide_dask.data.csr import CSR
-from dslide_dask.metrics import xc_metrics
+from dslide_dask.metrics import metrics_of_sums, xc_metrics
 from dslide_dask.model.fused import FusedModel, Network
 from dslide_dask.model.tree_shards import TreeLosses
 
@@ -53,7 +53,7 @@ def metrics_with_network(
     """The whole model's P@k, nDCG@k and PSP@k on rows ``X`` with labels ``Y``, and,
     with exact answers, the network's own P@k as ``network P@k`` from the same pass."""
     recorded = Recorded(net)
-    scores = fused.metrics(recorded, X, Y, ks, exact, trees)
+    scores = metrics_of_sums(fused.metric_sums(recorded, X, Y, ks, exact, trees))
     top = recorded.top(X.n_rows, max(ks)) if exact else None
     if top is not None:
         alone = xc_metrics(top, Y, ks)
