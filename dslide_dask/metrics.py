@@ -119,22 +119,13 @@ def precision_at_k(topk: np.ndarray, Y: CSR, ks: Iterable[int] = (1, 3, 5)) -> d
     dict of str to float
         ``{'P@1': ..., 'P@3': ..., ...}``.
     """
-    topk, ks = _check(topk, Y, ks)
-    if Y.n_rows == 0:
-        return {f"P@{k}": float("nan") for k in ks}
-    cum = np.cumsum(_hits(topk, Y.indptr, Y.indices), axis=1)
-    return {f"P@{k}": float(cum[:, k - 1].mean() / k) for k in ks}
+    return _family(metric_sums(topk, Y, ks), "P")
 
 
 def ndcg_at_k(topk: np.ndarray, Y: CSR, ks: Iterable[int] = (1, 3, 5)) -> dict[str, float]:
     """nDCG@k: DCG@k = sum over ranks r <= k of [label right] / log2(r + 1), divided by
     the best DCG@k the row's labels allow, averaged over rows."""
-    topk, ks = _check(topk, Y, ks)
-    if Y.n_rows == 0:
-        return {f"nDCG@{k}": float("nan") for k in ks}
-    dcg = np.cumsum(_hits(topk, Y.indptr, Y.indices) * _discount(topk.shape[1]), axis=1)
-    ndcg = dcg / _ideal_dcg(Y, topk.shape[1])
-    return {f"nDCG@{k}": float(ndcg[:, k - 1].mean()) for k in ks}
+    return _family(metric_sums(topk, Y, ks), "nDCG")
 
 
 def psp_at_k(
@@ -147,12 +138,7 @@ def psp_at_k(
 
     ``propensities``: p_l for every label, from :func:`propensity` on training counts.
     """
-    topk, ks = _check(topk, Y, ks)
-    if Y.n_rows == 0:
-        return {f"PSP@{k}": float("nan") for k in ks}
-    gains, best = _ps_gains(topk, Y, _inverse(propensities, Y))
-    got, top = gains.sum(axis=0).cumsum(), best.sum(axis=0).cumsum()
-    return {f"PSP@{k}": _ratio(got[k - 1], top[k - 1]) for k in ks}
+    return _family(metric_sums(topk, Y, ks, propensities), "PSP")
 
 
 def psndcg_at_k(
@@ -161,15 +147,12 @@ def psndcg_at_k(
     """Propensity-scored nDCG@k, normalised like :func:`psp_at_k`: each row's DCG with
     gains 1/p_l over its unit-gain ideal DCG, averaged, divided by the same for the best
     possible top-k (as pyxclib's ``psndcg``)."""
-    topk, ks = _check(topk, Y, ks)
-    if Y.n_rows == 0:
-        return {f"PSnDCG@{k}": float("nan") for k in ks}
-    k_max = topk.shape[1]
-    gains, best = _ps_gains(topk, Y, _inverse(propensities, Y))
-    discount, ideal = _discount(k_max), _ideal_dcg(Y, k_max)
-    got = (np.cumsum(gains * discount, axis=1) / ideal).sum(axis=0)
-    top = (np.cumsum(best * discount, axis=1) / ideal).sum(axis=0)
-    return {f"PSnDCG@{k}": _ratio(got[k - 1], top[k - 1]) for k in ks}
+    return _family(metric_sums(topk, Y, ks, propensities), "PSnDCG")
+
+
+def _family(sums: dict[str, float], name: str) -> dict[str, float]:
+    """One metric's ``name@k`` for each k summed, of :func:`metric_sums`' sums."""
+    return {m: v for m, v in metrics_of_sums(sums).items() if m.partition("@")[0] == name}
 
 
 def _ratio(a: float, b: float) -> float:
