@@ -262,8 +262,7 @@ def test_a_row_left_short_is_filled_below_its_answers_without_repeating_one():
         np.float32,
     )
     short = np.array([0, 2, 3])
-    frequent = np.broadcast_to(np.array([2, 6, 4, 0]), (3, 4))
-    got, got_scores = filled(ids, scores, short, frequent)
+    got, got_scores = filled(ids, scores, short, np.array([2, 6, 4, 0]))
     np.testing.assert_array_equal(got, [[4, 2, 6, 0], [1, 0, 3, 2], [2, 6, 4, 0], [5, 2, 6, 4]])
     np.testing.assert_array_equal(got_scores[0], np.float32([0.9, 0.5, 0.0, 0.0]))
     np.testing.assert_array_equal(got_scores[2], [0.0] * 4)

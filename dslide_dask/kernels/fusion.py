@@ -89,26 +89,22 @@ def rescored_top(ids: np.ndarray, scores: np.ndarray, factors: np.ndarray, k: in
 
 
 @numba.njit(cache=True, nogil=True)
-def fill_short(ids: np.ndarray, scores: np.ndarray, rows: np.ndarray, extra: np.ndarray):
+def fill_short(ids: np.ndarray, scores: np.ndarray, rows: np.ndarray, labels: np.ndarray):
     """Rows ``rows`` of a top-k (``ids``, -1 past a row's answers; ``scores``) completed
-    in place from ``extra[r]``, another source's best labels for row ``rows[r]`` (-1:
-    none), passing over labels the row already answers. A label filled in scored nothing
-    from the sources that ranked the row: it gets the row's lowest score, or 0 if lower."""
+    in place from ``labels`` in order, passing over those a row already answers. A label
+    filled in scored nothing from the sources that ranked the row: it gets the row's
+    lowest score, or 0 if lower."""
     k = ids.shape[1]
-    for r in range(rows.shape[0]):
-        i = rows[r]
+    for i in rows:
         n = 0
         while n < k and ids[i, n] >= 0:
             n += 1
         low = np.float32(0.0)
         if n > 0 and scores[i, n - 1] < low:
             low = scores[i, n - 1]
-        for j in range(extra.shape[1]):
+        for label in labels:
             if n == k:
                 break
-            label = extra[r, j]
-            if label < 0:
-                continue
             answered = False
             for q in range(n):
                 if ids[i, q] == label:

@@ -261,8 +261,7 @@ def _filled(top: np.ndarray, scores: np.ndarray, by_frequency: np.ndarray) -> Vo
     short = np.flatnonzero(top[:, -1] < 0) if top.shape[1] else np.empty(0, np.int64)
     if not short.size:
         return top, scores
-    frequent = by_frequency[: top.shape[1]]
-    return filled(top, scores, short, np.broadcast_to(frequent, (len(short), len(frequent))))
+    return filled(top, scores, short, by_frequency[: top.shape[1]])
 
 
 def _none(X: CSR) -> Votes:

@@ -92,13 +92,12 @@ def tree_rescored(
 
 
 def filled(
-    ids: np.ndarray, scores: np.ndarray, rows: np.ndarray, extra: np.ndarray
+    ids: np.ndarray, scores: np.ndarray, rows: np.ndarray, labels: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Copies of a top-k (``ids``, -1 past a row's answers; ``scores``) whose ``rows``
-    are completed from ``extra`` (one row of another source's best labels for each),
-    the labels filled in below every answer the row had."""
+    are completed from ``labels`` in order, below every answer the row had."""
     ids, scores = ids.copy(), scores.copy()
-    kernels.fill_short(ids, scores, _kernel_array(rows, np.int64), _kernel_array(extra, np.int64))
+    kernels.fill_short(ids, scores, _kernel_array(rows, np.int64), _kernel_array(labels, np.int64))
     return ids, scores
 
 
