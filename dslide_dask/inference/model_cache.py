@@ -92,14 +92,13 @@ def propensities(spec: PredictSpec) -> np.ndarray | None:
     """PSP@k's label propensities of the model, as ``evaluate`` takes them: from its
     fused parts' indexed rows, else from the rows its network trained on (None: saved
     without counts, no PSP@k); worked out once per process."""
+    fused_parts = fused(spec)
+    if fused_parts is not None:  # cached with its index
+        return fused_parts.index.propensities
     key = (spec.model_url, spec.fused)
     if key not in _propensities:  # two threads at once work out the same numbers
-        fused_parts = fused(spec)
-        if fused_parts is not None:
-            args = fused_parts.metric_args()
-        else:
-            labels = load_label_counts(open_checkpoint(spec.model_url, spec.storage_options))
-            args = labels.metric_args() if labels is not None else {}
+        labels = load_label_counts(open_checkpoint(spec.model_url, spec.storage_options))
+        args = labels.metric_args() if labels is not None else None
         _propensities[key] = propensity(args["label_counts"], args["n_train"]) if args else None
     return _propensities[key]
 

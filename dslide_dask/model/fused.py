@@ -18,7 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from dslide_dask.data.csr import CSR
-from dslide_dask.metrics import metric_sums, propensity
+from dslide_dask.metrics import metric_sums
 from dslide_dask.model.config import check_float, check_int
 from dslide_dask.model.fusion import (
     CENTROID_WEIGHTS,
@@ -226,8 +226,7 @@ class FusedModel:
         rows scored apart add up (:func:`~dslide_dask.metrics.add_sums`), and
         :func:`~dslide_dask.metrics.metrics_of_sums` gives the metrics."""
         top, _ = self.topk(net, X, max(ks), exact, trees)
-        index = self.index
-        return metric_sums(top, Y, ks, propensity(index.label_counts, index.n_points))
+        return metric_sums(top, Y, ks, self.index.propensities)
 
     def metric_args(self) -> dict:
         """PSP@k's ``label_counts`` and ``n_train`` for :func:`xc_metrics`: those of the

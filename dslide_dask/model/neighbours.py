@@ -249,9 +249,14 @@ class NeighbourIndex:
         return np.argsort(-self.label_counts, kind="stable")
 
     @functools.cached_property
+    def propensities(self) -> np.ndarray:
+        """Each label's propensity ``p_l`` from :attr:`label_counts` (PSP@k's)."""
+        return propensity(self.label_counts, max(self.n_points, 1))
+
+    @functools.cached_property
     def inverse_propensity(self) -> np.ndarray:
-        """Each label's ``1 / p_l`` from :attr:`label_counts` (>= 1; rare labels highest)."""
-        return (1.0 / propensity(self.label_counts, max(self.n_points, 1))).astype(np.float32)
+        """Each label's ``1 / p_l`` (>= 1; rare labels highest), as the tail boost takes it."""
+        return (1.0 / self.propensities).astype(np.float32)
 
     @property
     def nbytes(self) -> int:
