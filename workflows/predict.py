@@ -101,7 +101,6 @@ def add_predict_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-
     from dslide_dask.data.label_pairs import read_pairs
     from dslide_dask.data.source import open_source
     from dslide_dask.inference import PredictSpec, predict_to_storage
